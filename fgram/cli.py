@@ -1,0 +1,160 @@
+"""The `fgram` command."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from fgram import __version__
+from fgram.pipeline.errors import FgramError
+
+
+def _fail(message: str) -> None:
+    click.echo(f"fgram: error: {message}", err=True)
+    sys.exit(2)
+
+
+def _conf_pairs(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="--conf")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fgram")
+def cli() -> None:
+    """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark."""
+
+
+@cli.command("build")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, help="Output folder (published atomically).")
+@click.option("--max-len", "-K", default=5, show_default=True, type=int,
+              help="Longest n-gram length K (2..8).")
+@click.option("--min-count", default=5, show_default=True, type=int,
+              help="Smallest count an f-gram may have.")
+@click.option("--size", "-S", default=None, type=int,
+              help="Keep the top S n-grams (all lengths ranked together). Default: all >= min-count.")
+@click.option("--column", default="tokens", show_default=True,
+              help="Parquet column holding each document's token ids (list of integers).")
+@click.option("--dtype", default="uint16", show_default=True,
+              type=click.Choice(["uint16", "uint32", "int32"]),
+              help="Token dtype of .bin and header-less .npy files.")
+@click.option("--doc-sep", default=None, type=int,
+              help="Document separator id in flat files (default: a file is one document).")
+@click.option("--broadcast-budget", default="512M", show_default=True,
+              help="Largest frequent set shipped whole to every task; above it, a distributed join.")
+@click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
+              help="Tokens per task (flat files are split into ranges of this size).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--master", default=None, help="Spark master URL (default: local[*]).")
+@click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
+              help="Extra Spark configuration (repeatable).")
+def build_command(inputs, output, max_len, min_count, size, column, dtype, doc_sep,
+                  broadcast_budget, unit_tokens, overwrite, master, conf):
+    """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
+
+    Parquet (a list-of-integers column, one document per row), raw .bin /
+    header-less .npy token files (--dtype, --doc-sep) and true .npy files.
+    Writes OUTPUT/fgrams/ (Parquet: fgram_id, length, tokens, count),
+    OUTPUT/manifest.json and OUTPUT/_SUCCESS.
+    """
+    from fgram.jobs.build import run_build
+    from fgram.pipeline.config import BuildConfig, parse_size
+
+    try:
+        cfg = BuildConfig(inputs=list(inputs), output=output, max_len=max_len,
+                          min_count=min_count, size=size, column=column, dtype=dtype,
+                          doc_sep=doc_sep, broadcast_budget=parse_size(broadcast_budget),
+                          unit_tokens=unit_tokens, overwrite=overwrite, master=master,
+                          conf=_conf_pairs(conf))
+        manifest = run_build(cfg)
+    except FgramError as exc:
+        _fail(str(exc))
+    click.echo(f"{manifest['fgrams']} f-grams from {manifest['totals']['tokens']} tokens "
+               f"({manifest['totals']['documents']} documents), cutoff count "
+               f"{manifest['cutoff_count']}, in {manifest['seconds']:.1f}s -> {os.path.abspath(output)}")
+
+
+@cli.command("synth")
+@click.option("-o", "--output", required=True, help="Output folder.")
+@click.option("--tokens", default=1_000_000, show_default=True, type=int, help="Corpus size.")
+@click.option("--vocab", default=50_000, show_default=True, type=int, help="Vocabulary size.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--format", "fmt", default="parquet", show_default=True,
+              type=click.Choice(["parquet", "bin"]),
+              help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.")
+@click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
+def synth_command(output, tokens, vocab, seed, fmt, files):
+    """Generate a corpus with heavy-tailed, realistic n-gram statistics."""
+    from fgram.pipeline.synth import generate
+
+    if tokens < 1:
+        _fail(f"--tokens must be >= 1, got {tokens}")
+    if not 2 <= vocab <= 2**31 - 1:
+        _fail(f"--vocab must be in 2..2147483647, got {vocab}")
+    meta = generate(output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files)
+    hint = f" (use --dtype {meta['dtype']} --doc-sep 0)" if fmt == "bin" else ""
+    click.echo(f"wrote {meta['tokens']} tokens in {meta['documents']} documents to "
+               f"{output}{hint}")
+
+
+@cli.command("show")
+@click.argument("output")
+@click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
+@click.option("--tokenizer", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+def show_command(output, top, tokenizer, as_json):
+    """Summarise a build OUTPUT: manifest and the top f-grams."""
+    import pyarrow.dataset as ds
+
+    manifest_path = os.path.join(output, "manifest.json")
+    if not os.path.exists(os.path.join(output, "_SUCCESS")) or not os.path.exists(manifest_path):
+        _fail(f"{output}: not a finished fgram build (no _SUCCESS or manifest.json)")
+    with open(manifest_path) as fh:
+        manifest = json.load(fh)
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2))
+        return
+    decode = None
+    if tokenizer:
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            _fail("--tokenizer needs the 'tokenizers' package: pip install 'fgram[text]'")
+        tok = Tokenizer.from_file(tokenizer)
+        decode = lambda ids: tok.decode(ids)  # noqa: E731
+    cfg = manifest["config"]
+    click.echo(f"fgram table {os.path.abspath(output)} (fgram {manifest['fgram_version']})")
+    click.echo(f"  inputs: {len(manifest['inputs'])} files, {manifest['totals']['tokens']} tokens, "
+               f"{manifest['totals']['documents']} documents")
+    click.echo(f"  config: K={cfg['max_len']} min_count={cfg['min_count']} size={cfg['size']}")
+    click.echo(f"  f-grams: {manifest['fgrams']}, cutoff count {manifest['cutoff_count']}, "
+               f"by length {manifest['by_length']}")
+    click.echo(f"  {'pass':>4} {'threshold':>9} {'candidates':>12} {'distinct':>10} {'kept':>10} "
+               f"{'lookup':>9} {'seconds':>8}")
+    for p in manifest["passes"]:
+        click.echo(f"  {p['length']:>4} {p['threshold']:>9} {p['candidates']:>12} "
+                   f"{p['distinct']:>10} {p['kept']:>10} {p['lookup']:>9} {p['seconds']:>8.2f}")
+    dataset = ds.dataset(os.path.join(output, "fgrams"), format="parquet")
+    table = dataset.head(top) if top > 0 else None
+    if table is not None and table.num_rows:
+        click.echo(f"  top {table.num_rows}:")
+        for row in table.to_pylist():
+            text = f"  {decode(row['tokens'])!r}" if decode else ""
+            click.echo(f"  {row['fgram_id']:>8} {row['count']:>10} {row['tokens']}{text}")
+
+
+def main() -> None:
+    cli(prog_name="fgram")
+
+
+if __name__ == "__main__":
+    main()

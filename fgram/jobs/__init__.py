@@ -1,0 +1,1 @@
+"""One module per Spark job; each is runnable by spark-submit and callable from Python."""

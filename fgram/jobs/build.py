@@ -1,0 +1,393 @@
+"""fgram build: exact f-gram selection on Spark (see SCONE.md, section 1).
+
+Each pass k = 2..K is three small Spark jobs over files in a work folder:
+
+1. count (one task per unit): read the unit's tokens, turn the ids of the
+   previous pass into candidate k-gram keys (prefix and suffix both frequent),
+   sort-count them, write the unit's distinct keys + counts and, for the next
+   pass, the index of every position's key in that table.
+2. merge (one task per key range): merge the units' sorted runs for its range
+   of the (uniformly mixed) key space; return a histogram of counts.
+3. keep (one task per key range): keep the keys at or above the threshold
+   (min-count, raised to the S-th largest count seen so far when --size is
+   given). Their dense ids are ranks in key order. If that frequent set fits
+   --broadcast-budget, the next pass's tasks read it whole; otherwise this task
+   also answers every unit's lookups for its key range (a distributed join),
+   so no task ever holds more than one range.
+
+Spark carries only unit numbers, small per-task summaries and, at the end,
+one row per selected f-gram; tokens and keys move as numpy arrays in files.
+The driver never holds per-n-gram data. Finally the selected f-grams are
+decoded (joins on prefix ids), ranked (count desc, shorter first, token ids
+asc) and written as Parquet, then published atomically.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fgram import __version__
+from fgram.pipeline import kernels as kn
+from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.errors import FgramError, from_marker_text
+from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
+from fgram.pipeline.publish import check_output, discard, publish, staging_dir
+from fgram.pipeline.workdir import WorkDir, load_array, save_array, save_json
+
+MERGE_BYTES = 64 * 2**20   # target volume of one merge task
+
+
+@dataclass
+class Plan:
+    """What every task needs: shipped with the task closure."""
+    cfg: BuildConfig
+    shards: list[Shard]
+    units: list[Unit]
+    work: str
+
+
+def _task(fn):
+    """Run a task body; turn our errors into a marker the driver can recover."""
+    def wrapper(*args):
+        try:
+            return fn(*args)
+        except FgramError as exc:
+            raise RuntimeError(exc.marker_text()) from None
+    return wrapper
+
+
+# ---------------------------------------------------------------- tasks
+
+_TABLE_CACHE: dict[tuple, np.ndarray] = {}
+
+
+def _frequent_table(wd: WorkDir, k: int, nparts: int) -> np.ndarray:
+    """The whole frequent set of pass k (sorted mixed keys), cached per worker process."""
+    key = (wd.root, k)
+    if key not in _TABLE_CACHE:
+        _TABLE_CACHE.clear()
+        parts = [load_array(wd.frequent(k, p, "keys"), mmap=False) for p in range(nparts)]
+        _TABLE_CACHE[key] = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    return _TABLE_CACHE[key]
+
+
+def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.ndarray:
+    """Global ids (INVALID where not frequent) of unit u's distinct keys of pass k."""
+    if prev["broadcast"]:
+        keys = load_array(wd.unit(k, u, "keys"))
+        idx = kn.lookup_sorted(_frequent_table(wd, k, prev["nparts"]), keys)
+        return np.where(idx >= 0, idx, kn.INVALID).astype(np.uint32)
+    chunks = []
+    for p in range(prev["nparts"]):
+        offsets = load_array(wd.answers(k, p, "offsets"))
+        ids = load_array(wd.answers(k, p, "ids"))
+        chunks.append(np.asarray(ids[offsets[u]:offsets[u + 1]]))
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
+
+
+@_task
+def count_task(plan: Plan, k: int, u: int, prev: dict | None) -> dict:
+    cfg = plan.cfg
+    wd = WorkDir(plan.work)
+    unit = plan.units[u]
+    stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1)
+    tokens = stream.tokens
+    if k == 2:
+        ids = tokens
+    else:
+        inv = load_array(wd.unit(k - 1, u, "inv"), mmap=False)
+        answers = _unit_answers(plan, wd, k - 1, u, prev)
+        ids = np.full(len(inv), kn.INVALID, dtype=np.uint32)
+        has = inv != kn.INVALID
+        ids[has] = answers[inv[has]]
+    pos, keys = kn.ngram_keys(ids, tokens, k)
+    last = k == cfg.max_len
+    uniq, counts, inverse = kn.unit_counts(pos, keys, stream.limit, want_inverse=not last)
+    save_array(wd.unit(k, u, "keys"), uniq)
+    save_array(wd.unit(k, u, "counts"), counts.astype(np.uint32))
+    if not last:
+        dense = np.full(max(len(tokens) - k + 1, 0), kn.INVALID, dtype=np.uint32)
+        dense[pos] = inverse
+        save_array(wd.unit(k, u, "inv"), dense)
+    return {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
+            "counted": int(np.searchsorted(pos, stream.limit)), "distinct": len(uniq)}
+
+
+def _range(nparts: int, p: int) -> tuple[np.uint64, np.uint64 | None]:
+    bounds = kn.part_bounds(nparts)
+    return bounds[p], (bounds[p + 1] if p + 1 < nparts else None)
+
+
+def _slice(keys: np.ndarray, lo, hi) -> tuple[int, int]:
+    a = int(np.searchsorted(keys, lo))
+    b = len(keys) if hi is None else int(np.searchsorted(keys, hi))
+    return a, b
+
+
+@_task
+def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int) -> dict:
+    wd = WorkDir(plan.work)
+    lo, hi = _range(nparts, p)
+    runs = []
+    for u in range(len(plan.units)):
+        keys = load_array(wd.unit(k, u, "keys"))
+        a, b = _slice(keys, lo, hi)
+        if b > a:
+            runs.append((np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b])))
+    keys, counts = kn.merge_counts(runs)
+    save_array(wd.merged(k, p, "keys"), keys)
+    save_array(wd.merged(k, p, "counts"), counts)
+    return {"part": p, "hist": kn.histogram(counts, floor)}
+
+
+@_task
+def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: int,
+              answer: bool) -> int:
+    wd = WorkDir(plan.work)
+    keys = load_array(wd.merged(k, p, "keys"), mmap=False)
+    counts = load_array(wd.merged(k, p, "counts"), mmap=False)
+    keep = counts >= threshold
+    fkeys = keys[keep]
+    save_array(wd.frequent(k, p, "keys"), fkeys)
+    save_array(wd.frequent(k, p, "counts"), counts[keep])
+    if answer:
+        lo, hi = _range(nparts, p)
+        offsets = np.zeros(len(plan.units) + 1, dtype=np.int64)
+        chunks = []
+        for u in range(len(plan.units)):
+            ukeys = load_array(wd.unit(k, u, "keys"))
+            a, b = _slice(ukeys, lo, hi)
+            idx = kn.lookup_sorted(fkeys, np.asarray(ukeys[a:b]))
+            chunks.append(np.where(idx >= 0, idx + offset, kn.INVALID).astype(np.uint32))
+            offsets[u + 1] = offsets[u] + (b - a)
+        save_array(wd.answers(k, p, "ids"),
+                   np.concatenate(chunks) if chunks else np.zeros(0, np.uint32))
+        save_array(wd.answers(k, p, "offsets"), offsets)
+    return int(len(fkeys))
+
+
+def final_rows(plan: Plan, k: int, p: int, offset: int, cutoff: int, cut_len: int):
+    """Arrow rows of the frequent k-grams of range p that may be selected."""
+    import pyarrow as pa
+    wd = WorkDir(plan.work)
+    keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
+    counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
+    sel = (counts > cutoff) | ((counts == cutoff) & (k <= cut_len))
+    idx = np.flatnonzero(sel)
+    prefix, last = kn.split_key(kn.unmix(keys[idx]))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(np.full(len(idx), k, np.int8)), pa.array(idx + offset),
+         pa.array(prefix), pa.array(last.astype(np.int32)), pa.array(counts[idx])],
+        names=["length", "sid", "prefix", "last", "count"])
+
+
+# ---------------------------------------------------------------- driver
+
+def _collect(sc, n: int, fn):
+    """Run fn(i) for i in 0..n-1 as one Spark job with n tasks; return the results in order."""
+    if n == 0:
+        return []
+    try:
+        return sc.parallelize(range(n), n).map(fn).collect()
+    except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
+        err = from_marker_text(str(exc))
+        if err is not None:
+            raise err from None
+        raise
+
+
+def _selection(hists: dict[int, dict[int, int]], size: int | None) -> tuple[int, int, int]:
+    """(cutoff count, last length taken at the cutoff, number selected) from per-length histograms."""
+    combined = kn.merge_hists(*hists.values())
+    total = sum(combined.values())
+    if size is None or total <= size:
+        return (min(combined) if combined else 0), max(hists, default=0), total
+    cutoff = kn.kth_largest(combined, size)
+    need = size - sum(n for c, n in combined.items() if c > cutoff)
+    cut_len = 0
+    for length in sorted(hists):
+        if need <= 0:
+            break
+        cut_len = length
+        need -= hists[length].get(cutoff, 0)
+    return cutoff, cut_len, size
+
+
+def run_build(cfg: BuildConfig, spark=None) -> dict:
+    """Run `fgram build`; returns the manifest. Raises FgramError subclasses on bad input."""
+    t_start = time.time()
+    cfg.validate()
+    out = check_output(cfg.output, cfg.overwrite)
+    shards = plan_shards(cfg.inputs, cfg.read_options())
+    units = plan_units(shards, cfg.unit_tokens)
+    if spark is None:
+        from fgram.pipeline.spark import get_session
+        spark = get_session(cfg.master, cfg.conf)
+    sc = spark.sparkContext
+    staging = staging_dir(out)
+    try:
+        manifest = _build(spark, sc, cfg, shards, units, staging, t_start)
+        save_json(os.path.join(staging, "manifest.json"), manifest)
+        with open(os.path.join(staging, "_SUCCESS"), "w"):
+            pass
+        publish(staging, out)
+        return manifest
+    except BaseException:
+        discard(staging)
+        raise
+
+
+def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: float) -> dict:
+    work = os.path.join(staging, "_work")
+    os.makedirs(work)
+    plan = Plan(cfg, shards, units, work)
+    parallelism = max(2, sc.defaultParallelism)
+    threshold = cfg.min_count
+    hists: dict[int, dict[int, int]] = {}
+    passes, prev = [], None
+    offsets_by_len: dict[int, list[int]] = {}
+    totals = {"documents": 0, "tokens": 0}
+    for k in range(2, cfg.max_len + 1):
+        t0 = time.time()
+        floor = threshold
+        stats = _collect(sc, len(units), lambda u, k=k, prev=prev: count_task(plan, k, u, prev))
+        if k == 2:
+            totals = {"documents": sum(s["documents"] for s in stats),
+                      "tokens": sum(s["tokens"] for s in stats)}
+            if totals["tokens"] == 0:
+                raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
+        distinct = sum(s["distinct"] for s in stats)
+        nparts = max(parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
+        merged = _collect(sc, nparts, lambda p, k=k, n=nparts, f=floor: merge_task(plan, k, p, n, f))
+        part_hists = [m["hist"] for m in merged]
+        hists[k] = kn.merge_hists(*part_hists)
+        if cfg.size is not None:
+            best = kn.kth_largest(kn.merge_hists(*hists.values()), cfg.size)
+            if best is not None and best > threshold:
+                threshold = best
+        for length in hists:
+            hists[length] = {c: n for c, n in hists[length].items() if c >= threshold}
+        kept_per_part = [sum(n for c, n in h.items() if c >= threshold) for h in part_hists]
+        offsets = np.concatenate([[0], np.cumsum(kept_per_part)]).astype(np.int64).tolist()
+        offsets_by_len[k] = offsets
+        kept = offsets[-1]
+        if kept >= int(kn.INVALID):
+            raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
+        broadcast = kept * 8 <= cfg.broadcast_budget
+        answer = k < cfg.max_len and not broadcast
+        _collect(sc, nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
+                 keep_task(plan, k, p, n, t, o[p], a))
+        prev = {"nparts": nparts, "broadcast": broadcast}
+        passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
+                       "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
+                       "kept": kept, "partitions": nparts,
+                       "lookup": "broadcast" if broadcast else "join",
+                       "seconds": round(time.time() - t0, 3)})
+        if kept == 0:
+            break
+    t0 = time.time()
+    cutoff, cut_len, selected = _selection(hists, cfg.size)
+    _write_table(spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
+    return {
+        "fgram_version": __version__,
+        "kind": "fgram-table",
+        "config": cfg.record(),
+        "inputs": [shard_record(s) for s in shards],
+        "units": len(units),
+        "totals": totals,
+        "passes": passes,
+        "cutoff_count": cutoff if selected else None,
+        "fgrams": selected,
+        "by_length": {str(k): sum(n for c, n in hists[k].items() if c > cutoff or
+                                  (c == cutoff and k <= cut_len)) for k in sorted(hists)},
+        "select_seconds": round(time.time() - t0, 3),
+        "seconds": round(time.time() - t_start, 3),
+        "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
+                  "columns": {"fgram_id": "int64", "length": "int8",
+                              "tokens": "list<int32>", "count": "int64"},
+                  "order": "fgram_id = rank by (count desc, length asc, tokens asc)"},
+    }
+
+
+def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, staging) -> None:
+    from pyspark.sql import functions as F
+
+    budget = plan.cfg.broadcast_budget
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(budget) if budget > 0 else "-1")
+    row_schema = "length byte, sid long, prefix long, last int, count long"
+    decoded, previous = [], None
+    for k in sorted(offsets_by_len):
+        offsets = offsets_by_len[k]
+        tasks = [(p, offsets[p]) for p in range(len(offsets) - 1)]
+
+        def rows(batches, k=k, tasks=tasks):
+            for batch in batches:
+                for t in batch.column(0).to_pylist():
+                    p, off = tasks[t]
+                    yield final_rows(plan, k, p, off, cutoff, cut_len)
+
+        df = spark.range(0, len(tasks), 1, numPartitions=max(1, len(tasks))).mapInArrow(
+            rows, row_schema)
+        if previous is None:
+            dk = df.select("count", "length", "sid",
+                           F.array(F.col("prefix").cast("int"), F.col("last")).alias("tokens"))
+        else:
+            parent = previous.select(F.col("sid").alias("prefix"), F.col("tokens").alias("ptok"))
+            dk = df.join(parent, "prefix").select(
+                "count", "length", "sid", F.concat("ptok", F.array("last")).alias("tokens"))
+        dk = dk.persist()
+        decoded.append(dk)
+        previous = dk
+    table = decoded[0]
+    for dk in decoded[1:]:
+        table = table.unionByName(dk)
+    ordered = table.select("count", "length", "tokens").orderBy(
+        F.col("count").desc(), F.col("length").asc(), F.col("tokens").asc()).persist()
+
+    def sizes(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+        n = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_pydict({"pid": [TaskContext.get().partitionId()], "n": [n]})
+
+    counts = {r["pid"]: r["n"] for r in ordered.mapInArrow(sizes, "pid long, n long").collect()}
+    starts, acc = {}, 0
+    for pid in sorted(counts):
+        starts[pid] = acc
+        acc += counts[pid]
+
+    def number(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+        nxt = starts.get(TaskContext.get().partitionId(), 0)
+        for b in batches:
+            ids = pa.array(np.arange(nxt, nxt + b.num_rows, dtype=np.int64))
+            nxt += b.num_rows
+            yield pa.RecordBatch.from_arrays(
+                [ids, b.column(b.schema.get_field_index("length")),
+                 b.column(b.schema.get_field_index("tokens")),
+                 b.column(b.schema.get_field_index("count"))],
+                names=["fgram_id", "length", "tokens", "count"])
+
+    numbered = ordered.mapInArrow(number, "fgram_id long, length byte, tokens array<int>, count long")
+    numbered.filter(F.col("fgram_id") < selected).write.option("compression", "zstd").parquet(
+        os.path.join(staging, "fgrams"))
+    for df in decoded:
+        df.unpersist()
+    ordered.unpersist()
+    discard(os.path.join(staging, "_work"))
+
+
+def main(argv=None) -> None:
+    """Entry point for `spark-submit fgram/jobs/build.py ...` (same options as `fgram build`)."""
+    from fgram.cli import cli
+    cli.main(args=["build", *(sys.argv[1:] if argv is None else argv)], prog_name="build.py")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pure kernels, formats and schemas. Nothing here imports Spark except `spark.py`."""

@@ -1,0 +1,61 @@
+"""Typed configuration of each command (after dolma): validated once, recorded in the manifest."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from .errors import ConfigError
+from .inputs import FLAT_DTYPES, ReadOptions
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """'512M', '2G', '1048576' -> bytes."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ConfigError(f"not a size: {text!r} (examples: 512M, 2G, 1048576)")
+    scale = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+@dataclass
+class BuildConfig:
+    inputs: list[str]
+    output: str
+    max_len: int = 5
+    min_count: int = 5
+    size: int | None = None
+    column: str = "tokens"
+    dtype: str = "uint16"
+    doc_sep: int | None = None
+    broadcast_budget: int = 512 * 2**20
+    unit_tokens: int = 16 * 2**20
+    overwrite: bool = False
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def validate(self) -> "BuildConfig":
+        if not self.inputs:
+            raise ConfigError("no input given")
+        if not 2 <= self.max_len <= 8:
+            raise ConfigError(f"--max-len must be in 2..8, got {self.max_len}")
+        if self.min_count < 1:
+            raise ConfigError(f"--min-count must be >= 1, got {self.min_count}")
+        if self.size is not None and self.size < 1:
+            raise ConfigError(f"--size must be >= 1, got {self.size}")
+        if self.dtype not in FLAT_DTYPES:
+            raise ConfigError(f"--dtype must be one of {', '.join(FLAT_DTYPES)}, got {self.dtype!r}")
+        if self.broadcast_budget < 0:
+            raise ConfigError("--broadcast-budget must be >= 0")
+        if self.unit_tokens < 1:
+            raise ConfigError("--unit-tokens must be >= 1")
+        return self
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep)
+
+    def record(self) -> dict:
+        return asdict(self)

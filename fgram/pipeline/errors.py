@@ -1,0 +1,48 @@
+"""Error classes, named by the policy they imply (after dolma).
+
+- `FgramError` subclasses fail the whole run with one clear line.
+- `InputError` names the input file (or option) and what is wrong with it.
+"""
+from __future__ import annotations
+
+# A marker that survives the trip through a Spark task failure (the Python
+# traceback is embedded in the JVM exception text), so the driver can show the
+# original one-line message instead of a Java stack trace.
+MARKER = "FGRAM-ERROR::"
+
+
+class FgramError(Exception):
+    """Fails the run. The message is one line, shown as is."""
+
+    def marker_text(self) -> str:
+        return f"{MARKER}{type(self).__name__}::{self}::END"
+
+
+class InputError(FgramError):
+    """Bad input: the file (or option) and the problem."""
+
+    def __init__(self, path: str, problem: str):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class ConfigError(FgramError):
+    """A bad option value."""
+
+
+class OutputError(FgramError):
+    """The output location cannot be used (exists, not writable)."""
+
+
+def from_marker_text(text: str) -> FgramError | None:
+    """Recover an FgramError from an exception text that embeds its marker."""
+    start = text.find(MARKER)
+    if start < 0:
+        return None
+    rest = text[start + len(MARKER):]
+    name, _, tail = rest.partition("::")
+    message, _, _ = tail.partition("::END")
+    cls = {"InputError": FgramError, "ConfigError": ConfigError, "OutputError": OutputError}.get(
+        name, FgramError)
+    return cls(message.strip())

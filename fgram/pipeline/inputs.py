@@ -1,0 +1,320 @@
+"""Tokenized shards: discovery, format detection, planning into units, reading.
+
+Formats
+-------
+- Parquet: one document per row, a list<integer> column (default ``tokens``).
+- Flat token files (nanoGPT / OLMo): ``.bin`` and header-less ``.npy`` memmaps
+  are raw little-endian arrays of ``--dtype``; a true ``.npy`` (numpy magic
+  bytes) carries its own dtype. Documents are split at ``--doc-sep``; the
+  separator belongs to no n-gram.
+
+A *unit* is the work of one task: a range of row groups of one Parquet file,
+or a token range ``[start, stop)`` of one flat file. A flat unit reads K-1
+tokens past its end so that every n-gram *starting* in its range is seen
+exactly once, whatever the range boundaries are.
+"""
+from __future__ import annotations
+
+import fnmatch
+import glob as globlib
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .errors import ConfigError, InputError
+from .kernels import MAX_TOKEN, SENTINEL
+
+FLAT_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4"), "int32": np.dtype("<i4")}
+PARQUET_EXT = (".parquet", ".pq")
+FLAT_EXT = (".bin", ".npy")
+NPY_MAGIC = b"\x93NUMPY"
+
+
+@dataclass
+class ReadOptions:
+    column: str = "tokens"
+    dtype: str = "uint16"          # for .bin and header-less .npy
+    doc_sep: int | None = None     # None: a flat file is one document
+
+
+@dataclass
+class Shard:
+    uri: str                      # as the user can read it back (path or URI)
+    format: str                   # "parquet" | "flat"
+    size: int
+    mtime: float | None
+    dtype: str | None = None      # flat: numpy dtype str
+    offset: int = 0               # flat: header bytes
+    n_items: int = 0              # flat: array length; parquet: rows
+    row_groups: list[int] = field(default_factory=list)  # parquet: values per row group
+
+
+@dataclass
+class Unit:
+    shard: int                    # index into the shard list
+    start: int                    # flat: first token; parquet: first row group
+    stop: int                     # flat: end token (exclusive); parquet: end row group
+
+
+def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in path:
+        try:
+            return pafs.FileSystem.from_uri(path)
+        except Exception as exc:  # noqa: BLE001 - any filesystem error is an input error
+            raise InputError(path, f"cannot open filesystem: {exc}") from None
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
+def _uri(fs: pafs.FileSystem, path: str, original: str) -> str:
+    if "://" in original and not isinstance(fs, pafs.LocalFileSystem):
+        scheme = original.split("://", 1)[0]
+        return f"{scheme}://{path}"
+    return path
+
+
+def _known(name: str) -> bool:
+    base = os.path.basename(name)
+    return not base.startswith((".", "_")) and base.lower().endswith(PARQUET_EXT + FLAT_EXT)
+
+
+def discover(paths: list[str]) -> list[tuple[pafs.FileSystem, str, str]]:
+    """Expand files, directories and globs into (fs, fs_path, uri), in a stable order."""
+    found: list[tuple[pafs.FileSystem, str, str]] = []
+    if not paths:
+        raise ConfigError("no input given")
+    for original in paths:
+        fs, path = _filesystem(original)
+        if any(ch in path for ch in "*?["):
+            if isinstance(fs, pafs.LocalFileSystem):
+                matches = sorted(m for m in globlib.glob(path, recursive=True) if os.path.isfile(m))
+            else:
+                root = path.split("*")[0].rsplit("/", 1)[0]
+                infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+                matches = sorted(i.path for i in infos
+                                 if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
+            if not matches:
+                raise InputError(original, "no file matches this pattern")
+            found.extend((fs, m, _uri(fs, m, original)) for m in matches)
+            continue
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise InputError(original, "no such file or directory")
+        if info.type == pafs.FileType.Directory:
+            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            files = sorted(i.path for i in infos if i.type == pafs.FileType.File and _known(i.path)
+                           and not any(p.startswith((".", "_")) for p in
+                                       os.path.relpath(i.path, path).split(os.sep)[:-1]))
+            if not files:
+                raise InputError(original, "directory holds no .parquet, .bin or .npy files")
+            found.extend((fs, f, _uri(fs, f, original)) for f in files)
+        else:
+            found.append((fs, path, _uri(fs, path, original)))
+    seen, unique = set(), []
+    for item in found:
+        if item[2] not in seen:
+            seen.add(item[2])
+            unique.append(item)
+    return unique
+
+
+def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
+    size = info.size
+    offset = 0
+    dtype = FLAT_DTYPES[opts.dtype]
+    if path.lower().endswith(".npy"):
+        with fs.open_input_file(path) as f:
+            head = f.read(min(size, 4096))
+        if head.startswith(NPY_MAGIC):
+            import io
+            buf = io.BytesIO(head)
+            try:
+                version = np.lib.format.read_magic(buf)
+                reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                shape, _fortran, dt = reader(buf)
+            except Exception as exc:  # noqa: BLE001
+                raise InputError(uri, f"unreadable .npy header: {exc}") from None
+            if len(shape) != 1:
+                raise InputError(uri, f".npy array must be 1-D, found shape {shape}")
+            if dt.kind not in "iu":
+                raise InputError(uri, f".npy dtype {dt} is not an integer type")
+            offset = buf.tell()
+            dtype = dt
+            expected = offset + shape[0] * dt.itemsize
+            if size != expected:
+                raise InputError(uri, f"truncated .npy: {size} bytes, header says {expected}")
+    if (size - offset) % dtype.itemsize:
+        raise InputError(uri, f"size {size - offset} bytes is not a multiple of {dtype} "
+                              f"({dtype.itemsize} bytes); wrong --dtype?")
+    return Shard(uri=uri, format="flat", size=size, mtime=_mtime(info), dtype=dtype.str,
+                 offset=offset, n_items=(size - offset) // dtype.itemsize)
+
+
+def _mtime(info) -> float | None:
+    return info.mtime.timestamp() if info.mtime is not None else None
+
+
+def _parquet_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
+    try:
+        with fs.open_input_file(path) as f:
+            meta = pq.ParquetFile(f).metadata
+            schema = meta.schema.to_arrow_schema()
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(uri, f"not a readable Parquet file ({_short(exc)})") from None
+    if opts.column not in schema.names:
+        raise InputError(uri, f"no column {opts.column!r} (columns: {', '.join(schema.names)}); "
+                              "set --column")
+    typ = schema.field(opts.column).type
+    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or \
+            not pa.types.is_integer(typ.value_type):
+        raise InputError(uri, f"column {opts.column!r} has type {typ}, expected a list of integers")
+    leaf = [i for i in range(meta.num_columns)
+            if meta.schema.column(i).path.split(".")[0] == opts.column][0]
+    groups = [meta.row_group(i).column(leaf).num_values for i in range(meta.num_row_groups)]
+    return Shard(uri=uri, format="parquet", size=info.size, mtime=_mtime(info),
+                 n_items=meta.num_rows, row_groups=groups)
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+
+
+def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
+    """Discover and validate every input file (metadata only; no token is read)."""
+    if opts.dtype not in FLAT_DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(FLAT_DTYPES)}, got {opts.dtype!r}")
+    if opts.doc_sep is not None and not 0 <= opts.doc_sep <= MAX_TOKEN:
+        raise ConfigError(f"--doc-sep must be in 0..{MAX_TOKEN}, got {opts.doc_sep}")
+    shards = []
+    for fs, path, uri in discover(paths):
+        info = fs.get_file_info(path)
+        low = path.lower()
+        if low.endswith(PARQUET_EXT):
+            shards.append(_parquet_shard(fs, path, uri, info, opts))
+        elif low.endswith(FLAT_EXT):
+            shards.append(_flat_shard(fs, path, uri, info, opts))
+        else:
+            raise InputError(uri, "unknown format (expected .parquet, .bin or .npy)")
+    return shards
+
+
+def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
+    """Split shards into units of about `unit_tokens` tokens each."""
+    units = []
+    for s_idx, shard in enumerate(shards):
+        if shard.format == "flat":
+            for start in range(0, shard.n_items, unit_tokens):
+                units.append(Unit(s_idx, start, min(start + unit_tokens, shard.n_items)))
+        else:
+            first, size = 0, 0
+            for g, values in enumerate(shard.row_groups):
+                if size and size + values > unit_tokens:
+                    units.append(Unit(s_idx, first, g))
+                    first, size = g, 0
+                size += values
+            if first < len(shard.row_groups):
+                units.append(Unit(s_idx, first, len(shard.row_groups)))
+    return units
+
+
+@dataclass
+class Stream:
+    """The tokens of one unit as a uint32 stream with SENTINEL at document boundaries."""
+    tokens: np.ndarray
+    limit: int          # n-grams starting at positions >= limit belong to the next unit
+    documents: int
+    n_tokens: int
+
+
+def _check_range(values: np.ndarray, uri: str) -> None:
+    if len(values) == 0:
+        return
+    if values.dtype.kind == "i" and int(values.min()) < 0:
+        raise InputError(uri, f"negative token id {int(values.min())}")
+    if int(values.max()) > MAX_TOKEN:
+        raise InputError(uri, f"token id {int(values.max())} exceeds {MAX_TOKEN}")
+
+
+def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
+    """Read one unit as a token stream; `overlap` extra tokens past a flat range's end."""
+    fs, path = _filesystem(shard.uri)
+    try:
+        if shard.format == "flat":
+            return _read_flat(fs, path, shard, unit, opts, overlap)
+        return _read_parquet(fs, path, shard, unit, opts)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - corrupt data surfaces as an input error
+        raise InputError(shard.uri, f"cannot read ({_short(exc)})") from None
+
+
+def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
+    dt = np.dtype(shard.dtype)
+    lo = max(unit.start - 1, 0)
+    hi = min(unit.stop + overlap, shard.n_items)
+    with fs.open_input_file(path) as f:
+        raw = f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize)
+    arr = np.frombuffer(raw, dtype=dt)
+    if len(arr) != hi - lo:
+        raise InputError(shard.uri, "file shrank while being read")
+    head = unit.start - lo  # 1 if we read the token before the range, else 0
+    body = arr[head:]
+    own = unit.stop - unit.start
+    if opts.doc_sep is not None:
+        is_sep = body == opts.doc_sep
+        _check_range(body[~is_sep] if is_sep.any() else body, shard.uri)
+        tokens = body.astype(np.uint32)
+        tokens[is_sep] = SENTINEL
+        own_tok = ~is_sep[:own]
+        before = np.empty(own, dtype=bool)
+        if own:
+            before[0] = True if head == 0 else bool(arr[0] == opts.doc_sep)
+            before[1:] = is_sep[:own - 1]
+        documents = int(np.count_nonzero(own_tok & before))
+        n_tokens = int(np.count_nonzero(own_tok))
+    else:
+        _check_range(body, shard.uri)
+        tokens = body.astype(np.uint32)
+        n_tokens = own
+        documents = 1 if (unit.start == 0 and shard.n_items > 0) else 0
+    return Stream(tokens=tokens, limit=own, documents=documents, n_tokens=n_tokens)
+
+
+def _read_parquet(fs, path, shard: Shard, unit: Unit, opts: ReadOptions) -> Stream:
+    with fs.open_input_file(path) as f:
+        table = pq.ParquetFile(f).read_row_groups(list(range(unit.start, unit.stop)),
+                                                  columns=[opts.column])
+    col = table.column(0)
+    lens, vals = [], []
+    for chunk in col.chunks:
+        lengths = chunk.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+        values = chunk.flatten()
+        if values.null_count:
+            raise InputError(shard.uri, f"null token id in column {opts.column!r}")
+        lens.append(lengths.astype(np.int64))
+        vals.append(values.to_numpy(zero_copy_only=False))
+    return stream_from_lists(
+        np.concatenate(lens) if lens else np.zeros(0, np.int64),
+        np.concatenate(vals) if vals else np.zeros(0, np.int64), shard.uri)
+
+
+def stream_from_lists(lengths: np.ndarray, values: np.ndarray, uri: str = "<memory>") -> Stream:
+    """Documents given as lengths + concatenated values -> a token stream (SENTINEL after each)."""
+    _check_range(values, uri)
+    ndocs = len(lengths)
+    tokens = np.full(len(values) + ndocs, SENTINEL, dtype=np.uint32)
+    if len(values):
+        doc_of_value = np.repeat(np.arange(ndocs, dtype=np.int64), lengths)
+        tokens[np.arange(len(values), dtype=np.int64) + doc_of_value] = values
+    return Stream(tokens=tokens, limit=len(tokens), documents=ndocs,
+                  n_tokens=len(values))
+
+
+def shard_record(shard: Shard) -> dict:
+    d = asdict(shard)
+    d.pop("row_groups")
+    return d

@@ -1,0 +1,236 @@
+"""Vectorised counting kernels over token arrays (numpy only).
+
+Conventions
+-----------
+- A *token stream* is a ``uint32`` array; ``SENTINEL`` (2**32-1) marks a
+  document boundary. Token ids are at most 2**31-1, so it never collides.
+- An n-gram of length k is identified by an exact 64-bit key, chained:
+  ``key = (id of its (k-1)-prefix) << 32 | last token``. For k = 2 the
+  "id" of the 1-gram prefix is the token itself. Ids of (k-1)-grams are
+  dense ranks in the frequent set of the previous pass (< 2**32-1).
+- Keys are stored *mixed* by a bijection of uint64 (``mix``/``unmix``), so
+  they are spread uniformly: sorted mixed keys can be range-partitioned by
+  their top bits and looked up through a bucket directory. No collisions:
+  mix is invertible.
+- ``INVALID`` (2**32-1) in an id array means "no id here".
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SENTINEL = np.uint32(0xFFFFFFFF)
+INVALID = np.uint32(0xFFFFFFFF)
+MAX_TOKEN = 2**31 - 1
+
+_U32 = np.uint64(32)
+_LO32 = np.uint64(0xFFFFFFFF)
+_C = 0x9E3779B97F4A7C15
+_C_INV = pow(_C, -1, 2**64)
+_M = np.uint64(_C)
+_M_INV = np.uint64(_C_INV)
+
+
+def mix(x: np.ndarray) -> np.ndarray:
+    """A bijection on uint64 that spreads structured keys uniformly. Returns a new array."""
+    x = np.asarray(x, dtype=np.uint64)
+    y = x ^ (x >> np.uint64(31))
+    y *= _M
+    y ^= y >> np.uint64(29)
+    return y
+
+
+def unmix(y: np.ndarray) -> np.ndarray:
+    """Inverse of `mix`."""
+    y = np.asarray(y, dtype=np.uint64)
+    x = y ^ (y >> np.uint64(29))
+    x ^= x >> np.uint64(58)
+    x *= _M_INV
+    x ^= (x >> np.uint64(31)) ^ (x >> np.uint64(62))
+    return x
+
+
+def split_key(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unmixed key -> (prefix id or first token, last token)."""
+    raw = np.asarray(raw, dtype=np.uint64)
+    return (raw >> _U32).astype(np.int64), (raw & _LO32).astype(np.int64)
+
+
+def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed keys of the candidate k-grams of one token stream.
+
+    ``prev[i]`` is the id of the (k-1)-gram starting at i (for k = 2: the
+    token itself), or INVALID/SENTINEL where there is none. A k-gram at i is
+    a candidate iff both its (k-1)-prefix (at i) and (k-1)-suffix (at i+1)
+    have ids; then it lies inside one document.
+
+    Returns ``(positions, keys)`` in position order: int64 start positions and
+    uint64 mixed keys.
+    """
+    n_pos = len(tokens) - k + 1
+    if n_pos <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+    a = prev[:n_pos]
+    ok = (a != INVALID) & (prev[1:n_pos + 1] != INVALID)
+    pos = np.flatnonzero(ok)
+    keys = (a[pos].astype(np.uint64) << _U32) | tokens[pos + (k - 1)].astype(np.uint64)
+    return pos, mix(keys)
+
+
+def run_lengths(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of a sorted array and how often each occurs."""
+    n = len(sorted_keys)
+    if n == 0:
+        return sorted_keys[:0].copy(), np.zeros(0, np.int64)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=starts[1:])
+    idx = np.flatnonzero(starts)
+    counts = np.diff(np.append(idx, n))
+    return sorted_keys[idx], counts.astype(np.int64)
+
+
+def count_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort-based exact count: (distinct sorted keys, counts)."""
+    return run_lengths(np.sort(keys))
+
+
+class Directory:
+    """Exact lookup of uint64 keys in a sorted table of uniformly spread keys.
+
+    A bucket directory on the top bits gives each query a start offset that is
+    on average less than one slot from its key, so a lookup costs a couple of
+    random reads instead of a binary search's ~log2(n) cache misses.
+    """
+
+    def __init__(self, table: np.ndarray):
+        self.table = np.ascontiguousarray(table, dtype=np.uint64)
+        n = len(self.table)
+        self.bits = int(min(max(1, int(np.ceil(np.log2(max(n, 2))))), 30))
+        self.shift = np.uint64(64 - self.bits)
+        buckets = (self.table >> self.shift).astype(np.int64)
+        self.start = np.searchsorted(buckets, np.arange((1 << self.bits) + 1)).astype(np.int64)
+
+    def find(self, queries: np.ndarray) -> np.ndarray:
+        """Index of each query in the table, or -1 where absent (int64)."""
+        q = np.asarray(queries, dtype=np.uint64)
+        out = np.full(len(q), -1, dtype=np.int64)
+        n = len(self.table)
+        if n == 0 or len(q) == 0:
+            return out
+        h = (q >> self.shift).astype(np.intp)
+        lo = self.start[h]
+        end = self.start[h + 1]
+        active = np.flatnonzero(lo < end)
+        lo = lo[active]
+        end = end[active]
+        while len(active):
+            cand = self.table[lo]
+            qa = q[active]
+            hit = cand == qa
+            out[active[hit]] = lo[hit]
+            more = (~hit) & (cand < qa) & (lo + 1 < end)
+            active = active[more]
+            lo = lo[more] + 1
+            end = end[more]
+        return out
+
+
+def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
+    """Index of each (sorted) query in a sorted table, -1 where absent.
+
+    Sorted queries make ``searchsorted`` walk the table in order (cache friendly).
+    """
+    if len(table) == 0:
+        return np.full(len(sorted_queries), -1, dtype=np.int64)
+    idx = np.searchsorted(table, sorted_queries)
+    safe = np.minimum(idx, len(table) - 1)
+    hit = table[safe] == sorted_queries
+    return np.where(hit, safe, -1).astype(np.int64)
+
+
+def unit_counts(pos: np.ndarray, keys: np.ndarray, limit: int,
+                want_inverse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Count the k-grams of one unit of work.
+
+    ``pos``/``keys`` come from `ngram_keys`. Only k-grams starting before
+    ``limit`` belong to this unit (the rest are the overlap that a flat-file
+    range reads past its end, needed only for their ids). Returns the unit's
+    distinct keys (sorted, the overlap included with count 0), their counts,
+    and, if asked, the index of every position's key in that table.
+    """
+    n_own = int(np.searchsorted(pos, limit))
+    uniq, counts = count_keys(keys[:n_own])
+    extra = keys[n_own:]
+    if len(extra):
+        extra = np.setdiff1d(extra, uniq)
+        if len(extra):
+            table = np.union1d(uniq, extra)
+            full = np.zeros(len(table), dtype=np.int64)
+            full[lookup_sorted(table, uniq)] = counts
+            uniq, counts = table, full
+    inverse = Directory(uniq).find(keys) if want_inverse else None
+    return uniq, counts, inverse
+
+
+def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sorted (keys, counts) runs into one sorted table with summed counts."""
+    parts = [(k, c) for k, c in parts if len(k)]
+    if not parts:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    if len(parts) == 1:
+        return parts[0][0].copy(), parts[0][1].astype(np.int64)
+    uniq, _ = run_lengths(np.sort(np.concatenate([k for k, _ in parts])))
+    total = np.zeros(len(uniq), dtype=np.int64)
+    for k, c in parts:
+        # sorted queries into the sorted union: every key is present
+        total[np.searchsorted(uniq, k)] += c.astype(np.int64)
+    return uniq, total
+
+
+def histogram(counts: np.ndarray, floor: int) -> dict[int, int]:
+    """{count value: number of keys} for counts >= floor (a small summary)."""
+    c = counts[counts >= floor]
+    vals, num = np.unique(c, return_counts=True)
+    return {int(v): int(n) for v, n in zip(vals, num)}
+
+
+def kth_largest(hist: dict[int, int], k: int) -> int | None:
+    """The k-th largest value of a histogram, or None if it holds fewer than k."""
+    seen = 0
+    for value in sorted(hist, reverse=True):
+        seen += hist[value]
+        if seen >= k:
+            return value
+    return None
+
+
+def merge_hists(*hists: dict[int, int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for h in hists:
+        for v, n in h.items():
+            out[v] = out.get(v, 0) + n
+    return out
+
+
+def part_bounds(nparts: int) -> np.ndarray:
+    """Boundaries of `nparts` equal ranges of the mixed-key space (uint64, len nparts+1, last = 2**64 handled)."""
+    edges = [(i * (2**64)) // nparts for i in range(nparts)]
+    return np.array(edges, dtype=np.uint64)
+
+
+def part_slices(sorted_keys: np.ndarray, nparts: int) -> np.ndarray:
+    """Offsets splitting sorted mixed keys into `nparts` key ranges (int64, len nparts+1)."""
+    cuts = np.searchsorted(sorted_keys, part_bounds(nparts)[1:]) if nparts > 1 else np.zeros(0, np.int64)
+    return np.concatenate([[0], cuts, [len(sorted_keys)]]).astype(np.int64)
+
+
+def ids_from_inverse(inverse: np.ndarray, answers: np.ndarray, n: int,
+                     positions: np.ndarray) -> np.ndarray:
+    """Dense id array of length n (INVALID where none) from per-position inverse indices.
+
+    ``answers[j]`` is the global id (or INVALID) of the unit's j-th distinct key.
+    """
+    ids = np.full(n, INVALID, dtype=np.uint32)
+    if len(positions):
+        ids[positions] = answers[inverse]
+    return ids

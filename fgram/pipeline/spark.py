@@ -1,0 +1,57 @@
+"""The one module that imports Spark: builds a session that works on a fresh machine."""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def local_defaults() -> dict[str, str]:
+    return {
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.python.worker.reuse": "true",
+        "spark.task.maxFailures": "4",
+    }
+
+
+def get_session(master: str | None = None, conf: dict[str, str] | None = None,
+                app_name: str = "fgram"):
+    """Return the active SparkSession, or build one.
+
+    Local mode (``local[*]``) by default, bound to 127.0.0.1 with the UI off;
+    Python workers run the interpreter that runs this code. ``master`` and
+    ``conf`` override anything, so a cluster is one flag away. Under
+    spark-submit the submitted master wins.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        for key, value in (conf or {}).items():
+            try:
+                active.conf.set(key, value)
+            except Exception:  # noqa: BLE001 - static confs cannot change on a live session
+                pass
+        return active
+    builder = SparkSession.builder.appName(app_name)
+    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
+        os.environ.get("SPARK_ENV_LOADED")
+    if master:
+        builder = builder.master(master)
+    elif not submitted:
+        builder = builder.master("local[*]")
+    settings = local_defaults() if not master or master.startswith("local") else {
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

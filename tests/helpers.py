@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from fgram.jobs.build import run_build
+from fgram.pipeline.config import BuildConfig
+
+
+def write_parquet(path: str, docs: list[list[int]], rows_per_group: int = 3,
+                  column: str = "tokens") -> str:
+    table = pa.table({"doc_id": pa.array(range(len(docs)), pa.int64()),
+                      column: pa.array(docs, pa.list_(pa.int32()))})
+    pq.write_table(table, path, row_group_size=max(1, rows_per_group))
+    return path
+
+
+def write_bin(path: str, docs: list[list[int]], sep: int, dtype=np.uint16) -> str:
+    flat: list[int] = []
+    for i, d in enumerate(docs):
+        if i:
+            flat.append(sep)
+        flat.extend(d)
+    np.asarray(flat, dtype=dtype).tofile(path)
+    return path
+
+
+def build(spark, inputs, out, **kw) -> dict:
+    cfg = BuildConfig(inputs=[str(i) for i in inputs], output=str(out), **kw)
+    return run_build(cfg, spark=spark)
+
+
+def read_table(out) -> pa.Table:
+    return ds.dataset(os.path.join(str(out), "fgrams"), format="parquet").to_table()
+
+
+def result(out) -> list[tuple[tuple[int, ...], int]]:
+    t = read_table(out)
+    ids = t.column("fgram_id").to_pylist()
+    assert ids == list(range(len(ids))), "fgram_id must be 0..n-1 in file order"
+    return [(tuple(r["tokens"]), r["count"]) for r in t.to_pylist()]
+
+
+def manifest(out) -> dict:
+    with open(os.path.join(str(out), "manifest.json")) as fh:
+        return json.load(fh)

@@ -1,0 +1,140 @@
+"""`fgram build` on Spark against the brute-force Counter oracle."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import build, manifest, read_table, result, write_bin, write_parquet
+from oracle import select, split_flat
+
+pytestmark = pytest.mark.spark
+
+SPARK_SETTINGS = settings(max_examples=6, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+
+# small alphabets make repeats, ties and long frequent n-grams likely
+docs_st = st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=10)
+
+
+def _run(tmp_path, name):
+    out = tmp_path / name
+    return out
+
+
+@SPARK_SETTINGS
+@given(docs=docs_st, k=st.integers(2, 5), min_count=st.integers(1, 4),
+       size=st.one_of(st.none(), st.integers(1, 40)))
+def test_parquet_matches_oracle(spark, tmp_path_factory, docs, k, min_count, size):
+    if not any(docs):
+        docs = docs + [[1, 2]]
+    d = tmp_path_factory.mktemp("pq")
+    write_parquet(str(d / "a.parquet"), docs, rows_per_group=2)
+    out = d / "out"
+    m = build(spark, [d / "a.parquet"], out, max_len=k, min_count=min_count, size=size,
+              unit_tokens=10)
+    assert result(out) == select(docs, k, min_count, size)
+    assert m["totals"] == {"documents": len(docs), "tokens": sum(map(len, docs))}
+
+
+@SPARK_SETTINGS
+@given(docs=docs_st, k=st.integers(2, 6), unit=st.integers(1, 13),
+       size=st.one_of(st.none(), st.integers(1, 30)))
+def test_flat_ranges_match_oracle(spark, tmp_path_factory, docs, k, unit, size):
+    """Range boundaries anywhere (even inside n-grams) neither lose nor double-count."""
+    if not any(docs):
+        docs = docs + [[1, 2, 3]]
+    d = tmp_path_factory.mktemp("bin")
+    docs = [[t + 1 for t in doc] for doc in docs]          # 0 is the separator
+    write_bin(str(d / "a.bin"), docs, sep=0)
+    out = d / "out"
+    m = build(spark, [d / "a.bin"], out, max_len=k, min_count=2, size=size, doc_sep=0,
+              unit_tokens=unit)
+    flat = np.fromfile(d / "a.bin", dtype=np.uint16).tolist()
+    assert result(out) == select(split_flat(flat, 0), k, 2, size)
+    assert m["totals"]["tokens"] == sum(map(len, docs))
+    assert m["totals"]["documents"] == sum(1 for doc in docs if doc)
+
+
+def test_broadcast_and_join_paths_agree(spark, tmp_path):
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(0, 6, size=rng.integers(0, 60)).tolist() for _ in range(40)]
+    write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=5)
+    m1 = build(spark, [tmp_path / "a.parquet"], tmp_path / "b", max_len=5, min_count=2,
+               unit_tokens=50)
+    m2 = build(spark, [tmp_path / "a.parquet"], tmp_path / "j", max_len=5, min_count=2,
+               unit_tokens=50, broadcast_budget=0)
+    assert {p["lookup"] for p in m1["passes"]} == {"broadcast"}
+    assert {p["lookup"] for p in m2["passes"]} == {"join"}
+    expect = select(docs, 5, 2, None)
+    assert result(tmp_path / "b") == expect
+    assert result(tmp_path / "j") == expect
+    assert len(expect) > 50
+
+
+def test_ties_at_cutoff_and_closure(spark, tmp_path):
+    # every bigram of 0..9 occurs exactly 3 times: the cutoff splits a tie group by token ids
+    docs = [list(range(10))] * 3 + [[20, 21, 22, 20, 21, 22, 20, 21, 22]]
+    write_parquet(str(tmp_path / "a.parquet"), docs)
+    out = tmp_path / "o"
+    m = build(spark, [tmp_path / "a.parquet"], out, max_len=4, min_count=2, size=12)
+    got = result(out)
+    assert got == select(docs, 4, 2, 12)
+    assert m["cutoff_count"] == got[-1][1]
+    chosen = {g for g, _ in got}
+    for g in chosen:
+        for sub in (g[:-1], g[1:]):
+            assert len(sub) < 2 or sub in chosen, f"{sub} of {g} missing: not closed"
+
+
+def test_size_larger_than_ngrams_and_empty_shards(spark, tmp_path):
+    docs = [[1, 2, 1, 2, 1, 2], [], [3]]
+    write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=1)
+    write_parquet(str(tmp_path / "empty.parquet"), [])
+    (tmp_path / "empty.bin").write_bytes(b"")
+    out = tmp_path / "o"
+    m = build(spark, [tmp_path], out, max_len=3, min_count=1, size=10_000, doc_sep=0)
+    assert result(out) == select(docs, 3, 1, None)
+    assert m["fgrams"] == len(select(docs, 3, 1, None))
+
+
+def test_no_frequent_ngrams_gives_empty_table(spark, tmp_path):
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 3, 4]])
+    out = tmp_path / "o"
+    m = build(spark, [tmp_path / "a.parquet"], out, min_count=2)
+    assert m["fgrams"] == 0 and read_table(out).num_rows == 0
+    assert os.path.exists(out / "_SUCCESS")
+
+
+def test_output_schema_and_manifest(spark, tmp_path):
+    docs = [[5, 6, 7, 5, 6, 7, 5, 6, 7]] * 3
+    write_parquet(str(tmp_path / "a.parquet"), docs)
+    out = tmp_path / "o"
+    build(spark, [tmp_path / "a.parquet"], out, max_len=3, min_count=2)
+    t = read_table(out)
+    assert t.schema.field("fgram_id").type == pa.int64()
+    assert t.schema.field("length").type == pa.int8()
+    assert t.schema.field("tokens").type.value_type == pa.int32()
+    assert t.schema.field("count").type == pa.int64()
+    assert t.column("length").to_pylist() == [len(x) for x in t.column("tokens").to_pylist()]
+    m = manifest(out)
+    assert [p["length"] for p in m["passes"]] == [2, 3]
+    assert m["inputs"][0]["size"] == os.path.getsize(tmp_path / "a.parquet")
+    assert m["config"]["max_len"] == 3 and m["fgram_version"]
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "fgrams", "manifest.json"]
+
+
+def test_true_npy_and_glob(spark, tmp_path):
+    docs = [[1, 2, 3, 1, 2, 3], [1, 2, 3]]
+    flat = np.array(docs[0] + [0] + docs[1], dtype=np.int32)
+    np.save(tmp_path / "a.npy", flat)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    flat.astype(np.uint32).tofile(raw / "b.npy")     # OLMo-style: no header
+    out1, out2 = tmp_path / "o1", tmp_path / "o2"
+    build(spark, [str(tmp_path / "*.npy")], out1, max_len=3, min_count=2, doc_sep=0)
+    build(spark, [raw / "b.npy"], out2, max_len=3, min_count=2, doc_sep=0, dtype="uint32")
+    assert result(out1) == result(out2) == select(docs, 3, 2, None)

@@ -1,0 +1,96 @@
+"""Kernels against brute force, on numpy arrays (no Spark)."""
+from collections import Counter
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fgram.pipeline import kernels as kn
+from fgram.pipeline.inputs import stream_from_lists
+
+u64 = st.integers(min_value=0, max_value=2**64 - 1)
+
+
+@given(st.lists(u64, max_size=200))
+def test_mix_is_a_bijection(values):
+    x = np.array(values, dtype=np.uint64)
+    assert np.array_equal(kn.unmix(kn.mix(x)), x)
+    assert len(np.unique(kn.mix(x))) == len(np.unique(x))
+
+
+@given(st.lists(st.integers(0, 30), max_size=300))
+def test_count_keys_matches_counter(values):
+    keys = np.array(values, dtype=np.uint64)
+    uniq, counts = kn.count_keys(keys)
+    assert dict(zip(uniq.tolist(), counts.tolist())) == dict(Counter(values))
+    assert np.all(np.diff(uniq.astype(np.float64)) > 0)
+
+
+@given(st.lists(st.integers(0, 2**20), max_size=300), st.lists(st.integers(0, 2**20), max_size=100))
+def test_directory_and_sorted_lookup(table_vals, queries):
+    table = np.unique(kn.mix(np.array(table_vals, dtype=np.uint64)))
+    q = kn.mix(np.array(queries + table_vals[:20], dtype=np.uint64))
+    expect = [int(np.flatnonzero(table == v)[0]) if v in set(table.tolist()) else -1 for v in q.tolist()]
+    assert kn.Directory(table).find(q).tolist() == expect
+    qs = np.sort(q)
+    expect_sorted = [int(np.flatnonzero(table == v)[0]) if v in set(table.tolist()) else -1
+                     for v in qs.tolist()]
+    assert kn.lookup_sorted(table, qs).tolist() == expect_sorted
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), max_size=30), max_size=5))
+def test_merge_counts(runs):
+    parts, expect = [], Counter()
+    for run in runs:
+        c = Counter()
+        for key, n in run:
+            c[key] += n
+        keys = np.array(sorted(c), dtype=np.uint64)
+        parts.append((keys, np.array([c[k] for k in sorted(c)], dtype=np.uint32)))
+        expect.update(c)
+    keys, counts = kn.merge_counts(parts)
+    assert dict(zip(keys.tolist(), counts.tolist())) == dict(expect)
+
+
+docs_strategy = st.lists(st.lists(st.integers(0, 6), max_size=25), max_size=8)
+
+
+@given(docs_strategy)
+def test_bigram_keys_respect_document_boundaries(docs):
+    lengths = np.array([len(d) for d in docs], dtype=np.int64)
+    values = np.array([t for d in docs for t in d], dtype=np.int64)
+    stream = stream_from_lists(lengths, values)
+    pos, keys = kn.ngram_keys(stream.tokens, stream.tokens, 2)
+    first, last = kn.split_key(kn.unmix(keys))
+    got = Counter(zip(first.tolist(), last.tolist()))
+    expect = Counter((d[i], d[i + 1]) for d in docs for i in range(len(d) - 1))
+    assert got == expect
+    assert stream.documents == len(docs) and stream.n_tokens == len(values)
+
+
+@given(docs_strategy, st.integers(0, 40))
+def test_unit_counts_limit_and_inverse(docs, limit):
+    lengths = np.array([len(d) for d in docs], dtype=np.int64)
+    values = np.array([t for d in docs for t in d], dtype=np.int64)
+    stream = stream_from_lists(lengths, values)
+    pos, keys = kn.ngram_keys(stream.tokens, stream.tokens, 2)
+    uniq, counts, inverse = kn.unit_counts(pos, keys, limit, want_inverse=True)
+    assert np.array_equal(uniq[inverse], keys)
+    own = Counter(keys[pos < limit].tolist())
+    assert {k: c for k, c in zip(uniq.tolist(), counts.tolist()) if c} == dict(own)
+    assert set(uniq.tolist()) == set(keys.tolist())
+
+
+def test_histogram_and_kth_largest():
+    h = kn.histogram(np.array([1, 5, 5, 7, 9, 9, 9]), floor=5)
+    assert h == {5: 2, 7: 1, 9: 3}
+    assert kn.kth_largest(h, 1) == 9 and kn.kth_largest(h, 3) == 9
+    assert kn.kth_largest(h, 4) == 7 and kn.kth_largest(h, 6) == 5
+    assert kn.kth_largest(h, 7) is None
+
+
+def test_part_slices_cover_everything():
+    keys = np.sort(kn.mix(np.arange(1000, dtype=np.uint64)))
+    for n in (1, 2, 3, 7):
+        s = kn.part_slices(keys, n)
+        assert s[0] == 0 and s[-1] == len(keys) and np.all(np.diff(s) >= 0) and len(s) == n + 1
