@@ -1,0 +1,129 @@
+"""The `fgram` command through click's CliRunner, error cases included."""
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from fgram.cli import cli
+from helpers import result, write_parquet
+from oracle import select
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture()
+def runner(spark):  # the session fixture makes build reuse the live SparkSession
+    return CliRunner()
+
+
+def _err(res):
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fgram: error:"), res.output
+    return lines[0]
+
+
+def test_synth_build_show(runner, tmp_path):
+    corpus, out = tmp_path / "c", tmp_path / "o"
+    res = runner.invoke(cli, ["synth", "-o", str(corpus), "--tokens", "20000", "--vocab", "300",
+                              "--format", "bin"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["build", str(corpus), "-o", str(out), "--dtype", "uint16",
+                              "--doc-sep", "0", "-S", "50", "-K", "4"])
+    assert res.exit_code == 0, res.output
+    flat = np.fromfile(corpus / "part-00000.bin", dtype=np.uint16).tolist()
+    from oracle import split_flat
+    assert result(out) == select(split_flat(flat, 0), 4, 5, 50)
+    res = runner.invoke(cli, ["show", str(out), "--top", "3"])
+    assert res.exit_code == 0 and "cutoff count" in res.output and "top 3" in res.output
+
+
+def test_synth_is_heavy_tailed(tmp_path):
+    from fgram.pipeline.synth import generate
+    generate(str(tmp_path), 200_000, vocab=5000, fmt="bin")
+    flat = np.fromfile(tmp_path / "part-00000.bin", dtype=np.uint16)
+    ok = (flat[:-4] != 0) & (flat[1:-3] != 0) & (flat[2:-2] != 0) & (flat[3:-1] != 0)
+    keys = (flat[:-4].astype(np.uint64) << 48 | flat[1:-3].astype(np.uint64) << 32 |
+            flat[2:-2].astype(np.uint64) << 16 | flat[3:-1].astype(np.uint64))[ok]
+    _, counts = np.unique(keys, return_counts=True)
+    # frequent 4-token phrases exist, and most 4-grams are rare: a long tail
+    assert counts.max() > 200 and np.median(counts) <= 2
+
+
+def test_existing_output_refused_then_overwrite(runner, tmp_path):
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    line = _err(runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(out)]))
+    assert "exists" in line and "--overwrite" in line
+    assert (out / "keep.txt").exists()
+    res = runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(out), "--overwrite",
+                              "--min-count", "2"])
+    assert res.exit_code == 0, res.output
+    assert not (out / "keep.txt").exists() and (out / "_SUCCESS").exists()
+
+
+def _no_leftovers(tmp_path):
+    return [p for p in os.listdir(tmp_path) if "fgram-staging" in p or p == "o"] == []
+
+
+@pytest.mark.parametrize("case", ["missing", "unknown_ext", "bad_bin_size", "corrupt_parquet",
+                                  "float_column", "negative", "no_column", "empty", "big_token"])
+def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
+    p = tmp_path / "in"
+    p.mkdir()
+    args, expect = [], ""
+    if case == "missing":
+        args, expect = [str(p / "nope.parquet")], "no such file"
+    elif case == "unknown_ext":
+        (p / "x.txt").write_text("hello")
+        args, expect = [str(p / "x.txt")], "unknown format"
+    elif case == "bad_bin_size":
+        (p / "x.bin").write_bytes(b"\x01\x00\x02")
+        args, expect = [str(p / "x.bin")], "not a multiple"
+    elif case == "corrupt_parquet":
+        (p / "x.parquet").write_bytes(b"PAR1 this is not parquet")
+        args, expect = [str(p / "x.parquet")], "not a readable Parquet"
+    elif case == "float_column":
+        pq.write_table(pa.table({"tokens": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}),
+                       p / "x.parquet")
+        args, expect = [str(p / "x.parquet")], "expected a list of integers"
+    elif case == "negative":
+        write_parquet(str(p / "x.parquet"), [[1, -3, 2]])
+        args, expect = [str(p / "x.parquet")], "negative token id"
+    elif case == "no_column":
+        write_parquet(str(p / "x.parquet"), [[1, 2]], column="ids")
+        args, expect = [str(p / "x.parquet")], "no column 'tokens'"
+    elif case == "empty":
+        write_parquet(str(p / "x.parquet"), [])
+        args, expect = [str(p / "x.parquet")], "no tokens"
+    elif case == "big_token":
+        np.array([1, 2**31, 3], dtype=np.uint32).tofile(p / "x.bin")
+        args, expect = [str(p / "x.bin"), "--dtype", "uint32"], "exceeds"
+    line = _err(runner.invoke(cli, ["build", *args, "-o", str(tmp_path / "o")]))
+    assert expect in line, line
+    assert _no_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("opts,expect", [
+    (["-K", "1"], "--max-len"), (["-K", "9"], "--max-len"), (["-S", "0"], "--size"),
+    (["--min-count", "0"], "--min-count"), (["--broadcast-budget", "lots"], "not a size"),
+])
+def test_bad_options(runner, tmp_path, opts, expect):
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2]])
+    line = _err(runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o",
+                                    str(tmp_path / "o"), *opts]))
+    assert expect in line
+    assert _no_leftovers(tmp_path)
+
+
+def test_help_lists_every_subcommand(runner):
+    res = runner.invoke(cli, ["--help"])
+    for name in ("build", "synth", "show"):
+        assert name in res.output
+    res = runner.invoke(cli, ["build", "--help"])
+    assert "--broadcast-budget" in res.output and "--doc-sep" in res.output
