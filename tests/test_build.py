@@ -36,8 +36,14 @@ def test_parquet_matches_oracle(spark, tmp_path_factory, docs, k, min_count, siz
     out = d / "out"
     m = build(spark, [d / "a.parquet"], out, max_len=k, min_count=min_count, size=size,
               unit_tokens=10)
-    assert result(out) == select(docs, k, min_count, size)
+    expect = select(docs, k, min_count, size)
+    assert result(out) == expect
     assert m["totals"] == {"documents": len(docs), "tokens": sum(map(len, docs))}
+    assert m["fgrams"] == len(expect)
+    by_len = {str(n): sum(1 for g, _ in expect if len(g) == n) for n in range(2, k + 1)}
+    assert {n: c for n, c in m["by_length"].items() if c} == {n: c for n, c in by_len.items() if c}
+    if expect:
+        assert m["cutoff_count"] == expect[-1][1]
 
 
 @SPARK_SETTINGS
@@ -138,3 +144,22 @@ def test_true_npy_and_glob(spark, tmp_path):
     build(spark, [str(tmp_path / "*.npy")], out1, max_len=3, min_count=2, doc_sep=0)
     build(spark, [raw / "b.npy"], out2, max_len=3, min_count=2, doc_sep=0, dtype="uint32")
     assert result(out1) == result(out2) == select(docs, 3, 2, None)
+
+
+def test_spark_submit_gives_the_same_table(spark, tmp_path):
+    """`spark-submit fgram/jobs/build.py` takes the CLI's options and writes the same table."""
+    import subprocess
+    import sys
+
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 3
+    write_parquet(str(tmp_path / "a.parquet"), docs)
+    job = os.path.join(os.path.dirname(__file__), "..", "fgram", "jobs", "build.py")
+    submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           job, str(tmp_path / "a.parquet"), "-o", str(tmp_path / "s"),
+                           "--min-count", "2", "-K", "4"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    build(spark, [tmp_path / "a.parquet"], tmp_path / "l", min_count=2, max_len=4)
+    assert result(tmp_path / "s") == result(tmp_path / "l") == select(docs, 4, 2, None)

@@ -201,21 +201,31 @@ def _collect(sc, n: int, fn):
         raise
 
 
-def _selection(hists: dict[int, dict[int, int]], size: int | None) -> tuple[int, int, int]:
-    """(cutoff count, last length taken at the cutoff, number selected) from per-length histograms."""
+def _selection(hists: dict[int, dict[int, int]], size: int | None):
+    """Cutoff count, last length taken at the cutoff, number selected and selected per length.
+
+    From per-length count histograms alone: everything above the cutoff is in;
+    at the cutoff, whole lengths are taken shortest first, and the last one
+    taken (``cut_len``) only partly (by token ids, decided in the final sort).
+    """
     combined = kn.merge_hists(*hists.values())
     total = sum(combined.values())
     if size is None or total <= size:
-        return (min(combined) if combined else 0), max(hists, default=0), total
+        by_len = {k: sum(h.values()) for k, h in hists.items()}
+        return (min(combined) if combined else 0), max(hists, default=0), total, by_len
     cutoff = kn.kth_largest(combined, size)
-    need = size - sum(n for c, n in combined.items() if c > cutoff)
+    by_len = {k: sum(n for c, n in h.items() if c > cutoff) for k, h in hists.items()}
+    need = size - sum(by_len.values())
     cut_len = 0
     for length in sorted(hists):
         if need <= 0:
             break
-        cut_len = length
-        need -= hists[length].get(cutoff, 0)
-    return cutoff, cut_len, size
+        take = min(need, hists[length].get(cutoff, 0))
+        if take:
+            cut_len = length
+            by_len[length] += take
+            need -= take
+    return cutoff, cut_len, size, by_len
 
 
 def run_build(cfg: BuildConfig, spark=None) -> dict:
@@ -291,7 +301,7 @@ def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: fl
         if kept == 0:
             break
     t0 = time.time()
-    cutoff, cut_len, selected = _selection(hists, cfg.size)
+    cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     _write_table(spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
     return {
         "fgram_version": __version__,
@@ -303,8 +313,7 @@ def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: fl
         "passes": passes,
         "cutoff_count": cutoff if selected else None,
         "fgrams": selected,
-        "by_length": {str(k): sum(n for c, n in hists[k].items() if c > cutoff or
-                                  (c == cutoff and k <= cut_len)) for k in sorted(hists)},
+        "by_length": {str(k): n for k, n in sorted(by_len.items())},
         "select_seconds": round(time.time() - t0, 3),
         "seconds": round(time.time() - t_start, 3),
         "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
@@ -375,8 +384,12 @@ def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, s
                 names=["fgram_id", "length", "tokens", "count"])
 
     numbered = ordered.mapInArrow(number, "fgram_id long, length byte, tokens array<int>, count long")
+    table_dir = os.path.join(staging, "fgrams")
     numbered.filter(F.col("fgram_id") < selected).write.option("compression", "zstd").parquet(
-        os.path.join(staging, "fgrams"))
+        table_dir)
+    for name in os.listdir(table_dir):  # Hadoop's checksum files and inner marker: not ours
+        if name.endswith(".crc") or name == "_SUCCESS":
+            os.remove(os.path.join(table_dir, name))
     for df in decoded:
         df.unpersist()
     ordered.unpersist()

@@ -1,6 +1,7 @@
 """Typed configuration of each command (after dolma): validated once, recorded in the manifest."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -58,4 +59,6 @@ class BuildConfig:
         return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep)
 
     def record(self) -> dict:
-        return asdict(self)
+        rec = asdict(self)
+        rec["output"] = os.path.abspath(self.output)
+        return rec
