@@ -96,7 +96,7 @@ def main() -> None:
         "tokens_per_s_per_core": round(tokens / wall / cores),
         "peak_rss_gib": round(peak / 2**30, 2),
         "passes_s": {p["length"]: p["seconds"] for p in m["passes"]},
-        "select_s": m["select_seconds"],
+        "select_s": m["select"]["seconds"],
     }
     with open(args.record, "a") as fh:
         fh.write(json.dumps(rec) + "\n")

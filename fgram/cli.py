@@ -53,11 +53,13 @@ def cli() -> None:
 @click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
               help="Tokens per task (flat files are split into ranges of this size).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--engine", default="spark", show_default=True, type=click.Choice(["spark", "local"]),
+              help="spark: run tasks on Spark; local: the same tasks in local processes, no JVM.")
 @click.option("--master", default=None, help="Spark master URL (default: local[*]).")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
               help="Extra Spark configuration (repeatable).")
 def build_command(inputs, output, max_len, min_count, size, column, dtype, doc_sep,
-                  broadcast_budget, unit_tokens, overwrite, master, conf):
+                  broadcast_budget, unit_tokens, overwrite, engine, master, conf):
     """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -72,7 +74,8 @@ def build_command(inputs, output, max_len, min_count, size, column, dtype, doc_s
         cfg = BuildConfig(inputs=list(inputs), output=output, max_len=max_len,
                           min_count=min_count, size=size, column=column, dtype=dtype,
                           doc_sep=doc_sep, broadcast_budget=parse_size(broadcast_budget),
-                          unit_tokens=unit_tokens, overwrite=overwrite, master=master,
+                          unit_tokens=unit_tokens, overwrite=overwrite, engine=engine,
+                          master=master,
                           conf=_conf_pairs(conf))
         manifest = run_build(cfg)
     except FgramError as exc:

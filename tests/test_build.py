@@ -75,6 +75,7 @@ def test_broadcast_and_join_paths_agree(spark, tmp_path):
                unit_tokens=50, broadcast_budget=0)
     assert {p["lookup"] for p in m1["passes"]} == {"broadcast"}
     assert {p["lookup"] for p in m2["passes"]} == {"join"}
+    assert m1["select"]["decode"] == "broadcast" and m2["select"]["decode"] == "join"
     expect = select(docs, 5, 2, None)
     assert result(tmp_path / "b") == expect
     assert result(tmp_path / "j") == expect
@@ -163,3 +164,28 @@ def test_spark_submit_gives_the_same_table(spark, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     build(spark, [tmp_path / "a.parquet"], tmp_path / "l", min_count=2, max_len=4)
     assert result(tmp_path / "s") == result(tmp_path / "l") == select(docs, 4, 2, None)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(docs=st.lists(st.lists(st.integers(0, 5), max_size=60), min_size=1, max_size=12),
+       k=st.integers(2, 8), min_count=st.integers(1, 3), unit=st.integers(1, 40),
+       size=st.one_of(st.none(), st.integers(1, 60)), flat=st.booleans())
+def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit, size, flat):
+    """The same tasks without Spark: cheap enough for many examples (all K up to 8)."""
+    if not any(docs):
+        docs = docs + [[1, 2, 1, 2]]
+    d = tmp_path_factory.mktemp("local")
+    if flat:
+        docs = [[t + 1 for t in doc] for doc in docs]
+        write_bin(str(d / "a.bin"), docs, sep=0)
+        src, kw = d / "a.bin", {"doc_sep": 0}
+        docs = split_flat(np.fromfile(src, dtype=np.uint16).tolist(), 0)
+    else:
+        src, kw = write_parquet(str(d / "a.parquet"), docs, rows_per_group=3), {}
+    out = d / "out"
+    m = build(None, [src], out, max_len=k, min_count=min_count, size=size, unit_tokens=unit,
+              engine="local", **kw)
+    expect = select(docs, k, min_count, size)
+    assert result(out) == expect
+    assert m["fgrams"] == len(expect) and m["engine"] == "local"

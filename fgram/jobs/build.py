@@ -34,7 +34,9 @@ import numpy as np
 from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.errors import FgramError, from_marker_text
+from fgram.jobs.executors import LocalExecutor, SparkExecutor, as_task
+from fgram.pipeline.errors import FgramError
+from fgram.pipeline.table import Groups, arrow_table, rank_rows, write_table
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import check_output, discard, publish, staging_dir
 from fgram.pipeline.workdir import WorkDir, load_array, save_array, save_json
@@ -49,16 +51,6 @@ class Plan:
     shards: list[Shard]
     units: list[Unit]
     work: str
-
-
-def _task(fn):
-    """Run a task body; turn our errors into a marker the driver can recover."""
-    def wrapper(*args):
-        try:
-            return fn(*args)
-        except FgramError as exc:
-            raise RuntimeError(exc.marker_text()) from None
-    return wrapper
 
 
 # ---------------------------------------------------------------- tasks
@@ -90,7 +82,7 @@ def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.nda
     return np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
 
 
-@_task
+@as_task
 def count_task(plan: Plan, k: int, u: int, prev: dict | None) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
@@ -129,7 +121,7 @@ def _slice(keys: np.ndarray, lo, hi) -> tuple[int, int]:
     return a, b
 
 
-@_task
+@as_task
 def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int) -> dict:
     wd = WorkDir(plan.work)
     lo, hi = _range(nparts, p)
@@ -145,7 +137,7 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int) -> dict:
     return {"part": p, "hist": kn.histogram(counts, floor)}
 
 
-@_task
+@as_task
 def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: int,
               answer: bool) -> int:
     wd = WorkDir(plan.work)
@@ -188,19 +180,6 @@ def final_rows(plan: Plan, k: int, p: int, offset: int, cutoff: int, cut_len: in
 
 # ---------------------------------------------------------------- driver
 
-def _collect(sc, n: int, fn):
-    """Run fn(i) for i in 0..n-1 as one Spark job with n tasks; return the results in order."""
-    if n == 0:
-        return []
-    try:
-        return sc.parallelize(range(n), n).map(fn).collect()
-    except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
-        err = from_marker_text(str(exc))
-        if err is not None:
-            raise err from None
-        raise
-
-
 def _selection(hists: dict[int, dict[int, int]], size: int | None):
     """Cutoff count, last length taken at the cutoff, number selected and selected per length.
 
@@ -229,19 +208,27 @@ def _selection(hists: dict[int, dict[int, int]], size: int | None):
 
 
 def run_build(cfg: BuildConfig, spark=None) -> dict:
-    """Run `fgram build`; returns the manifest. Raises FgramError subclasses on bad input."""
+    """Run `fgram build`; returns the manifest. Raises FgramError subclasses on bad input.
+
+    ``cfg.engine == "local"`` runs the same tasks in forked processes without
+    Spark (for measuring Spark's cost); otherwise ``spark`` (or a session built
+    from ``cfg.master``/``cfg.conf``) runs them.
+    """
     t_start = time.time()
     cfg.validate()
     out = check_output(cfg.output, cfg.overwrite)
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
-    if spark is None:
-        from fgram.pipeline.spark import get_session
-        spark = get_session(cfg.master, cfg.conf)
-    sc = spark.sparkContext
+    if cfg.engine == "local":
+        executor = LocalExecutor()
+    else:
+        if spark is None:
+            from fgram.pipeline.spark import get_session
+            spark = get_session(cfg.master, cfg.conf)
+        executor = SparkExecutor(spark)
     staging = staging_dir(out)
     try:
-        manifest = _build(spark, sc, cfg, shards, units, staging, t_start)
+        manifest = _build(executor, cfg, shards, units, staging, t_start)
         save_json(os.path.join(staging, "manifest.json"), manifest)
         with open(os.path.join(staging, "_SUCCESS"), "w"):
             pass
@@ -252,11 +239,10 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
         raise
 
 
-def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: float) -> dict:
+def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) -> dict:
     work = os.path.join(staging, "_work")
     os.makedirs(work)
     plan = Plan(cfg, shards, units, work)
-    parallelism = max(2, sc.defaultParallelism)
     threshold = cfg.min_count
     hists: dict[int, dict[int, int]] = {}
     passes, prev = [], None
@@ -265,15 +251,15 @@ def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: fl
     for k in range(2, cfg.max_len + 1):
         t0 = time.time()
         floor = threshold
-        stats = _collect(sc, len(units), lambda u, k=k, prev=prev: count_task(plan, k, u, prev))
+        stats = ex.map(len(units), lambda u, k=k, prev=prev: count_task(plan, k, u, prev))
         if k == 2:
             totals = {"documents": sum(s["documents"] for s in stats),
                       "tokens": sum(s["tokens"] for s in stats)}
             if totals["tokens"] == 0:
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
         distinct = sum(s["distinct"] for s in stats)
-        nparts = max(parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
-        merged = _collect(sc, nparts, lambda p, k=k, n=nparts, f=floor: merge_task(plan, k, p, n, f))
+        nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
+        merged = ex.map(nparts, lambda p, k=k, n=nparts, f=floor: merge_task(plan, k, p, n, f))
         part_hists = [m["hist"] for m in merged]
         hists[k] = kn.merge_hists(*part_hists)
         if cfg.size is not None:
@@ -288,10 +274,10 @@ def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: fl
         kept = offsets[-1]
         if kept >= int(kn.INVALID):
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
-        broadcast = kept * 8 <= cfg.broadcast_budget
+        broadcast = kept * 8 <= cfg.broadcast_budget or ex.spark is None
         answer = k < cfg.max_len and not broadcast
-        _collect(sc, nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
-                 keep_task(plan, k, p, n, t, o[p], a))
+        ex.map(nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
+               keep_task(plan, k, p, n, t, o[p], a))
         prev = {"nparts": nparts, "broadcast": broadcast}
         passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
                        "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
@@ -302,10 +288,21 @@ def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: fl
             break
     t0 = time.time()
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
-    _write_table(spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
+    groups = Groups(hists, cutoff, cut_len)
+    # the decode of length k holds every selected (k-1)-gram's tokens in each task
+    widest = max((int(groups.size[groups.length == k].sum()) * (k - 1) * 4 +
+                  offsets_by_len.get(k - 1, [0])[-1] * 8 for k in offsets_by_len), default=0)
+    if ex.spark is None or widest <= cfg.broadcast_budget:
+        final = "broadcast"
+        _write_table_tasks(ex, plan, offsets_by_len, groups, cutoff, cut_len, selected, staging)
+    else:
+        final = "join"
+        _write_table(ex.spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
+    discard(work)
     return {
         "fgram_version": __version__,
         "kind": "fgram-table",
+        "engine": ex.name,
         "config": cfg.record(),
         "inputs": [shard_record(s) for s in shards],
         "units": len(units),
@@ -314,13 +311,113 @@ def _build(spark, sc, cfg: BuildConfig, shards, units, staging: str, t_start: fl
         "cutoff_count": cutoff if selected else None,
         "fgrams": selected,
         "by_length": {str(k): n for k, n in sorted(by_len.items())},
-        "select_seconds": round(time.time() - t0, 3),
+        "select": {"decode": final, "seconds": round(time.time() - t0, 3)},
         "seconds": round(time.time() - t_start, 3),
         "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
                   "columns": {"fgram_id": "int64", "length": "int8",
                               "tokens": "list<int32>", "count": "int64"},
                   "order": "fgram_id = rank by (count desc, length asc, tokens asc)"},
     }
+
+
+RANK_ROWS = 4_000_000   # rows per rank task (a single larger group stays whole)
+_DECODED_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _decoded(wd: WorkDir, k: int, nparts: int, kept: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of every selected k-gram and a dense map survivor id -> row."""
+    key = (wd.root, k)
+    if key not in _DECODED_CACHE:
+        _DECODED_CACHE.clear()
+        sids = [load_array(wd.decoded(k, p, "sids"), mmap=False) for p in range(nparts)]
+        toks = [load_array(wd.decoded(k, p, "tokens"), mmap=False) for p in range(nparts)]
+        sids = np.concatenate(sids)
+        row = np.full(kept, -1, dtype=np.int64)
+        row[sids] = np.arange(len(sids))
+        _DECODED_CACHE[key] = (np.concatenate(toks).reshape(-1, k), row)
+    return _DECODED_CACHE[key]
+
+
+@as_task
+def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups,
+                task_firsts: np.ndarray, cutoff: int, cut_len: int) -> int:
+    """Tokens of the selected k-grams of key range p, bucketed by rank task."""
+    wd = WorkDir(plan.work)
+    keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
+    counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
+    idx = np.flatnonzero((counts > cutoff) | ((counts == cutoff) & (k <= cut_len)))
+    counts = counts[idx]
+    prefix, last = kn.split_key(kn.unmix(keys[idx]))
+    if k == 2:
+        tokens = np.stack([prefix, last], axis=1).astype(np.uint32)
+    else:
+        prev = offsets_by_len[k - 1]
+        ptoks, row = _decoded(wd, k - 1, len(prev) - 1, prev[-1])
+        rows = row[prefix]
+        if len(rows) and rows.min() < 0:
+            raise FgramError(f"internal: a selected {k}-gram's prefix is not selected")
+        tokens = np.concatenate([ptoks[rows], last[:, None].astype(np.uint32)], axis=1)
+    task = np.searchsorted(task_firsts, groups.index(counts, k), side="right") - 1
+    order = np.argsort(task, kind="stable")
+    save_array(wd.decoded(k, p, "sids"), idx + offsets_by_len[k][p])
+    save_array(wd.decoded(k, p, "tokens"), tokens)
+    save_array(wd.decoded(k, p, "rank_tokens"), tokens[order])
+    save_array(wd.decoded(k, p, "rank_counts"), counts[order])
+    save_array(wd.decoded(k, p, "rank_offsets"),
+               np.searchsorted(task[order], np.arange(len(task_firsts) + 1)))
+    return len(idx)
+
+
+@as_task
+def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_firsts: np.ndarray,
+              selected: int, out_dir: str) -> int:
+    """Number the rows of rank task r (whole groups) and write them as one Parquet file."""
+    wd = WorkDir(plan.work)
+    g0 = int(task_firsts[r])
+    g1 = int(task_firsts[r + 1]) if r + 1 < len(task_firsts) else len(groups.size)
+    lo, hi = int(groups.start[g0]), min(int(groups.start[g1]), selected)
+    n = max(hi - lo, 0)
+    lengths = np.zeros(n, dtype=np.int64)
+    counts = np.zeros(n, dtype=np.int64)
+    pieces = []
+    for k, nparts in parts_by_len.items():
+        toks, cnts = [], []
+        for p in range(nparts):
+            off = load_array(wd.decoded(k, p, "rank_offsets"))
+            a, b = int(off[r]), int(off[r + 1])
+            if b > a:
+                toks.append(np.asarray(load_array(wd.decoded(k, p, "rank_tokens"))[a:b]))
+                cnts.append(np.asarray(load_array(wd.decoded(k, p, "rank_counts"))[a:b]))
+        if not toks:
+            continue
+        ids, t, c = rank_rows(np.concatenate(toks), np.concatenate(cnts), k, groups)
+        keep = ids < hi
+        ids, t, c = ids[keep] - lo, t[keep], c[keep]
+        lengths[ids] = k
+        counts[ids] = c
+        pieces.append((ids, t))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    flat = np.zeros(int(lengths.sum()), dtype=np.uint32)
+    for ids, t in pieces:
+        for j in range(t.shape[1]):
+            flat[starts[ids] + j] = t[:, j]
+    write_table(arrow_table(np.arange(lo, lo + n), lengths, flat, counts),
+                os.path.join(out_dir, f"part-{r:05d}.parquet"))
+    return n
+
+
+def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,
+                       selected, staging) -> None:
+    """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
+    task_firsts = groups.split(RANK_ROWS)
+    parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
+    for k in sorted(offsets_by_len):
+        ex.map(parts_by_len[k], lambda p, k=k: decode_task(
+            plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len))
+    out_dir = os.path.join(staging, "fgrams")
+    os.makedirs(out_dir)
+    ex.map(len(task_firsts), lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts,
+                                                 selected, out_dir))
 
 
 def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, staging) -> None:
@@ -393,7 +490,6 @@ def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, s
     for df in decoded:
         df.unpersist()
     ordered.unpersist()
-    discard(os.path.join(staging, "_work"))
 
 
 def main(argv=None) -> None:

@@ -35,6 +35,7 @@ class BuildConfig:
     broadcast_budget: int = 512 * 2**20
     unit_tokens: int = 16 * 2**20
     overwrite: bool = False
+    engine: str = "spark"
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
 
@@ -51,6 +52,8 @@ class BuildConfig:
             raise ConfigError(f"--dtype must be one of {', '.join(FLAT_DTYPES)}, got {self.dtype!r}")
         if self.broadcast_budget < 0:
             raise ConfigError("--broadcast-budget must be >= 0")
+        if self.engine not in ("spark", "local"):
+            raise ConfigError(f"--engine must be spark or local, got {self.engine!r}")
         if self.unit_tokens < 1:
             raise ConfigError("--unit-tokens must be >= 1")
         return self

@@ -53,5 +53,8 @@ class WorkDir:
     def frequent(self, k: int, p: int, what: str) -> str:
         return os.path.join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
 
+    def decoded(self, k: int, p: int, what: str) -> str:
+        return os.path.join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
+
     def answers(self, k: int, p: int, what: str) -> str:
         return os.path.join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")

@@ -1,0 +1,83 @@
+"""Who runs a job's tasks (after datatrove: one executor decides where they run).
+
+A job is ``n`` independent tasks ``fn(0) .. fn(n-1)`` that read and write
+files and return small summaries. ``SparkExecutor`` runs them as one Spark job
+(scheduling, retries, any cluster); ``LocalExecutor`` runs the same functions
+in a pool of forked processes, without Spark, to measure what Spark costs.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+from fgram.pipeline.errors import FgramError, from_marker_text
+
+
+def as_task(fn):
+    """Wrap a task body so our errors survive a trip through Spark as a marker."""
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except FgramError as exc:
+            raise RuntimeError(exc.marker_text()) from None
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _reraise(exc: BaseException):
+    err = from_marker_text(str(exc))
+    if err is not None:
+        raise err from None
+    raise exc
+
+
+class SparkExecutor:
+    name = "spark"
+
+    def __init__(self, spark):
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.parallelism = max(2, self.sc.defaultParallelism)
+
+    def map(self, n: int, fn) -> list:
+        if n == 0:
+            return []
+        try:
+            return self.sc.parallelize(range(n), n).map(fn).collect()
+        except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
+            _reraise(exc)
+
+
+_FN = None
+
+
+def _call(i):
+    return _FN(i)
+
+
+class LocalExecutor:
+    """Forked worker processes on this machine; no JVM."""
+    name = "local"
+    spark = None
+
+    def __init__(self, processes: int | None = None):
+        self.parallelism = processes or os.cpu_count() or 1
+
+    def map(self, n: int, fn) -> list:
+        global _FN
+        if n == 0:
+            return []
+        if self.parallelism == 1 or n == 1:
+            try:
+                return [fn(i) for i in range(n)]
+            except Exception as exc:  # noqa: BLE001
+                _reraise(exc)
+        _FN = fn
+        try:
+            with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
+                return pool.map(_call, range(n), chunksize=1)
+        except Exception as exc:  # noqa: BLE001
+            _reraise(exc)
+        finally:
+            _FN = None

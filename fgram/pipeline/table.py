@@ -1,0 +1,78 @@
+"""The f-gram table: ranking and the Parquet schema (numpy / pyarrow only).
+
+``fgram_id`` is the rank by (count desc, length asc, token ids asc). The rank
+of a whole (count, length) group is known from count histograms alone, so a
+task that holds complete groups can number its rows without seeing the rest:
+``id = offset of the group + rank of the tokens inside the group``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema([("fgram_id", pa.int64()), ("length", pa.int8()),
+                    ("tokens", pa.list_(pa.int32())), ("count", pa.int64())])
+
+
+class Groups:
+    """The (count, length) groups of the selection in rank order, with their first ids."""
+
+    def __init__(self, hists: dict[int, dict[int, int]], cutoff: int, cut_len: int):
+        pairs = sorted(((c, k) for k, h in hists.items() for c in h
+                        if c > cutoff or (c == cutoff and k <= cut_len)),
+                       key=lambda ck: (-ck[0], ck[1]))
+        self.count = np.array([c for c, _ in pairs], dtype=np.int64)
+        self.length = np.array([k for _, k in pairs], dtype=np.int64)
+        self.size = np.array([hists[k][c] for c, k in pairs], dtype=np.int64)
+        self.start = np.concatenate([[0], np.cumsum(self.size)]).astype(np.int64)
+        self._code = self.code(self.count, self.length)
+
+    @staticmethod
+    def code(count: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """A code that increases along rank order: count desc, then length asc."""
+        return (-np.asarray(count, np.int64)) * 16 + np.asarray(length, np.int64)
+
+    def index(self, count: np.ndarray, length) -> np.ndarray:
+        """Group index of rows (count, length); every row must belong to a group."""
+        length = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
+        return np.searchsorted(self._code, self.code(count, length))
+
+    def split(self, target_rows: int) -> np.ndarray:
+        """First group of each rank task: contiguous groups of about target_rows rows."""
+        firsts, acc = [0], 0
+        for g, n in enumerate(self.size):
+            if acc and acc + n > target_rows:
+                firsts.append(g)
+                acc = 0
+            acc += int(n)
+        return np.array(firsts, dtype=np.int64)
+
+
+def rank_rows(tokens: np.ndarray, counts: np.ndarray, length: int,
+              groups: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids of rows of one length holding whole groups: (ids, tokens, counts) sorted by id."""
+    if len(counts) == 0:
+        return np.zeros(0, np.int64), tokens, counts
+    keys = [tokens[:, j] for j in range(length - 1, -1, -1)] + [-counts]
+    order = np.lexsort(keys)
+    tokens, counts = tokens[order], counts[order]
+    new = np.empty(len(counts), dtype=bool)
+    new[0] = True
+    np.not_equal(counts[1:], counts[:-1], out=new[1:])
+    first_row = np.maximum.accumulate(np.where(new, np.arange(len(counts)), 0))
+    gidx = groups.index(counts, length)
+    ids = groups.start[gidx] + (np.arange(len(counts)) - first_row)
+    return ids, tokens, counts
+
+
+def arrow_table(ids: np.ndarray, lengths: np.ndarray, flat_tokens: np.ndarray,
+                counts: np.ndarray) -> pa.Table:
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat_tokens.astype(np.int32)))
+    return pa.Table.from_arrays([pa.array(ids.astype(np.int64)), pa.array(lengths.astype(np.int8)),
+                                 tokens, pa.array(counts.astype(np.int64))], schema=SCHEMA)
+
+
+def write_table(table: pa.Table, path: str) -> None:
+    pq.write_table(table, path, compression="zstd", row_group_size=1 << 20)
