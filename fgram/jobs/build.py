@@ -94,16 +94,15 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None) -> dict:
     else:
         inv = load_array(wd.unit(k - 1, u, "inv"), mmap=False)
         answers = _unit_answers(plan, wd, k - 1, u, prev)
-        ids = np.full(len(inv), kn.INVALID, dtype=np.uint32)
-        has = inv != kn.INVALID
-        ids[has] = answers[inv[has]]
+        # positions without a key hold len(answers): the extra INVALID slot
+        ids = np.append(answers, kn.INVALID)[inv]
     pos, keys = kn.ngram_keys(ids, tokens, k)
     last = k == cfg.max_len
     uniq, counts, inverse = kn.unit_counts(pos, keys, stream.limit, want_inverse=not last)
     save_array(wd.unit(k, u, "keys"), uniq)
     save_array(wd.unit(k, u, "counts"), counts.astype(np.uint32))
     if not last:
-        dense = np.full(max(len(tokens) - k + 1, 0), kn.INVALID, dtype=np.uint32)
+        dense = np.full(max(len(tokens) - k + 1, 0), len(uniq), dtype=np.uint32)
         dense[pos] = inverse
         save_array(wd.unit(k, u, "inv"), dense)
     return {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,

@@ -70,10 +70,26 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray
     if n_pos <= 0:
         return np.zeros(0, np.int64), np.zeros(0, np.uint64)
     a = prev[:n_pos]
-    ok = (a != INVALID) & (prev[1:n_pos + 1] != INVALID)
+    ok = a != INVALID
+    ok &= prev[1:n_pos + 1] != INVALID
     pos = np.flatnonzero(ok)
-    keys = (a[pos].astype(np.uint64) << _U32) | tokens[pos + (k - 1)].astype(np.uint64)
-    return pos, mix(keys)
+    if len(pos) * 4 < n_pos:          # sparse: gather only the candidates
+        keys = a[pos].astype(np.uint64)
+        keys <<= _U32
+        keys |= tokens[pos + (k - 1)]
+    else:                             # dense: build every key, then compact once
+        keys = a.astype(np.uint64)
+        keys <<= _U32
+        keys |= tokens[k - 1:k - 1 + n_pos]
+        keys = keys[ok]
+    return pos, _mix_inplace(keys)
+
+
+def _mix_inplace(x: np.ndarray) -> np.ndarray:
+    x ^= x >> np.uint64(31)
+    x *= _M
+    x ^= x >> np.uint64(29)
+    return x
 
 
 def run_lengths(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,6 +164,53 @@ def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
     return np.where(hit, safe, -1).astype(np.int64)
 
 
+def sort_count_inverse(keys: np.ndarray, n_own: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct keys (sorted), counts of the first ``n_own`` keys, and each key's index.
+
+    Equivalent to ``np.unique(keys, return_inverse=True)`` with counts over a
+    prefix, without argsort (13x slower than sort here): sort the top 32 bits
+    of each (uniformly mixed) key packed with its index, then fix up the rare
+    runs whose top bits collide.
+    """
+    n = len(keys)
+    if n == 0:
+        return keys[:0].copy(), np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    if n >= 2**32:
+        raise ValueError("a unit holds at most 2**32-1 n-grams")
+    packed = keys >> _U32
+    packed <<= _U32
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    np.bitwise_and(packed, _LO32, out=packed)
+    order = packed.view(np.int64)
+    full = keys[order]
+    bad = np.flatnonzero(full[1:] < full[:-1])
+    if len(bad):
+        # the sorted top bits make each colliding run a contiguous range
+        hi = full >> _U32
+        vals = np.unique(hi[bad])
+        lo, up = np.searchsorted(hi, vals, "left"), np.searchsorted(hi, vals, "right")
+        lens = up - lo
+        idx = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + \
+            np.arange(int(lens.sum()))
+        sub = np.lexsort((full[idx], hi[idx]))
+        order[idx] = order[idx][sub]
+        full[idx] = full[idx][sub]
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(full[1:], full[:-1], out=starts[1:])
+    first = np.flatnonzero(starts)
+    run = np.cumsum(starts, dtype=np.uint32)
+    run -= np.uint32(1)
+    inverse = np.empty(n, dtype=np.uint32)
+    inverse[order] = run
+    counts = np.diff(np.append(first, n))
+    if n_own < n:  # the overlap past a range's end is looked up but not counted
+        np.subtract.at(counts, inverse[n_own:].astype(np.intp), 1)
+    return full[first], counts, inverse
+
+
 def unit_counts(pos: np.ndarray, keys: np.ndarray, limit: int,
                 want_inverse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Count the k-grams of one unit of work.
@@ -159,17 +222,10 @@ def unit_counts(pos: np.ndarray, keys: np.ndarray, limit: int,
     and, if asked, the index of every position's key in that table.
     """
     n_own = int(np.searchsorted(pos, limit))
+    if want_inverse:
+        return sort_count_inverse(keys, n_own)
     uniq, counts = count_keys(keys[:n_own])
-    extra = keys[n_own:]
-    if len(extra):
-        extra = np.setdiff1d(extra, uniq)
-        if len(extra):
-            table = np.union1d(uniq, extra)
-            full = np.zeros(len(table), dtype=np.int64)
-            full[lookup_sorted(table, uniq)] = counts
-            uniq, counts = table, full
-    inverse = Directory(uniq).find(keys) if want_inverse else None
-    return uniq, counts, inverse
+    return uniq, counts, None
 
 
 def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

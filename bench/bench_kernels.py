@@ -1,0 +1,59 @@
+"""Side-by-side kernel timings on one unit of real-looking tokens (ratios, interleaved runs).
+
+    python bench/bench_kernels.py [--tokens 16000000] [--corpus FILE.bin]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from fgram.pipeline import kernels as kn
+
+
+def directory_inverse(keys, n_own):
+    uniq, counts = kn.count_keys(keys[:n_own])
+    return uniq, counts, kn.Directory(uniq).find(keys)
+
+
+def unique_inverse(keys, n_own):
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return uniq, None, inv
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=16_000_000)
+    ap.add_argument("--corpus", default=None, help="uint16 .bin with separator 0 (default: synthetic)")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    if args.corpus:
+        raw = np.fromfile(args.corpus, dtype=np.uint16, count=args.tokens)
+    else:
+        from fgram.pipeline.synth import PhraseBook
+        raw = PhraseBook(50_000, 0).sample(np.random.default_rng(1), args.tokens).astype(np.uint16)
+    tok = raw.astype(np.uint32)
+    tok[raw == 0] = kn.SENTINEL
+    pos, keys = kn.ngram_keys(tok, tok, 2)
+    variants = {"sort_count_inverse (packed sort)": kn.sort_count_inverse,
+                "sort + Directory.find": directory_inverse,
+                "np.unique(return_inverse)": unique_inverse}
+    times = {name: [] for name in variants}
+    ref = None
+    for _ in range(args.repeat):
+        for name, fn in variants.items():
+            t = time.perf_counter()
+            u, _, inv = fn(keys, len(keys))
+            times[name].append(time.perf_counter() - t)
+            if ref is None:
+                ref = u[inv]
+            assert np.array_equal(u[inv], ref)
+    base = min(times["sort_count_inverse (packed sort)"])
+    print(f"{len(keys)} bigram keys, {len(np.unique(keys))} distinct; best of {args.repeat}")
+    for name, ts in times.items():
+        print(f"  {name:34s} {min(ts):7.3f} s  {min(ts) / base:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
