@@ -36,6 +36,11 @@ def tree_rss(proc: psutil.Process) -> int:
     return total
 
 
+def machine() -> str:
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB")
+
+
 def run(cmd: list[str]) -> tuple[float, int, int]:
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -88,8 +93,7 @@ def main() -> None:
     cores = os.cpu_count()
     tokens = m["totals"]["tokens"]
     rec = {
-        "when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{platform.processor() or platform.machine()}, "
-        f"{cores} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB",
+        "when": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
         "command": " ".join(os.path.relpath(c) if os.path.exists(c) else c for c in cmd),
         "tokens": tokens, "fgrams": m["fgrams"], "cutoff": m["cutoff_count"],
         "wall_s": round(wall, 1), "tokens_per_s": round(tokens / wall),

@@ -251,6 +251,9 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
         t0 = time.time()
         floor = threshold
         stats = ex.map(len(units), lambda u, k=k, prev=prev: count_task(plan, k, u, prev))
+        t_count = time.time()
+        if k > 2:  # the previous pass's per-unit files are consumed now
+            _remove_unit_files(plan, k - 1)
         if k == 2:
             totals = {"documents": sum(s["documents"] for s in stats),
                       "tokens": sum(s["tokens"] for s in stats)}
@@ -259,6 +262,7 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
         distinct = sum(s["distinct"] for s in stats)
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
         merged = ex.map(nparts, lambda p, k=k, n=nparts, f=floor: merge_task(plan, k, p, n, f))
+        t_merge = time.time()
         part_hists = [m["hist"] for m in merged]
         hists[k] = kn.merge_hists(*part_hists)
         if cfg.size is not None:
@@ -282,7 +286,9 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
                        "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
                        "kept": kept, "partitions": nparts,
                        "lookup": "broadcast" if broadcast else "join",
-                       "seconds": round(time.time() - t0, 3)})
+                       "seconds": round(time.time() - t0, 3),
+                       "stages": {"count": round(t_count - t0, 3), "merge": round(t_merge - t_count, 3),
+                                  "keep": round(time.time() - t_merge, 3)}})
         if kept == 0:
             break
     t0 = time.time()
@@ -293,10 +299,12 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
                   offsets_by_len.get(k - 1, [0])[-1] * 8 for k in offsets_by_len), default=0)
     if ex.spark is None or widest <= cfg.broadcast_budget:
         final = "broadcast"
-        _write_table_tasks(ex, plan, offsets_by_len, groups, cutoff, cut_len, selected, staging)
+        select_stages = _write_table_tasks(ex, plan, offsets_by_len, groups, cutoff, cut_len,
+                                           selected, staging)
     else:
         final = "join"
         _write_table(ex.spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
+        select_stages = {}
     discard(work)
     return {
         "fgram_version": __version__,
@@ -310,13 +318,20 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
         "cutoff_count": cutoff if selected else None,
         "fgrams": selected,
         "by_length": {str(k): n for k, n in sorted(by_len.items())},
-        "select": {"decode": final, "seconds": round(time.time() - t0, 3)},
+        "select": {"decode": final, "seconds": round(time.time() - t0, 3), **select_stages},
         "seconds": round(time.time() - t_start, 3),
         "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
                   "columns": {"fgram_id": "int64", "length": "int8",
                               "tokens": "list<int32>", "count": "int64"},
                   "order": "fgram_id = rank by (count desc, length asc, tokens asc)"},
     }
+
+
+def _remove_unit_files(plan: Plan, k: int) -> None:
+    folder = WorkDir(plan.work).pass_dir(k)
+    for name in os.listdir(folder):
+        if name.startswith(("unit-", "merged-", "answers-")):
+            os.remove(os.path.join(folder, name))
 
 
 RANK_ROWS = 4_000_000   # rows per rank task (a single larger group stays whole)
@@ -410,13 +425,17 @@ def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, c
     """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
     task_firsts = groups.split(RANK_ROWS)
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
+    t0 = time.time()
     for k in sorted(offsets_by_len):
         ex.map(parts_by_len[k], lambda p, k=k: decode_task(
             plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len))
+    t1 = time.time()
     out_dir = os.path.join(staging, "fgrams")
     os.makedirs(out_dir)
     ex.map(len(task_firsts), lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts,
                                                  selected, out_dir))
+    return {"decode_seconds": round(t1 - t0, 3), "rank_write_seconds": round(time.time() - t1, 3),
+            "rank_tasks": len(task_firsts)}
 
 
 def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, staging) -> None:
