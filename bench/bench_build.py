@@ -67,6 +67,7 @@ def main() -> None:
     ap.add_argument("--work", default=os.path.join(HERE, "out"))
     ap.add_argument("--record", default=os.path.join(HERE, "results.jsonl"))
     ap.add_argument("--extra", nargs="*", default=[], help="extra fgram build arguments")
+    ap.add_argument("--tag", default="", help="a label stored with the record")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     corpus = args.corpus
@@ -93,13 +94,15 @@ def main() -> None:
     cores = os.cpu_count()
     tokens = m["totals"]["tokens"]
     rec = {
-        "when": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+        "when": time.strftime("%Y-%m-%d %H:%M"), "tag": args.tag, "machine": machine(),
         "command": " ".join(os.path.relpath(c) if os.path.exists(c) else c for c in cmd),
         "tokens": tokens, "fgrams": m["fgrams"], "cutoff": m["cutoff_count"],
         "wall_s": round(wall, 1), "tokens_per_s": round(tokens / wall),
         "tokens_per_s_per_core": round(tokens / wall / cores),
         "peak_rss_gib": round(peak / 2**30, 2),
         "passes_s": {p["length"]: p["seconds"] for p in m["passes"]},
+        "thresholds": {p["length"]: p["threshold"] for p in m["passes"]},
+        "stages": {p["length"]: p["stages"] for p in m["passes"]},
         "select_s": m["select"]["seconds"],
     }
     with open(args.record, "a") as fh:

@@ -29,7 +29,7 @@ def table_rows(path: str):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("corpus", help="folder of uint16 .bin files with separator 0")
+    ap.add_argument("corpus", help="a uint16 .bin file with separator 0, or a folder of them")
     ap.add_argument("--size", type=int, default=10_000_000)
     ap.add_argument("--max-len", type=int, default=5)
     ap.add_argument("--no-duckdb", action="store_true")
@@ -54,7 +54,8 @@ def main() -> None:
     a, b = table_rows(results["spark"]["table"]), table_rows(results["local"]["table"])
     assert a.equals(b), "spark and local tables differ"
     if not args.no_duckdb:
-        files = sorted(glob.glob(os.path.join(args.corpus, "*.bin")))
+        files = [args.corpus] if os.path.isfile(args.corpus) else \
+            sorted(glob.glob(os.path.join(args.corpus, "*.bin")))
         assert len(files) == 1, "the DuckDB query reads one .bin file"
         out = os.path.join(args.work, "cmp-duckdb.parquet")
         cmd = [sys.executable, os.path.join(HERE, "duckdb_ngrams.py"), files[0], out,

@@ -127,3 +127,20 @@ def test_help_lists_every_subcommand(runner):
         assert name in res.output
     res = runner.invoke(cli, ["build", "--help"])
     assert "--broadcast-budget" in res.output and "--doc-sep" in res.output
+
+
+def test_show_with_tokenizer_prints_text(runner, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {"[UNK]": 0, "the": 1, "cat": 2, "sat": 3}
+    tok = tokenizers.Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 3]] * 5)
+    out = tmp_path / "o"
+    assert runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(out)]).exit_code == 0
+    res = runner.invoke(cli, ["show", str(out), "--tokenizer", str(tmp_path / "tokenizer.json")])
+    assert res.exit_code == 0, res.output
+    assert "'the cat sat'" in res.output and "'the cat'" in res.output
