@@ -2,8 +2,13 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Speed is measured in bench/, never here: no per-example deadlines on this shared machine.
+settings.register_profile("fgram", deadline=None)
+settings.load_profile("fgram")
 
 
 @pytest.fixture(scope="session")
