@@ -10,8 +10,7 @@ Conventions
   dense ranks in the frequent set of the previous pass (< 2**32-1).
 - Keys are stored *mixed* by a bijection of uint64 (``mix``/``unmix``), so
   they are spread uniformly: sorted mixed keys can be range-partitioned by
-  their top bits and looked up through a bucket directory. No collisions:
-  mix is invertible.
+  their top bits into balanced ranges. No collisions: mix is invertible.
 - ``INVALID`` (2**32-1) in an id array means "no id here".
 """
 from __future__ import annotations
@@ -108,47 +107,6 @@ def run_lengths(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def count_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sort-based exact count: (distinct sorted keys, counts)."""
     return run_lengths(np.sort(keys))
-
-
-class Directory:
-    """Exact lookup of uint64 keys in a sorted table of uniformly spread keys.
-
-    A bucket directory on the top bits gives each query a start offset that is
-    on average less than one slot from its key, so a lookup costs a couple of
-    random reads instead of a binary search's ~log2(n) cache misses.
-    """
-
-    def __init__(self, table: np.ndarray):
-        self.table = np.ascontiguousarray(table, dtype=np.uint64)
-        n = len(self.table)
-        self.bits = int(min(max(1, int(np.ceil(np.log2(max(n, 2))))), 30))
-        self.shift = np.uint64(64 - self.bits)
-        buckets = (self.table >> self.shift).astype(np.int64)
-        self.start = np.searchsorted(buckets, np.arange((1 << self.bits) + 1)).astype(np.int64)
-
-    def find(self, queries: np.ndarray) -> np.ndarray:
-        """Index of each query in the table, or -1 where absent (int64)."""
-        q = np.asarray(queries, dtype=np.uint64)
-        out = np.full(len(q), -1, dtype=np.int64)
-        n = len(self.table)
-        if n == 0 or len(q) == 0:
-            return out
-        h = (q >> self.shift).astype(np.intp)
-        lo = self.start[h]
-        end = self.start[h + 1]
-        active = np.flatnonzero(lo < end)
-        lo = lo[active]
-        end = end[active]
-        while len(active):
-            cand = self.table[lo]
-            qa = q[active]
-            hit = cand == qa
-            out[active[hit]] = lo[hit]
-            more = (~hit) & (cand < qa) & (lo + 1 < end)
-            active = active[more]
-            lo = lo[more] + 1
-            end = end[more]
-        return out
 
 
 def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
