@@ -189,3 +189,34 @@ def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit,
     expect = select(docs, k, min_count, size)
     assert result(out) == expect
     assert m["fgrams"] == len(expect) and m["engine"] == "local"
+
+
+def test_extreme_token_ids_and_file_uri(tmp_path):
+    """Token ids up to 2**31-1 count exactly; inputs may be filesystem URIs."""
+    big = 2**31 - 1
+    docs = [[big, 0, big, 0, big - 1], [big, 0, big]] * 3
+    table = pa.table({"tokens": pa.array(docs, pa.list_(pa.int64()))})
+    import pyarrow.parquet as pq
+    pq.write_table(table, tmp_path / "a.parquet")
+    out = tmp_path / "o"
+    build(None, [f"file://{tmp_path / 'a.parquet'}"], out, max_len=4, min_count=2, engine="local")
+    assert result(out) == select(docs, 4, 2, None)
+
+
+def test_corrupt_row_group_fails_cleanly(spark, tmp_path):
+    """A Parquet file whose footer reads but whose data does not: one error naming it."""
+    from fgram.pipeline.errors import FgramError
+
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 1000, 200).tolist() for _ in range(50)]
+    path = tmp_path / "a.parquet"
+    write_parquet(str(path), docs, rows_per_group=50)
+    raw = bytearray(path.read_bytes())
+    for i in range(200, min(len(raw) - 2000, 4000)):
+        raw[i] = (raw[i] * 7 + 13) % 256
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FgramError) as err:
+        build(spark, [path], tmp_path / "o", min_count=2)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "o").exists()
+    assert not [p for p in os.listdir(tmp_path) if "staging" in p]
