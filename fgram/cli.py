@@ -155,6 +155,19 @@ def show_command(output, top, tokenizer, as_json):
             click.echo(f"  {row['fgram_id']:>8} {row['count']:>10} {row['tokens']}{text}")
 
 
+@cli.command("index")
+@click.argument("output")
+def index_command(output):
+    """Write OUTPUT/index/: the memory-mappable f-gram index (see README) of a build."""
+    from fgram.pipeline.index import write_index
+
+    try:
+        meta = write_index(output)
+    except FgramError as exc:
+        _fail(str(exc))
+    click.echo(f"indexed {meta['fgrams']} f-grams -> {os.path.join(output, 'index')}")
+
+
 def main() -> None:
     cli(prog_name="fgram")
 

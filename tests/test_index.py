@@ -1,0 +1,81 @@
+"""The f-gram index against a brute-force longest-match oracle."""
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fgram.cli import cli
+from fgram.pipeline.errors import FgramError
+from fgram.pipeline.index import FgramIndex, HashTable, write_index
+from fgram.pipeline import kernels as kn
+from helpers import build, result, write_parquet
+
+
+def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len: int):
+    starts = set(doc_starts) | {0}
+    fid, mlen = [], []
+    for i in range(len(tokens)):
+        best = (-1, 1)
+        for length in range(max_len, 1, -1):
+            j = i - length + 1
+            if j < 0 or any(s in starts for s in range(j + 1, i + 1)):
+                continue
+            g = tuple(tokens[j:i + 1])
+            if g in fgrams:
+                best = (fgrams[g], length)
+                break
+        fid.append(best[0])
+        mlen.append(best[1])
+    return fid, mlen
+
+
+@given(st.lists(st.integers(0, 2**20), unique=True, max_size=300), st.lists(st.integers(0, 2**20),
+                                                                           max_size=100))
+def test_hash_table_exact(keys, queries):
+    k = kn.mix(np.array(keys, dtype=np.uint64))
+    t = HashTable.build(k, np.arange(len(keys)))
+    q = kn.mix(np.array(queries + keys[:10], dtype=np.uint64))
+    pos = {v: i for i, v in enumerate(k.tolist())}
+    assert t.find(q).tolist() == [pos.get(v, -1) for v in q.tolist()]
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=8),
+       k=st.integers(2, 6), size=st.one_of(st.none(), st.integers(1, 30)),
+       probe=st.lists(st.integers(0, 5), max_size=60), cuts=st.lists(st.integers(0, 59), max_size=4))
+def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts):
+    d = tmp_path_factory.mktemp("idx")
+    write_parquet(str(d / "a.parquet"), docs + [[1, 2, 3, 1, 2, 3]])
+    out = d / "o"
+    build(None, [d / "a.parquet"], out, max_len=k, min_count=2, size=size, engine="local")
+    write_index(str(out))
+    index = FgramIndex.open(str(out))
+    fgrams = {g: i for i, (g, _) in enumerate(result(out))}
+    starts = sorted({c for c in cuts if c < len(probe)})
+    fid, mlen = index.match(np.array(probe, dtype=np.int64), doc_starts=starts)
+    exp_fid, exp_len = oracle_match(fgrams, probe, starts, k)
+    assert fid.tolist() == exp_fid and mlen.tolist() == exp_len
+    grams = list(fgrams) + [tuple(probe[:3]), (9, 9), tuple(probe[:k])]
+    assert index.ids(grams).tolist() == [fgrams.get(tuple(g), -1) if len(g) >= 2 else -1
+                                         for g in grams]
+
+
+def test_stale_index_refused_and_cli(tmp_path):
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 3, 1, 2, 3, 1, 2]] * 3)
+    out = tmp_path / "o"
+    build(None, [tmp_path / "a.parquet"], out, min_count=2, engine="local")
+    res = CliRunner().invoke(cli, ["index", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.load(open(out / "index" / "index.json"))["fgrams"] > 0
+    FgramIndex.open(str(out))
+    m = json.load(open(out / "manifest.json"))
+    m["seconds"] = -1
+    json.dump(m, open(out / "manifest.json", "w"))
+    with pytest.raises(FgramError, match="another f-gram table"):
+        FgramIndex.open(str(out))
+    res = CliRunner().invoke(cli, ["index", str(tmp_path / "nope")])
+    assert res.exit_code == 2 and "not a finished fgram build" in res.output
