@@ -66,14 +66,14 @@ class HashTable:
 
     def find(self, q: np.ndarray) -> np.ndarray:
         """Value of each query key, -1 where absent."""
-        out = np.full(len(q), -1, dtype=np.int64)
         if len(q) == 0:
-            return out
+            return np.zeros(0, dtype=np.int64)
         slot = (q >> self.shift).astype(np.int64)
         k = self.keys[slot]
-        hit = k == q
-        out[hit] = self.vals[slot[hit]]
-        active = np.flatnonzero(~hit & (k != EMPTY))
+        out = self.vals[slot]          # most keys sit in their first slot
+        miss = k != q
+        out[miss] = -1
+        active = np.flatnonzero(miss & (k != EMPTY))
         slot = slot[active] + 1
         while len(active):
             k = self.keys[slot]
