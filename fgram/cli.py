@@ -32,6 +32,26 @@ def cli() -> None:
     """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark."""
 
 
+def _shard_options(fn):
+    for opt in reversed([
+        click.option("--column", default="tokens", show_default=True,
+                     help="Parquet column holding each document's token ids."),
+        click.option("--dtype", default="uint16", show_default=True,
+                     type=click.Choice(["uint16", "uint32", "int32"]),
+                     help="Token dtype of .bin and header-less .npy files."),
+        click.option("--doc-sep", default=None, type=int,
+                     help="Document separator id in flat files."),
+        click.option("--engine", default="spark", show_default=True,
+                     type=click.Choice(["spark", "local"]),
+                     help="spark, or the same tasks in local processes without a JVM."),
+        click.option("--master", default=None, help="Spark master URL (default: local[*])."),
+        click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
+                     help="Extra Spark configuration (repeatable)."),
+    ]):
+        fn = opt(fn)
+    return fn
+
+
 @cli.command("build")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, help="Output folder (published atomically).")
@@ -41,25 +61,14 @@ def cli() -> None:
               help="Smallest count an f-gram may have.")
 @click.option("--size", "-S", default=None, type=int,
               help="Keep the top S n-grams (all lengths ranked together). Default: all >= min-count.")
-@click.option("--column", default="tokens", show_default=True,
-              help="Parquet column holding each document's token ids (list of integers).")
-@click.option("--dtype", default="uint16", show_default=True,
-              type=click.Choice(["uint16", "uint32", "int32"]),
-              help="Token dtype of .bin and header-less .npy files.")
-@click.option("--doc-sep", default=None, type=int,
-              help="Document separator id in flat files (default: a file is one document).")
 @click.option("--broadcast-budget", default="512M", show_default=True,
               help="Largest frequent set shipped whole to every task; above it, a distributed join.")
 @click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
               help="Tokens per task (flat files are split into ranges of this size).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
-@click.option("--engine", default="spark", show_default=True, type=click.Choice(["spark", "local"]),
-              help="spark: run tasks on Spark; local: the same tasks in local processes, no JVM.")
-@click.option("--master", default=None, help="Spark master URL (default: local[*]).")
-@click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
-              help="Extra Spark configuration (repeatable).")
-def build_command(inputs, output, max_len, min_count, size, column, dtype, doc_sep,
-                  broadcast_budget, unit_tokens, overwrite, engine, master, conf):
+@_shard_options
+def build_command(inputs, output, max_len, min_count, size, broadcast_budget, unit_tokens,
+                  overwrite, column, dtype, doc_sep, engine, master, conf):
     """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -166,6 +175,57 @@ def index_command(output):
     except FgramError as exc:
         _fail(str(exc))
     click.echo(f"indexed {meta['fgrams']} f-grams -> {os.path.join(output, 'index')}")
+
+
+def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf):
+    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+
+    try:
+        cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
+                             dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
+                             master=master, conf=_conf_pairs(conf))
+        return run_annotate(cfg)
+    except FgramError as exc:
+        _fail(str(exc))
+
+
+def _print_coverage(cov: dict) -> None:
+    n = cov["positions"]
+    click.echo(f"  positions: {n}")
+    click.echo(f"  {'length':>7} {'positions':>12} {'share':>8}")
+    click.echo(f"  {'none':>7} {cov['unmatched']:>12} {cov['share_unmatched']:>8.2%}")
+    for length, count in cov["matched_by_length"].items():
+        click.echo(f"  {length:>7} {count:>12} {cov['share_by_length'][length]:>8.2%}")
+    click.echo(f"  mean match length (1 where unmatched): {cov['mean_match_length']:.3f}")
+
+
+@cli.command("annotate")
+@click.argument("table")
+@click.argument("shards", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@_shard_options
+def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, engine, master,
+                     conf):
+    """Tag every token of SHARDS with its longest f-gram of build output TABLE.
+
+    Needs TABLE/index (fgram index TABLE). Parquet shards give Parquet tags
+    (fgram_ids, match_len, and the input's other columns, same row order);
+    flat shards give <name>.fgid.npy and <name>.mlen.npy aligned with the tokens.
+    """
+    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf)
+    click.echo(f"tagged {m['coverage']['positions']} tokens -> {os.path.abspath(output)}")
+    _print_coverage(m["coverage"])
+
+
+@cli.command("coverage")
+@click.argument("table")
+@click.argument("shards", nargs=-1, required=True)
+@_shard_options
+def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf):
+    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams."""
+    m = _annotate(table, shards, None, False, column, dtype, doc_sep, engine, master, conf)
+    _print_coverage(m["coverage"])
 
 
 def main() -> None:

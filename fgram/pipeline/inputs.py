@@ -230,7 +230,7 @@ class Stream:
     n_tokens: int
 
 
-def _check_range(values: np.ndarray, uri: str) -> None:
+def check_range(values: np.ndarray, uri: str) -> None:
     if len(values) == 0:
         return
     if values.dtype.kind == "i" and int(values.min()) < 0:
@@ -252,21 +252,49 @@ def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stre
         raise InputError(shard.uri, f"cannot read ({_short(exc)})") from None
 
 
-def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
+def read_flat_range(shard: Shard, lo: int, hi: int) -> np.ndarray:
+    """Raw token values [lo, hi) of a flat file (clipped to the file), read with one read_at."""
+    fs, path = _filesystem(shard.uri)
     dt = np.dtype(shard.dtype)
-    lo = max(unit.start - 1, 0)
-    hi = min(unit.stop + overlap, shard.n_items)
+    lo, hi = max(lo, 0), min(hi, shard.n_items)
     with fs.open_input_file(path) as f:
         raw = f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize)
     arr = np.frombuffer(raw, dtype=dt)
     if len(arr) != hi - lo:
         raise InputError(shard.uri, "file shrank while being read")
+    return arr
+
+
+def read_row_groups(shard: Shard, unit: Unit, columns: list[str] | None) -> pa.Table:
+    fs, path = _filesystem(shard.uri)
+    with fs.open_input_file(path) as f:
+        return pq.ParquetFile(f).read_row_groups(list(range(unit.start, unit.stop)),
+                                                 columns=columns)
+
+
+def list_column(table: pa.Table, name: str, uri: str) -> tuple[np.ndarray, np.ndarray]:
+    """(document lengths, concatenated token values) of a list<integer> column."""
+    lens, vals = [], []
+    for chunk in table.column(name).chunks:
+        lengths = chunk.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+        values = chunk.flatten()
+        if values.null_count:
+            raise InputError(uri, f"null token id in column {name!r}")
+        lens.append(lengths.astype(np.int64))
+        vals.append(values.to_numpy(zero_copy_only=False))
+    return (np.concatenate(lens) if lens else np.zeros(0, np.int64),
+            np.concatenate(vals) if vals else np.zeros(0, np.int64))
+
+
+def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
+    lo = max(unit.start - 1, 0)
+    arr = read_flat_range(shard, lo, unit.stop + overlap)
     head = unit.start - lo  # 1 if we read the token before the range, else 0
     body = arr[head:]
     own = unit.stop - unit.start
     if opts.doc_sep is not None:
         is_sep = body == opts.doc_sep
-        _check_range(body[~is_sep] if is_sep.any() else body, shard.uri)
+        check_range(body[~is_sep] if is_sep.any() else body, shard.uri)
         tokens = body.astype(np.uint32)
         tokens[is_sep] = SENTINEL
         own_tok = ~is_sep[:own]
@@ -277,7 +305,7 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
         documents = int(np.count_nonzero(own_tok & before))
         n_tokens = int(np.count_nonzero(own_tok))
     else:
-        _check_range(body, shard.uri)
+        check_range(body, shard.uri)
         tokens = body.astype(np.uint32)
         n_tokens = own
         documents = 1 if (unit.start == 0 and shard.n_items > 0) else 0
@@ -285,26 +313,14 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
 
 
 def _read_parquet(fs, path, shard: Shard, unit: Unit, opts: ReadOptions) -> Stream:
-    with fs.open_input_file(path) as f:
-        table = pq.ParquetFile(f).read_row_groups(list(range(unit.start, unit.stop)),
-                                                  columns=[opts.column])
-    col = table.column(0)
-    lens, vals = [], []
-    for chunk in col.chunks:
-        lengths = chunk.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
-        values = chunk.flatten()
-        if values.null_count:
-            raise InputError(shard.uri, f"null token id in column {opts.column!r}")
-        lens.append(lengths.astype(np.int64))
-        vals.append(values.to_numpy(zero_copy_only=False))
-    return stream_from_lists(
-        np.concatenate(lens) if lens else np.zeros(0, np.int64),
-        np.concatenate(vals) if vals else np.zeros(0, np.int64), shard.uri)
+    table = read_row_groups(shard, unit, [opts.column])
+    lengths, values = list_column(table, opts.column, shard.uri)
+    return stream_from_lists(lengths, values, shard.uri)
 
 
 def stream_from_lists(lengths: np.ndarray, values: np.ndarray, uri: str = "<memory>") -> Stream:
     """Documents given as lengths + concatenated values -> a token stream (SENTINEL after each)."""
-    _check_range(values, uri)
+    check_range(values, uri)
     ndocs = len(lengths)
     tokens = np.full(len(values) + ndocs, SENTINEL, dtype=np.uint32)
     if len(values):

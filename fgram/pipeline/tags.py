@@ -1,0 +1,111 @@
+"""Read tags written by `fgram annotate` as fixed-length training sequences (numpy only).
+
+    for tokens, fgram_ids, match_len in training_sequences("TAGS", seq_len=2048):
+        ...   # int64 [seq_len], int64 [seq_len], uint8 [seq_len]
+
+The shards are read in order as one stream (Parquet documents back to back,
+flat files as they are) and cut into consecutive windows of ``seq_len``. A
+match that would reach before the start of its window is truncated: the
+position gets the longest f-gram that ends there and starts inside the window
+(its suffix, which the table holds), so a model never sees context from the
+previous sequence.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator
+
+import numpy as np
+
+from .errors import FgramError
+from .index import FgramIndex, manifest_fingerprint
+from .inputs import Shard, Unit, list_column, read_flat_range, read_row_groups
+
+
+def open_tags(tags: str, table: str | None = None) -> tuple[dict, FgramIndex]:
+    """The tags manifest and the index of its table; refuses stale tags."""
+    path = os.path.join(tags, "manifest.json")
+    if not os.path.exists(os.path.join(tags, "_SUCCESS")) or not os.path.exists(path):
+        raise FgramError(f"{tags}: not a finished fgram annotate output")
+    with open(path) as fh:
+        manifest = json.load(fh)
+    table = table or manifest["table"]["path"]
+    if manifest_fingerprint(table) != manifest["table"]["fingerprint"]:
+        raise FgramError(f"{tags}: tags were made with another f-gram table than {table} "
+                         "(stale); annotate again")
+    return manifest, FgramIndex.open(table)
+
+
+def _streams(tags: str, manifest: dict) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    cfg = manifest["config"]
+    shards = [Shard(**{**rec, "row_groups": []}) for rec in manifest["inputs"]]
+    folder = os.path.join(tags, "tags")
+    for u in manifest["units"]:
+        unit = Unit(u["shard"], u["start"], u["stop"])
+        shard = shards[unit.shard]
+        name = os.path.basename(shard.uri)
+        if shard.format == "flat":
+            tokens = read_flat_range(shard, unit.start, unit.stop).astype(np.int64)
+            fid = np.load(os.path.join(folder, f"{name}.fgid.npy"), mmap_mode="r")
+            mlen = np.load(os.path.join(folder, f"{name}.mlen.npy"), mmap_mode="r")
+            yield tokens, np.asarray(fid[unit.start:unit.stop]), np.asarray(mlen[unit.start:unit.stop])
+        else:
+            import pyarrow.compute as pc
+            import pyarrow.parquet as pq
+
+            stem = os.path.splitext(name)[0]
+            t = pq.read_table(os.path.join(folder, f"{stem}.{unit.start:06d}.parquet"),
+                              columns=["fgram_ids", "match_len"])
+            _, tokens = list_column(read_row_groups(shard, unit, [cfg["column"]]), cfg["column"],
+                                    shard.uri)
+            yield (tokens.astype(np.int64),
+                   pc.list_flatten(t.column("fgram_ids")).to_numpy().astype(np.int64),
+                   pc.list_flatten(t.column("match_len")).to_numpy())
+
+
+def truncate(index: FgramIndex, tokens: np.ndarray, fid: np.ndarray, mlen: np.ndarray,
+             seq_len: int) -> None:
+    """In place: windows of seq_len over the arrays; cut matches at each window's start."""
+    n = len(tokens) // seq_len
+    head = min(index.max_len - 1, seq_len)
+    if n == 0 or head < 1:
+        return
+    cols = np.arange(head)
+    pos = (np.arange(n) * seq_len)[:, None] + cols[None, :]     # [n, head] positions
+    bad = mlen[pos] > cols[None, :] + 1
+    if not bad.any():
+        return
+    flat_pos = pos.ravel()
+    hf, hl = index.match(tokens[flat_pos], doc_starts=np.arange(n) * head)
+    fix = flat_pos[bad.ravel()]
+    fid[fix] = hf[bad.ravel()]
+    mlen[fix] = hl[bad.ravel()]
+
+
+def training_sequences(tags: str, seq_len: int, table: str | None = None,
+                       drop_last: bool = True):
+    """Yield (tokens, fgram_ids, match_len) arrays of length seq_len, in stream order."""
+    if seq_len < 1:
+        raise FgramError(f"seq_len must be >= 1, got {seq_len}")
+    manifest, index = open_tags(tags, table)
+    buf_t, buf_f, buf_m = [], [], []
+    have = 0
+    for tokens, fid, mlen in _streams(tags, manifest):
+        buf_t.append(tokens)
+        buf_f.append(np.array(fid, dtype=np.int64))
+        buf_m.append(np.array(mlen, dtype=np.uint8))
+        have += len(tokens)
+        if have < seq_len:
+            continue
+        t, f, m = np.concatenate(buf_t), np.concatenate(buf_f), np.concatenate(buf_m)
+        full = (len(t) // seq_len) * seq_len
+        truncate(index, t[:full], f[:full], m[:full], seq_len)
+        for s in range(0, full, seq_len):
+            yield t[s:s + seq_len], f[s:s + seq_len], m[s:s + seq_len]
+        buf_t, buf_f, buf_m = [t[full:]], [f[full:]], [m[full:]]
+        have = len(t) - full
+    if have and not drop_last:
+        t, f, m = np.concatenate(buf_t), np.concatenate(buf_f), np.concatenate(buf_m)
+        truncate(index, t, f, m, len(t))
+        yield t, f, m
