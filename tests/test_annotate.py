@@ -15,7 +15,6 @@ from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import write_index
 from fgram.pipeline.tags import training_sequences
 from helpers import build, result, write_bin, write_parquet
-from oracle import split_flat
 from test_index import oracle_match
 
 HSET = settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])

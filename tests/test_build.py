@@ -20,11 +20,6 @@ SPARK_SETTINGS = settings(max_examples=6, deadline=None,
 docs_st = st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=10)
 
 
-def _run(tmp_path, name):
-    out = tmp_path / name
-    return out
-
-
 @SPARK_SETTINGS
 @given(docs=docs_st, k=st.integers(2, 5), min_count=st.integers(1, 4),
        size=st.one_of(st.none(), st.integers(1, 40)))

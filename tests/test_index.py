@@ -1,6 +1,5 @@
 """The f-gram index against a brute-force longest-match oracle."""
 import json
-import os
 
 import numpy as np
 import pytest

@@ -2,7 +2,7 @@
 from collections import Counter
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from fgram.pipeline import kernels as kn

@@ -26,13 +26,12 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from fgram import __version__
-from fgram.jobs.executors import LocalExecutor, SparkExecutor, as_task
-from fgram.pipeline.errors import ConfigError, FgramError, InputError
+from fgram.jobs.executors import as_task, make_executor
+from fgram.pipeline.errors import ConfigError, InputError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_column, plan_shards,
                                    plan_units, read_flat_range, read_row_groups, shard_record)
-from fgram.pipeline.publish import check_output, discard, publish, staging_dir
-from fgram.pipeline.workdir import save_json
+from fgram.pipeline.publish import check_output, discard, finish, staging_dir
 
 
 @dataclass
@@ -154,13 +153,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     names = [os.path.basename(s.uri) for s in shards]
     if len(set(names)) != len(names):
         raise ConfigError("two inputs share a file name; tags are named after their input files")
-    if cfg.engine == "local":
-        ex = LocalExecutor()
-    else:
-        if spark is None:
-            from fgram.pipeline.spark import get_session
-            spark = get_session(cfg.master, cfg.conf)
-        ex = SparkExecutor(spark)
+    ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
     staging = staging_dir(out) if out else None
     try:
         folder = None
@@ -192,10 +185,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
                                        "separators: id -1, length 0"},
                     "seconds": round(time.time() - t0, 3)}
         if staging:
-            save_json(os.path.join(staging, "manifest.json"), manifest)
-            with open(os.path.join(staging, "_SUCCESS"), "w"):
-                pass
-            publish(staging, out)
+            finish(staging, out, manifest)
         return manifest
     except BaseException:
         if staging:

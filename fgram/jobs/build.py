@@ -34,12 +34,12 @@ import numpy as np
 from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
-from fgram.jobs.executors import LocalExecutor, SparkExecutor, as_task
+from fgram.jobs.executors import as_task, make_executor
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.table import Groups, arrow_table, rank_rows, write_table
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
-from fgram.pipeline.publish import check_output, discard, publish, staging_dir
-from fgram.pipeline.workdir import WorkDir, load_array, save_array, save_json
+from fgram.pipeline.publish import check_output, discard, finish, staging_dir
+from fgram.pipeline.workdir import WorkDir, load_array, save_array
 
 MERGE_BYTES = 64 * 2**20   # target volume of one merge task
 
@@ -218,20 +218,11 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     out = check_output(cfg.output, cfg.overwrite)
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
-    if cfg.engine == "local":
-        executor = LocalExecutor()
-    else:
-        if spark is None:
-            from fgram.pipeline.spark import get_session
-            spark = get_session(cfg.master, cfg.conf)
-        executor = SparkExecutor(spark)
+    executor = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
     staging = staging_dir(out)
     try:
         manifest = _build(executor, cfg, shards, units, staging, t_start)
-        save_json(os.path.join(staging, "manifest.json"), manifest)
-        with open(os.path.join(staging, "_SUCCESS"), "w"):
-            pass
-        publish(staging, out)
+        finish(staging, out, manifest)
         return manifest
     except BaseException:
         discard(staging)

@@ -81,3 +81,14 @@ class LocalExecutor:
             _reraise(exc)
         finally:
             _FN = None
+
+
+def make_executor(engine: str, spark=None, master: str | None = None,
+                  conf: dict[str, str] | None = None):
+    """The executor for ``--engine``: local processes, or Spark (a given session, or a new one)."""
+    if engine == "local":
+        return LocalExecutor()
+    if spark is None:
+        from fgram.pipeline.spark import get_session
+        spark = get_session(master, conf)
+    return SparkExecutor(spark)

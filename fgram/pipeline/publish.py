@@ -48,5 +48,15 @@ def publish(staging: str, out: str) -> None:
         os.rename(staging, out)
 
 
+def finish(staging: str, out: str, manifest: dict) -> None:
+    """Write the manifest, then `_SUCCESS`, then publish staging as `out`."""
+    from .workdir import save_json
+
+    save_json(os.path.join(staging, "manifest.json"), manifest)
+    with open(os.path.join(staging, "_SUCCESS"), "w"):
+        pass
+    publish(staging, out)
+
+
 def discard(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
