@@ -71,6 +71,10 @@ def test_broadcast_and_join_paths_agree(spark, tmp_path):
     assert {p["lookup"] for p in m1["passes"]} == {"broadcast"}
     assert {p["lookup"] for p in m2["passes"]} == {"join"}
     assert m1["select"]["decode"] == "broadcast" and m2["select"]["decode"] == "join"
+    m3 = build(spark, [tmp_path / "a.parquet"], tmp_path / "js", max_len=5, min_count=2,
+               unit_tokens=50, broadcast_budget=0, size=37)
+    assert m3["select"]["decode"] == "join"
+    assert result(tmp_path / "js") == select(docs, 5, 2, 37)
     expect = select(docs, 5, 2, None)
     assert result(tmp_path / "b") == expect
     assert result(tmp_path / "j") == expect
