@@ -66,17 +66,29 @@ def test_bigram_keys_respect_document_boundaries(docs):
     assert stream.documents == len(docs) and stream.n_tokens == len(values)
 
 
-@given(docs_strategy, st.integers(0, 40))
-def test_unit_counts_limit_and_inverse(docs, limit):
+@given(docs_strategy, st.integers(0, 40), st.integers(1, 9), st.booleans(), st.integers(2, 4))
+def test_unit_table_limit_chunks_and_inverse(docs, limit, chunk, want_inverse, k):
+    """Counts only owned starts, keeps overlap keys, and pieces merge to the whole."""
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     stream = stream_from_lists(lengths, values)
-    pos, keys = kn.ngram_keys(stream.tokens, stream.tokens, 2)
-    uniq, counts, inverse = kn.unit_counts(pos, keys, limit, want_inverse=True)
-    assert np.array_equal(uniq[inverse], keys)
-    own = Counter(keys[pos < limit].tolist())
-    assert {k: c for k, c in zip(uniq.tolist(), counts.tolist()) if c} == dict(own)
+    toks = stream.tokens
+    prev = toks
+    for j in range(2, k):     # ids of (j)-grams: any injective labelling will do here
+        pos, keys = kn.ngram_keys(prev, toks, j)
+        uniq, _, dense, _ = kn.unit_table(prev, toks, j, len(toks), True)
+        prev = np.where(dense == len(uniq), kn.INVALID, dense).astype(np.uint32)
+    pos, keys = kn.ngram_keys(prev, toks, k)
+    uniq, counts, dense, counted = kn.unit_table(prev, toks, k, limit, want_inverse, chunk=chunk)
+    assert np.all(np.diff(uniq.astype(np.float64)) > 0) or len(uniq) < 2
     assert set(uniq.tolist()) == set(keys.tolist())
+    own = Counter(keys[pos < limit].tolist())
+    assert {key: c for key, c in zip(uniq.tolist(), counts.tolist()) if c} == dict(own)
+    assert counted == sum(own.values())
+    if want_inverse:
+        assert np.array_equal(uniq[dense[pos]], keys)
+        others = np.setdiff1d(np.arange(len(dense)), pos)
+        assert np.all(dense[others] == len(uniq))
 
 
 def test_histogram_and_kth_largest():

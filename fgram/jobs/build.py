@@ -96,17 +96,15 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None) -> dict:
         answers = _unit_answers(plan, wd, k - 1, u, prev)
         # positions without a key hold len(answers): the extra INVALID slot
         ids = np.append(answers, kn.INVALID)[inv]
-    pos, keys = kn.ngram_keys(ids, tokens, k)
     last = k == cfg.max_len
-    uniq, counts, inverse = kn.unit_counts(pos, keys, stream.limit, want_inverse=not last)
+    uniq, counts, dense, counted = kn.unit_table(ids, tokens, k, stream.limit,
+                                                 want_inverse=not last)
     save_array(wd.unit(k, u, "keys"), uniq)
     save_array(wd.unit(k, u, "counts"), counts.astype(np.uint32))
     if not last:
-        dense = np.full(max(len(tokens) - k + 1, 0), len(uniq), dtype=np.uint32)
-        dense[pos] = inverse
         save_array(wd.unit(k, u, "inv"), dense)
     return {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
-            "counted": int(np.searchsorted(pos, stream.limit)), "distinct": len(uniq)}
+            "counted": counted, "distinct": len(uniq)}
 
 
 def _range(nparts: int, p: int) -> tuple[np.uint64, np.uint64 | None]:

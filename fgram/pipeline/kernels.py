@@ -169,21 +169,56 @@ def sort_count_inverse(keys: np.ndarray, n_own: int
     return full[first], counts, inverse
 
 
-def unit_counts(pos: np.ndarray, keys: np.ndarray, limit: int,
-                want_inverse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Count the k-grams of one unit of work.
+CHUNK = 1 << 20   # positions per cache-sized piece of a unit
 
-    ``pos``/``keys`` come from `ngram_keys`. Only k-grams starting before
+
+def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_inverse: bool,
+               chunk: int = CHUNK):
+    """Count the candidate k-grams of one unit of work.
+
+    ``prev``/``tokens`` as for `ngram_keys`. Only k-grams starting before
     ``limit`` belong to this unit (the rest are the overlap that a flat-file
-    range reads past its end, needed only for their ids). Returns the unit's
-    distinct keys (sorted, the overlap included with count 0), their counts,
-    and, if asked, the index of every position's key in that table.
+    range reads past its end, needed only for their ids). The work is done in
+    pieces of ``chunk`` positions whose arrays stay in cache, then the
+    pieces' tables are merged.
+
+    Returns ``(keys, counts, inverse, counted)``: the unit's distinct keys
+    (sorted; the overlap included with count 0), their counts, and, if asked,
+    a dense uint32 array over all positions holding the index of the position's
+    key in ``keys`` (``len(keys)`` where the position has no candidate).
     """
-    n_own = int(np.searchsorted(pos, limit))
-    if want_inverse:
-        return sort_count_inverse(keys, n_own)
-    uniq, counts = count_keys(keys[:n_own])
-    return uniq, counts, None
+    n_pos = max(len(tokens) - k + 1, 0)
+    pieces, counted = [], 0
+    step = chunk if want_inverse else max(n_pos, 1)
+    for s in range(0, n_pos, step):
+        e = min(s + step, n_pos)
+        pos, keys = ngram_keys(prev[s:e + 1], tokens[s:e + k - 1], k)
+        n_own = int(np.searchsorted(pos, limit - s))
+        counted += n_own
+        if want_inverse:
+            pieces.append((s, pos) + sort_count_inverse(keys, n_own))
+        else:  # the last pass: one piece, counts only
+            uniq, counts = count_keys(keys[:n_own])
+            extra = keys[n_own:]      # setdiff1d sorts `uniq` even when this is empty
+            extra = np.setdiff1d(extra, uniq) if len(extra) else extra
+            if len(extra):
+                table = np.union1d(uniq, extra)
+                full = np.zeros(len(table), dtype=np.int64)
+                full[np.searchsorted(table, uniq)] = counts
+                uniq, counts = table, full
+            return uniq, counts, None, counted
+    if not pieces:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), \
+            (np.zeros(n_pos, np.uint32) if want_inverse else None), 0
+    uniq, _ = run_lengths(np.sort(np.concatenate([p[2] for p in pieces])))
+    counts = np.zeros(len(uniq), dtype=np.int64)
+    dense = np.full(n_pos, len(uniq), dtype=np.uint32) if want_inverse else None
+    for s, pos, u, c, inv in pieces:
+        where = np.searchsorted(uniq, u)
+        counts[where] += c
+        if want_inverse:
+            dense[pos + s] = where.astype(np.uint32)[inv]
+    return uniq, counts, dense, counted
 
 
 def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
