@@ -265,21 +265,3 @@ def part_bounds(nparts: int) -> np.ndarray:
     """Boundaries of `nparts` equal ranges of the mixed-key space (uint64, len nparts+1, last = 2**64 handled)."""
     edges = [(i * (2**64)) // nparts for i in range(nparts)]
     return np.array(edges, dtype=np.uint64)
-
-
-def part_slices(sorted_keys: np.ndarray, nparts: int) -> np.ndarray:
-    """Offsets splitting sorted mixed keys into `nparts` key ranges (int64, len nparts+1)."""
-    cuts = np.searchsorted(sorted_keys, part_bounds(nparts)[1:]) if nparts > 1 else np.zeros(0, np.int64)
-    return np.concatenate([[0], cuts, [len(sorted_keys)]]).astype(np.int64)
-
-
-def ids_from_inverse(inverse: np.ndarray, answers: np.ndarray, n: int,
-                     positions: np.ndarray) -> np.ndarray:
-    """Dense id array of length n (INVALID where none) from per-position inverse indices.
-
-    ``answers[j]`` is the global id (or INVALID) of the unit's j-th distinct key.
-    """
-    ids = np.full(n, INVALID, dtype=np.uint32)
-    if len(positions):
-        ids[positions] = answers[inverse]
-    return ids
