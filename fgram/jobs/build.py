@@ -15,11 +15,16 @@ Each pass k = 2..K is three small Spark jobs over files in a work folder:
    also answers every unit's lookups for its key range (a distributed join),
    so no task ever holds more than one range.
 
-Spark carries only unit numbers, small per-task summaries and, at the end,
-one row per selected f-gram; tokens and keys move as numpy arrays in files.
-The driver never holds per-n-gram data. Finally the selected f-grams are
-decoded (joins on prefix ids), ranked (count desc, shorter first, token ids
-asc) and written as Parquet, then published atomically.
+Then the select stage: the cutoff and the first id of every (count, length)
+group come from the count histograms alone; decode tasks give the selected
+f-grams their tokens (prefix tokens + last token, length by length) and
+bucket them by rank range; rank tasks sort whole groups by token ids and
+write one Parquet file of consecutive fgram_ids each. Past the broadcast
+budget, decoding and ranking run as Spark SQL joins and a global sort instead.
+
+Spark carries task numbers and small per-task summaries (one row per
+f-gram only on that fallback); tokens and keys move as numpy arrays in files.
+The driver never holds per-n-gram data. The output is published atomically.
 """
 from __future__ import annotations
 
