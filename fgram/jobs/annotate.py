@@ -27,10 +27,11 @@ import numpy as np
 
 from fgram import __version__
 from fgram.jobs.executors import as_task, make_executor
-from fgram.pipeline.errors import ConfigError, InputError
+from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_column, plan_shards,
-                                   plan_units, read_flat_range, read_row_groups, shard_record)
+                                   plan_units, read_flat_range, read_row_groups, reading,
+                                   shard_record)
 from fgram.pipeline.publish import check_output, discard, finish, staging_dir
 
 
@@ -104,13 +105,9 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        try:
+        with reading(shard.uri):
             table = read_row_groups(shard, unit, None)
             lengths, values = list_column(table, cfg.column, shard.uri)
-        except InputError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise InputError(shard.uri, f"cannot read ({exc})") from None
         check_range(values, shard.uri)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         fid, mlen = index.match(values.astype(np.int64), doc_starts=starts[lengths > 0])

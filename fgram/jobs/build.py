@@ -165,18 +165,23 @@ def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: i
     return int(len(fkeys))
 
 
+def _candidates(wd: WorkDir, k: int, p: int, cutoff: int, cut_len: int):
+    """The frequent k-grams of range p that may be selected: (index in the range, counts,
+    prefix id or first token, last token)."""
+    keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
+    counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
+    idx = np.flatnonzero((counts > cutoff) | ((counts == cutoff) & (k <= cut_len)))
+    prefix, last = kn.split_key(kn.unmix(keys[idx]))
+    return idx, counts[idx], prefix, last
+
+
 def final_rows(plan: Plan, k: int, p: int, offset: int, cutoff: int, cut_len: int):
     """Arrow rows of the frequent k-grams of range p that may be selected."""
     import pyarrow as pa
-    wd = WorkDir(plan.work)
-    keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
-    counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
-    sel = (counts > cutoff) | ((counts == cutoff) & (k <= cut_len))
-    idx = np.flatnonzero(sel)
-    prefix, last = kn.split_key(kn.unmix(keys[idx]))
+    idx, counts, prefix, last = _candidates(WorkDir(plan.work), k, p, cutoff, cut_len)
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(len(idx), k, np.int8)), pa.array(idx + offset),
-         pa.array(prefix), pa.array(last.astype(np.int32)), pa.array(counts[idx])],
+         pa.array(prefix), pa.array(last.astype(np.int32)), pa.array(counts)],
         names=["length", "sid", "prefix", "last", "count"])
 
 
@@ -351,11 +356,7 @@ def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups
                 task_firsts: np.ndarray, cutoff: int, cut_len: int) -> int:
     """Tokens of the selected k-grams of key range p, bucketed by rank task."""
     wd = WorkDir(plan.work)
-    keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
-    counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
-    idx = np.flatnonzero((counts > cutoff) | ((counts == cutoff) & (k <= cut_len)))
-    counts = counts[idx]
-    prefix, last = kn.split_key(kn.unmix(keys[idx]))
+    idx, counts, prefix, last = _candidates(wd, k, p, cutoff, cut_len)
     if k == 2:
         tokens = np.stack([prefix, last], axis=1).astype(np.uint32)
     else:
@@ -367,11 +368,12 @@ def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups
         tokens = np.concatenate([ptoks[rows], last[:, None].astype(np.uint32)], axis=1)
     task = np.searchsorted(task_firsts, groups.index(counts, k), side="right") - 1
     order = np.argsort(task, kind="stable")
-    save_array(wd.decoded(k, p, "sids"), idx + offsets_by_len[k][p])
-    save_array(wd.decoded(k, p, "tokens"), tokens)
-    save_array(wd.decoded(k, p, "rank_tokens"), tokens[order])
-    save_array(wd.decoded(k, p, "rank_counts"), counts[order])
-    save_array(wd.decoded(k, p, "rank_offsets"),
+    # one copy, in rank-task order: the rank tasks read slices of it, and the
+    # next length's decode maps survivor ids to rows through `sids`
+    save_array(wd.decoded(k, p, "sids"), (idx + offsets_by_len[k][p])[order])
+    save_array(wd.decoded(k, p, "tokens"), tokens[order])
+    save_array(wd.decoded(k, p, "counts"), counts[order])
+    save_array(wd.decoded(k, p, "offsets"),
                np.searchsorted(task[order], np.arange(len(task_firsts) + 1)))
     return len(idx)
 
@@ -391,11 +393,11 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
     for k, nparts in parts_by_len.items():
         toks, cnts = [], []
         for p in range(nparts):
-            off = load_array(wd.decoded(k, p, "rank_offsets"))
+            off = load_array(wd.decoded(k, p, "offsets"))
             a, b = int(off[r]), int(off[r + 1])
             if b > a:
-                toks.append(np.asarray(load_array(wd.decoded(k, p, "rank_tokens"))[a:b]))
-                cnts.append(np.asarray(load_array(wd.decoded(k, p, "rank_counts"))[a:b]))
+                toks.append(np.asarray(load_array(wd.decoded(k, p, "tokens"))[a:b]))
+                cnts.append(np.asarray(load_array(wd.decoded(k, p, "counts"))[a:b]))
         if not toks:
             continue
         ids, t, c = rank_rows(np.concatenate(toks), np.concatenate(cnts), k, groups)
@@ -415,7 +417,7 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
 
 
 def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,
-                       selected, staging) -> None:
+                       selected, staging) -> dict:
     """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
     task_firsts = groups.split(RANK_ROWS)
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import glob as globlib
 import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -239,17 +240,24 @@ def check_range(values: np.ndarray, uri: str) -> None:
         raise InputError(uri, f"token id {int(values.max())} exceeds {MAX_TOKEN}")
 
 
+@contextmanager
+def reading(uri: str):
+    """Corrupt or unreadable data surfaces as an InputError naming the file."""
+    try:
+        yield
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(uri, f"cannot read ({_short(exc)})") from None
+
+
 def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
     """Read one unit as a token stream; `overlap` extra tokens past a flat range's end."""
     fs, path = _filesystem(shard.uri)
-    try:
+    with reading(shard.uri):
         if shard.format == "flat":
             return _read_flat(fs, path, shard, unit, opts, overlap)
         return _read_parquet(fs, path, shard, unit, opts)
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - corrupt data surfaces as an input error
-        raise InputError(shard.uri, f"cannot read ({_short(exc)})") from None
 
 
 def read_flat_range(shard: Shard, lo: int, hi: int) -> np.ndarray:

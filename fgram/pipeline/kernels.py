@@ -31,11 +31,7 @@ _M_INV = np.uint64(_C_INV)
 
 def mix(x: np.ndarray) -> np.ndarray:
     """A bijection on uint64 that spreads structured keys uniformly. Returns a new array."""
-    x = np.asarray(x, dtype=np.uint64)
-    y = x ^ (x >> np.uint64(31))
-    y *= _M
-    y ^= y >> np.uint64(29)
-    return y
+    return _mix_inplace(np.array(x, dtype=np.uint64))
 
 
 def unmix(y: np.ndarray) -> np.ndarray:
