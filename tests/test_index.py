@@ -45,8 +45,9 @@ def test_hash_table_exact(keys, queries):
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(docs=st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=8),
        k=st.integers(2, 6), size=st.one_of(st.none(), st.integers(1, 30)),
-       probe=st.lists(st.integers(0, 5), max_size=60), cuts=st.lists(st.integers(0, 59), max_size=4))
-def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts):
+       probe=st.lists(st.integers(0, 5), max_size=60), cuts=st.lists(st.integers(0, 59), max_size=4),
+       lanes=st.integers(1, 70))
+def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts, lanes):
     d = tmp_path_factory.mktemp("idx")
     write_parquet(str(d / "a.parquet"), docs + [[1, 2, 3, 1, 2, 3]])
     out = d / "o"
@@ -55,9 +56,10 @@ def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts
     index = FgramIndex.open(str(out))
     fgrams = {g: i for i, (g, _) in enumerate(result(out))}
     starts = sorted({c for c in cuts if c < len(probe)})
-    fid, mlen = index.match(np.array(probe, dtype=np.int64), doc_starts=starts)
     exp_fid, exp_len = oracle_match(fgrams, probe, starts, k)
-    assert fid.tolist() == exp_fid and mlen.tolist() == exp_len
+    for n_lanes in (lanes, 1):   # stretches matched side by side, each with its warm-up
+        fid, mlen = index.match(np.array(probe, dtype=np.int64), doc_starts=starts, lanes=n_lanes)
+        assert fid.tolist() == exp_fid and mlen.tolist() == exp_len
     grams = list(fgrams) + [tuple(probe[:3]), (9, 9), tuple(probe[:k])]
     assert index.ids(grams).tolist() == [fgrams.get(tuple(g), -1) if len(g) >= 2 else -1
                                          for g in grams]
@@ -71,6 +73,16 @@ def test_stale_index_refused_and_cli(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.load(open(out / "index" / "index.json"))["fgrams"] > 0
     FgramIndex.open(str(out))
+    ram = FgramIndex.open(str(out), mode="ram")
+    toks = np.array([1, 2, 3, 1, 2, 3, 9, 1, 2], dtype=np.int64)
+    assert [a.tolist() for a in ram.match(toks)] == \
+        [a.tolist() for a in FgramIndex.open(str(out)).match(toks)]
+    assert ram.match(toks)[1].max() > 1
+    meta = json.load(open(out / "index" / "index.json"))
+    json.dump(dict(meta, version=1), open(out / "index" / "index.json", "w"))
+    with pytest.raises(FgramError, match="version 2; rebuild"):
+        FgramIndex.open(str(out))
+    json.dump(meta, open(out / "index" / "index.json", "w"))
     m = json.load(open(out / "manifest.json"))
     m["seconds"] = -1
     json.dump(m, open(out / "manifest.json", "w"))

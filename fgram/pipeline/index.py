@@ -1,19 +1,22 @@
-"""The f-gram index: exact, memory-mappable lookups of f-gram ids (numpy only).
+"""The f-gram index: exact, memory-mappable lookups of f-gram ids.
 
 Format (``OUT/index/``, written by ``fgram index OUT``)
 ------------------------------------------------------
-- ``index.json``: ``{"format": "fgram-index", "version": 1, "max_len": K,
+- ``index.json``: ``{"format": "fgram-index", "version": 2, "max_len": K,
   "fgrams": S, "table": <manifest fingerprint>, "lengths": {"L": {"n": rows,
   "slots": 2**b}}}``.
-- For each length L in 2..K, two ``.npy`` arrays of ``slots`` entries, an
-  open-addressing hash table with linear probing (plus 64 overflow slots,
-  so a probe never wraps):
-  ``keys-L.npy`` (uint64; 2**64-1 = empty) and ``ids-L.npy`` (int64 fgram_id).
+- For each length L in 2..K, ``table-L.npy``: uint64 ``[slots + 64, 2]``,
+  rows ``(key, fgram_id)``, an open-addressing hash table with linear
+  probing (plus 64 overflow rows, so a probe never wraps); key 2**64-1 =
+  empty. A key and its id share a cache line: one memory access a probe.
 - The key of an L-gram is chained through its prefix, which is an f-gram too
   (the table is closed under prefixes): ``mix(prefix_id << 32 | last token)``,
   where ``prefix_id`` is the fgram_id of its (L-1)-prefix, or its first token
   when L = 2; ``mix`` is `kernels.mix`, a bijection, so keys never collide.
-  The slot of a key is its top b bits.
+  The first slot of a key is its top b bits.
+- ``suffix.npy``: int32 (int64 if S >= 2**31) ``[S]``: the fgram_id of each
+  f-gram without its first token (the table is closed under suffixes too),
+  -1 for length 2. `match` follows these links.
 
 ``np.load(..., mmap_mode="r")`` opens the arrays without reading them, so
 every process on a machine shares one copy through the page cache.
@@ -26,62 +29,40 @@ import os
 
 import numpy as np
 
+from . import compiled
 from . import kernels as kn
 from .errors import FgramError
 from .workdir import save_array, save_json
 
-EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
+EMPTY = compiled.EMPTY
 OVERFLOW = 64
+VERSION = 2
 
 
 class HashTable:
-    """Open addressing over uniformly mixed uint64 keys, vectorised probes."""
+    """Open addressing over uniformly mixed uint64 keys: flat rows of (key, value)."""
 
-    def __init__(self, keys: np.ndarray, vals: np.ndarray):
-        self.keys, self.vals = keys, vals
-        self.bits = int(np.log2(len(keys) - OVERFLOW))
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows                       # [slots + OVERFLOW, 2] uint64
+        self.flat = rows.reshape(-1)
+        self.bits = int(np.log2(len(rows) - OVERFLOW))
         self.shift = np.uint64(64 - self.bits)
 
     @classmethod
     def build(cls, keys: np.ndarray, vals: np.ndarray) -> "HashTable":
-        n = len(keys)
-        bits = max(4, int(np.ceil(np.log2(max(n, 1) * 2))))
-        tkeys = np.full((1 << bits) + OVERFLOW, EMPTY, dtype=np.uint64)
-        tvals = np.full(len(tkeys), -1, dtype=np.int64)
-        slot = (keys >> np.uint64(64 - bits)).astype(np.int64)
-        todo = np.arange(n)
-        while len(todo):
-            free = tkeys[slot] == EMPTY
-            slots, first = np.unique(slot[free], return_index=True)
-            winners = todo[free][first]
-            tkeys[slots] = keys[winners]
-            tvals[slots] = vals[winners]
-            placed = np.zeros(n, dtype=bool)
-            placed[winners] = True
-            rest = ~placed[todo]
-            todo, slot = todo[rest], slot[rest] + 1
-            if len(slot) and slot.max() >= len(tkeys):
-                raise FgramError("internal: hash table overflow area exhausted")
-        return cls(tkeys, tvals)
+        """From distinct keys and their (non-negative) values."""
+        bits = max(4, int(np.ceil(np.log2(max(len(keys), 1) * 2))))
+        rows = np.full(((1 << bits) + OVERFLOW, 2), EMPTY, dtype=np.uint64)
+        ok = compiled.fill_table(rows.reshape(-1), np.uint64(64 - bits),
+                                 np.asarray(keys, np.uint64), np.asarray(vals, np.int64))
+        if not ok:
+            raise FgramError("internal: hash table overflow area exhausted")
+        return cls(rows)
 
     def find(self, q: np.ndarray) -> np.ndarray:
         """Value of each query key, -1 where absent."""
-        if len(q) == 0:
-            return np.zeros(0, dtype=np.int64)
-        slot = (q >> self.shift).astype(np.int64)
-        k = self.keys[slot]
-        out = self.vals[slot]          # most keys sit in their first slot
-        miss = k != q
-        out[miss] = -1
-        active = np.flatnonzero(miss & (k != EMPTY))
-        slot = slot[active] + 1
-        while len(active):
-            k = self.keys[slot]
-            qa = q[active]
-            hit = k == qa
-            out[active[hit]] = self.vals[slot[hit]]
-            more = ~hit & (k != EMPTY)
-            active, slot = active[more], slot[more] + 1
+        out = np.empty(len(q), dtype=np.int64)
+        compiled.find_keys(self.flat, self.shift, np.asarray(q, np.uint64), out)
         return out
 
 
@@ -96,6 +77,8 @@ def manifest_fingerprint(out: str) -> str:
 
 def write_index(out: str) -> dict:
     """Build OUT/index/ from OUT/fgrams/ (one process; the table is read length by length)."""
+    import shutil
+
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
@@ -107,26 +90,31 @@ def write_index(out: str) -> dict:
     dataset = ds.dataset(os.path.join(out, "fgrams"), format="parquet")
     final = os.path.join(out, "index")
     tmp = final + ".tmp"
-    import shutil
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    total = int(manifest["fgrams"])
+    suffix = np.full(total, -1, dtype=np.int32 if total < 2**31 else np.int64)
     tables: dict[int, HashTable] = {}
-    meta = {"format": "fgram-index", "version": 1, "max_len": max_len,
-            "fgrams": manifest["fgrams"], "table": manifest_fingerprint(out), "lengths": {}}
+    meta = {"format": "fgram-index", "version": VERSION, "max_len": max_len,
+            "fgrams": total, "table": manifest_fingerprint(out), "lengths": {}}
     for length in range(2, max_len + 1):
         t = dataset.to_table(columns=["fgram_id", "tokens"], filter=pc.field("length") == length)
         ids = t.column("fgram_id").to_numpy()
         flat = pc.list_flatten(t.column("tokens")).to_numpy() if t.num_rows else np.zeros(0, np.int32)
         toks = flat.reshape(-1, length).astype(np.int64)
-        prefix = _chain_ids(tables, toks[:, :-1]) if len(toks) else np.zeros(0, np.int64)
+        prefix = _chain_ids(tables, toks[:, :-1])
         if len(prefix) and prefix.min() < 0:
             raise FgramError(f"{out}: the f-gram table is not closed under prefixes")
-        table = HashTable.build(chain_key(prefix, toks[:, -1]) if len(toks) else
-                                np.zeros(0, np.uint64), ids)
-        save_array(os.path.join(tmp, f"keys-{length}.npy"), table.keys)
-        save_array(os.path.join(tmp, f"ids-{length}.npy"), table.vals)
+        if length > 2 and len(ids):
+            suf = _chain_ids(tables, toks[:, 1:])
+            if suf.min() < 0:
+                raise FgramError(f"{out}: the f-gram table is not closed under suffixes")
+            suffix[ids] = suf
+        table = HashTable.build(chain_key(prefix, toks[:, -1]), ids)
+        save_array(os.path.join(tmp, f"table-{length}.npy"), table.rows)
         tables[length] = table
         meta["lengths"][str(length)] = {"n": int(len(ids)), "slots": 1 << table.bits}
+    save_array(os.path.join(tmp, "suffix.npy"), suffix)
     save_json(os.path.join(tmp, "index.json"), meta)
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
@@ -149,30 +137,40 @@ def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
 class FgramIndex:
     """Exact f-gram lookups over a build output. ``FgramIndex.open(OUT)``."""
 
-    def __init__(self, tables: dict[int, HashTable], meta: dict):
+    def __init__(self, tables: dict[int, HashTable], suffix: np.ndarray, meta: dict):
         self.tables = tables
+        self.suffix = suffix
         self.meta = meta
         self.max_len = meta["max_len"]
+        self._flat = tuple(tables[L].flat for L in range(2, self.max_len + 1))
+        self._shifts = np.array([tables[L].shift for L in range(2, self.max_len + 1)], np.uint64)
 
     @classmethod
-    def open(cls, out: str) -> "FgramIndex":
+    def open(cls, out: str, mode: str = "mmap") -> "FgramIndex":
+        """``mode="mmap"`` maps the arrays (shared through the page cache, opens in
+        milliseconds); ``"ram"`` reads them into this process's memory (huge pages
+        where the OS allows: faster lookups, a private copy)."""
+        if mode not in ("mmap", "ram"):
+            raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
         folder = os.path.join(out, "index")
         path = os.path.join(folder, "index.json")
         if not os.path.exists(path):
             raise FgramError(f"{out}: no index; run `fgram index {out}` first")
         with open(path) as fh:
             meta = json.load(fh)
-        if meta.get("format") != "fgram-index" or meta.get("version") != 1:
-            raise FgramError(f"{path}: not an fgram index of version 1")
+        if meta.get("format") != "fgram-index" or meta.get("version") != VERSION:
+            raise FgramError(f"{path}: not an fgram index of version {VERSION}; "
+                             f"rebuild it with `fgram index {out}`")
         if os.path.exists(os.path.join(out, "manifest.json")) and \
                 manifest_fingerprint(out) != meta["table"]:
             raise FgramError(f"{out}: the index was built for another f-gram table; rebuild it")
-        tables = {}
-        for length in range(2, meta["max_len"] + 1):
-            keys = np.load(os.path.join(folder, f"keys-{length}.npy"), mmap_mode="r")
-            vals = np.load(os.path.join(folder, f"ids-{length}.npy"), mmap_mode="r")
-            tables[length] = HashTable(keys, vals)
-        return cls(tables, meta)
+
+        def load(name: str) -> np.ndarray:
+            arr = np.load(os.path.join(folder, name), mmap_mode="r")
+            return np.array(arr) if mode == "ram" else np.asarray(arr)
+
+        tables = {L: HashTable(load(f"table-{L}.npy")) for L in range(2, meta["max_len"] + 1)}
+        return cls(tables, load("suffix.npy"), meta)
 
     def ids(self, ngrams: list) -> np.ndarray:
         """fgram_id of each n-gram (a sequence of token ids), -1 where it is not an f-gram."""
@@ -186,36 +184,22 @@ class FgramIndex:
                 out[rows] = _chain_ids(self.tables, toks)
         return out
 
-    def match(self, tokens, doc_starts=None) -> tuple[np.ndarray, np.ndarray]:
+    def match(self, tokens, doc_starts=None, lanes: int = compiled.LANES
+              ) -> tuple[np.ndarray, np.ndarray]:
         """For every position, the longest f-gram ending there: (fgram_id or -1, length or 1).
 
         ``doc_starts``: positions where documents start (matches never cross them).
+        ``lanes``: how many stretches of the input are matched side by side
+        (any value gives the same result; it only changes the speed).
         """
-        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         n = len(tokens)
-        fid = np.full(n, -1, dtype=np.int64)
-        mlen = np.ones(n, dtype=np.uint8)
-        if n < 2:
-            return fid, mlen
+        fid = np.empty(n, dtype=np.int64)
+        mlen = np.empty(n, dtype=np.uint8)
+        starts = np.zeros(n, dtype=bool)
         if doc_starts is not None and len(doc_starts):
-            flags = np.zeros(n, dtype=np.int64)
-            flags[np.asarray(doc_starts, dtype=np.int64)] = 1
-            seg = np.cumsum(flags)
-        else:
-            seg = None
-        start = np.arange(n - 1)                     # candidate start positions
-        cur = tokens[:-1].copy()                     # id of the (L-1)-gram at each start
-        for length in range(2, self.max_len + 1):
-            end = start + length - 1
-            keep = end < n
-            if seg is not None:
-                keep &= seg[np.minimum(end, n - 1)] == seg[start]
-            start, cur, end = start[keep], cur[keep], end[keep]
-            if not len(start):
-                break
-            ids = self.tables[length].find(chain_key(cur, tokens[end]))
-            hit = ids >= 0
-            start, cur, end = start[hit], ids[hit], end[hit]
-            fid[end] = cur
-            mlen[end] = length
+            starts[np.asarray(doc_starts, dtype=np.int64)] = True
+        lanes = max(1, min(int(lanes), n))
+        compiled.match_longest(tokens, starts, self.max_len, self._flat, self._shifts,
+                               self.suffix, fid, mlen, lanes)
         return fid, mlen
