@@ -1,6 +1,16 @@
-"""Side-by-side kernel timings on one unit of real-looking tokens (ratios, interleaved runs).
+"""Side by side: counting one unit of work with the compiled kernels vs the previous numpy ones.
 
-    python bench/bench_kernels.py [--tokens 16000000] [--corpus FILE.bin]
+    python bench/bench_kernels.py [--tokens 16000000] [--corpus FILE.bin] [--repeat 3]
+
+Times `kernels.unit_table` (radix buckets + numba, what the build runs) and,
+interleaved in the same run, the numpy implementation it replaced (pieces of
+2**20 positions, a packed sort of top key bits + index, pieces merged by
+searchsorted, a dense per-position index as output), kept below as the
+baseline. The compiled one returns each key's positions instead of a dense
+index; the time to turn that into per-position ids (`ids_at`, done by the
+next pass) is included in its column. Three cases on one unit: pass 2
+(every position a candidate), pass 3 with ~60% of the bigrams frequent, and
+the same as a last pass (counts only). Checks that both give the same table.
 """
 from __future__ import annotations
 
@@ -11,109 +21,78 @@ import numpy as np
 
 from fgram.pipeline import kernels as kn
 
-
-class Directory:
-    """Exact lookup of uint64 keys in a sorted table of uniformly spread keys.
-
-    A bucket directory on the top bits gives each query a start offset that is
-    on average less than one slot from its key, so a lookup costs a couple of
-    random reads instead of a binary search's ~log2(n) cache misses.
-    """
-
-    def __init__(self, table: np.ndarray):
-        self.table = np.ascontiguousarray(table, dtype=np.uint64)
-        n = len(self.table)
-        self.bits = int(min(max(1, int(np.ceil(np.log2(max(n, 2))))), 30))
-        self.shift = np.uint64(64 - self.bits)
-        buckets = (self.table >> self.shift).astype(np.int64)
-        self.start = np.searchsorted(buckets, np.arange((1 << self.bits) + 1)).astype(np.int64)
-
-    def find(self, queries: np.ndarray) -> np.ndarray:
-        """Index of each query in the table, or -1 where absent (int64)."""
-        q = np.asarray(queries, dtype=np.uint64)
-        out = np.full(len(q), -1, dtype=np.int64)
-        n = len(self.table)
-        if n == 0 or len(q) == 0:
-            return out
-        h = (q >> self.shift).astype(np.intp)
-        lo = self.start[h]
-        end = self.start[h + 1]
-        active = np.flatnonzero(lo < end)
-        lo = lo[active]
-        end = end[active]
-        while len(active):
-            cand = self.table[lo]
-            qa = q[active]
-            hit = cand == qa
-            out[active[hit]] = lo[hit]
-            more = (~hit) & (cand < qa) & (lo + 1 < end)
-            active = active[more]
-            lo = lo[more] + 1
-            end = end[more]
-        return out
+_U32 = np.uint64(32)
+_LO32 = np.uint64(0xFFFFFFFF)
 
 
-def directory_inverse(keys, n_own):
-    uniq, counts = kn.count_keys(keys[:n_own])
-    return uniq, counts, Directory(uniq).find(keys)
+def sort_count_inverse(keys: np.ndarray, n_own: int):
+    """Distinct keys, counts of the first n_own, each key's index (packed top-32 + index sort)."""
+    n = len(keys)
+    if n == 0:
+        return keys[:0].copy(), np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    packed = keys >> _U32
+    packed <<= _U32
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    np.bitwise_and(packed, _LO32, out=packed)
+    order = packed.view(np.int64)
+    full = keys[order]
+    bad = np.flatnonzero(full[1:] < full[:-1])
+    if len(bad):
+        hi = full >> _U32
+        vals = np.unique(hi[bad])
+        lo, up = np.searchsorted(hi, vals, "left"), np.searchsorted(hi, vals, "right")
+        lens = up - lo
+        idx = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + \
+            np.arange(int(lens.sum()))
+        sub = np.lexsort((full[idx], hi[idx]))
+        order[idx] = order[idx][sub]
+        full[idx] = full[idx][sub]
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(full[1:], full[:-1], out=starts[1:])
+    first = np.flatnonzero(starts)
+    run = np.cumsum(starts, dtype=np.uint32)
+    run -= np.uint32(1)
+    inverse = np.empty(n, dtype=np.uint32)
+    inverse[order] = run
+    counts = np.diff(np.append(first, n))
+    if n_own < n:
+        np.subtract.at(counts, inverse[n_own:].astype(np.intp), 1)
+    return full[first], counts, inverse
 
 
-def pandas_hash_inverse(keys, n_own):
-    import pandas as pd
-    uniq, counts = kn.count_keys(keys[:n_own])
-    return uniq, counts, pd.Index(uniq, copy=False).get_indexer(keys)
-
-
-def _numba_variant():
-    """A compiled open-addressing hash count (only if numba is installed; not a dependency)."""
-    try:
-        import numba
-    except ImportError:
-        return None
-
-    def hash_count_inverse(keys, bits):
-        size = 1 << bits
-        EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
-        tk = np.full(size, EMPTY, np.uint64)
-        tid = np.empty(size, np.int64)
-        uniq = np.empty(len(keys), np.uint64)
-        counts = np.zeros(len(keys), np.int64)
-        inv = np.empty(len(keys), np.uint32)
-        shift = np.uint64(64 - bits)
-        mask = size - 1
-        n = 0
-        for i in range(len(keys)):
-            k = keys[i]
-            s = np.int64(k >> shift)
-            while True:
-                t = tk[s]
-                if t == k:
-                    j = tid[s]
-                    break
-                if t == EMPTY:
-                    tk[s] = k; tid[s] = n; uniq[n] = k; j = n; n += 1
-                    break
-                s = (s + 1) & mask
-            counts[j] += 1
-            inv[i] = j
-        return uniq[:n], counts[:n], inv
-
-
-    kernel = numba.njit(hash_count_inverse)
-
-    def run(keys, n_own):
-        uniq, counts, inv = kernel(keys, max(4, int(np.ceil(np.log2(len(keys) * 2)))))
-        order = np.argsort(uniq)
-        rank = np.empty(len(order), np.uint32)
-        rank[order] = np.arange(len(order), dtype=np.uint32)
-        return uniq[order], counts[order], rank[inv]
-    run(np.arange(1, 100, dtype=np.uint64), 99)   # compile outside the timing
-    return run
-
-
-def unique_inverse(keys, n_own):
-    uniq, inv = np.unique(keys, return_inverse=True)
-    return uniq, None, inv
+def numpy_unit_table(prev, tokens, k, limit, want_inverse, chunk=1 << 20):
+    """The numpy unit_table the compiled kernels replaced (same contract)."""
+    n_pos = max(len(tokens) - k + 1, 0)
+    pieces, counted = [], 0
+    step = chunk if want_inverse else max(n_pos, 1)
+    for s in range(0, n_pos, step):
+        e = min(s + step, n_pos)
+        pos, keys = kn.ngram_keys(prev[s:e + 1], tokens[s:e + k - 1], k)
+        n_own = int(np.searchsorted(pos, limit - s))
+        counted += n_own
+        if want_inverse:
+            pieces.append((s, pos) + sort_count_inverse(keys, n_own))
+        else:
+            uniq, counts = kn.count_keys(keys[:n_own])
+            extra = keys[n_own:]
+            extra = np.setdiff1d(extra, uniq) if len(extra) else extra
+            if len(extra):
+                table = np.union1d(uniq, extra)
+                full = np.zeros(len(table), dtype=np.int64)
+                full[np.searchsorted(table, uniq)] = counts
+                uniq, counts = table, full
+            return uniq, counts, None, counted
+    uniq, _ = kn.run_lengths(np.sort(np.concatenate([p[2] for p in pieces])))
+    counts = np.zeros(len(uniq), dtype=np.int64)
+    dense = np.full(n_pos, len(uniq), dtype=np.uint32) if want_inverse else None
+    for s, pos, u, c, inv in pieces:
+        where = np.searchsorted(uniq, u)
+        counts[where] += c
+        if want_inverse:
+            dense[pos + s] = where.astype(np.uint32)[inv]
+    return uniq, counts, dense, counted
 
 
 def main() -> None:
@@ -129,28 +108,33 @@ def main() -> None:
         raw = PhraseBook(50_000, 0).sample(np.random.default_rng(1), args.tokens).astype(np.uint16)
     tok = raw.astype(np.uint32)
     tok[raw == 0] = kn.SENTINEL
-    pos, keys = kn.ngram_keys(tok, tok, 2)
-    variants = {"sort_count_inverse (packed sort)": kn.sort_count_inverse,
-                "sort + Directory.find": directory_inverse,
-                "sort + pandas Index.get_indexer": pandas_hash_inverse,
-                "np.unique(return_inverse)": unique_inverse}
-    compiled = _numba_variant()
-    if compiled is not None:
-        variants["numba hash count + sort of the distinct keys"] = compiled
-    times = {name: [] for name in variants}
-    ref = None
-    for _ in range(args.repeat):
-        for name, fn in variants.items():
-            t = time.perf_counter()
-            u, _, inv = fn(keys, len(keys))
-            times[name].append(time.perf_counter() - t)
-            if ref is None:
-                ref = u[inv]
-            assert np.array_equal(u[inv], ref)
-    base = min(times["sort_count_inverse (packed sort)"])
-    print(f"{len(keys)} bigram keys, {len(np.unique(keys))} distinct; best of {args.repeat}")
-    for name, ts in times.items():
-        print(f"  {name:46s} {min(ts):7.3f} s  {min(ts) / base:5.2f}x")
+    limit = len(tok) - 100                       # a flat range's overlap: looked up, not counted
+    kn.unit_table(tok[:1000], tok[:1000], 2, 900, True)          # compile outside the timing
+    u2, _, order, _ = kn.unit_table(tok, tok, 2, limit, True)
+    frequent = np.random.default_rng(2).random(len(u2)) < 0.6
+    ids = kn.ids_at(np.where(frequent, np.arange(len(u2)), kn.INVALID), order, len(tok))
+    cases = {"pass 2 (all positions)": (tok, 2, True), "pass 3 (60% of bigrams frequent)": (ids, 3, True),
+             "pass 3 as the last pass (no inverse)": (ids, 3, False)}
+    impls = {"compiled": kn.unit_table, "numpy (previous)": numpy_unit_table}
+    print(f"{len(tok)} tokens; best of {args.repeat}, implementations interleaved")
+    for case, (prev, k, inv) in cases.items():
+        best = {name: np.inf for name in impls}
+        outs = {}
+        for _ in range(args.repeat):
+            for name, fn in impls.items():
+                t = time.perf_counter()
+                outs[name] = fn(prev, tok, k, limit, inv)
+                if inv and name == "compiled":
+                    kn.ids_at(np.zeros(len(outs[name][0]), np.uint32), outs[name][2], len(tok))
+                best[name] = min(best[name], time.perf_counter() - t)
+        a, b = outs.values()
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[3] == b[3]
+        if inv:   # the same per-position key index, in the two representations
+            dense = kn.ids_at(np.arange(len(a[0])), a[2], len(b[2]))
+            assert np.array_equal(np.where(b[2] == len(b[0]), kn.INVALID, b[2]), dense)
+        ratio = best["numpy (previous)"] / best["compiled"]
+        print(f"  {case:38s} compiled {best['compiled'] * 1e9 / len(tok):6.1f} ns/position, "
+              f"numpy {best['numpy (previous)'] * 1e9 / len(tok):6.1f} ns/position: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def test_sorted_lookup(table_vals, queries):
     assert kn.lookup_sorted(table, qs).tolist() == expect_sorted
 
 
-@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), max_size=30), max_size=5))
+@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), max_size=30), max_size=9))
 def test_merge_counts(runs):
     parts, expect = [], Counter()
     for run in runs:
@@ -66,9 +66,11 @@ def test_bigram_keys_respect_document_boundaries(docs):
     assert stream.documents == len(docs) and stream.n_tokens == len(values)
 
 
-@given(docs_strategy, st.integers(0, 40), st.integers(1, 9), st.booleans(), st.integers(2, 4))
-def test_unit_table_limit_chunks_and_inverse(docs, limit, chunk, want_inverse, k):
-    """Counts only owned starts, keeps overlap keys, and pieces merge to the whole."""
+@given(docs_strategy, st.integers(0, 40), st.integers(1, 9), st.booleans(), st.integers(2, 4),
+       st.sampled_from([1, 40, 62]))
+def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse, k, lo_bits):
+    """Counts only owned starts, keeps overlap keys; any bucketing gives the same table,
+    also when the keys' packed top bits tie (62 low bits: only 2 top bits compared)."""
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     stream = stream_from_lists(lengths, values)
@@ -76,19 +78,26 @@ def test_unit_table_limit_chunks_and_inverse(docs, limit, chunk, want_inverse, k
     prev = toks
     for j in range(2, k):     # ids of (j)-grams: any injective labelling will do here
         pos, keys = kn.ngram_keys(prev, toks, j)
-        uniq, _, dense, _ = kn.unit_table(prev, toks, j, len(toks), True)
-        prev = np.where(dense == len(uniq), kn.INVALID, dense).astype(np.uint32)
+        uniq, _, order, _ = kn.unit_table(prev, toks, j, len(toks), True)
+        prev = kn.ids_at(np.arange(len(uniq)), order, len(toks))
     pos, keys = kn.ngram_keys(prev, toks, k)
-    uniq, counts, dense, counted = kn.unit_table(prev, toks, k, limit, want_inverse, chunk=chunk)
+    uniq, counts, order, counted = kn.unit_table(prev, toks, k, limit, want_inverse,
+                                                  bucket=bucket, min_lo_bits=lo_bits)
     assert np.all(np.diff(uniq.astype(np.float64)) > 0) or len(uniq) < 2
     assert set(uniq.tolist()) == set(keys.tolist())
     own = Counter(keys[pos < limit].tolist())
     assert {key: c for key, c in zip(uniq.tolist(), counts.tolist()) if c} == dict(own)
     assert counted == sum(own.values())
     if want_inverse:
+        positions, starts = order
+        assert starts[0] == 0 and starts[-1] == len(positions) == len(pos)
+        assert sorted(positions.tolist()) == pos.tolist()
+        dense = kn.ids_at(np.arange(len(uniq)), order, len(toks))
         assert np.array_equal(uniq[dense[pos]], keys)
         others = np.setdiff1d(np.arange(len(dense)), pos)
-        assert np.all(dense[others] == len(uniq))
+        assert np.all(dense[others] == kn.INVALID)
+    else:
+        assert order is None
 
 
 def test_histogram_and_kth_largest():

@@ -5,7 +5,7 @@ Each pass k = 2..K is three small Spark jobs over files in a work folder:
 1. count (one task per unit): read the unit's tokens, turn the ids of the
    previous pass into candidate k-gram keys (prefix and suffix both frequent),
    sort-count them, write the unit's distinct keys + counts and, for the next
-   pass, the index of every position's key in that table.
+   pass, the positions of each key (grouped by key, in key order).
 2. merge (one task per key range): merge the units' sorted runs for its range
    of the (uniformly mixed) key space; return a histogram of counts.
 3. keep (one task per key range): keep the keys at or above the threshold
@@ -96,18 +96,17 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None) -> dict:
     tokens = stream.tokens
     if k == 2:
         ids = tokens
-    else:
-        inv = load_array(wd.unit(k - 1, u, "inv"), mmap=False)
-        answers = _unit_answers(plan, wd, k - 1, u, prev)
-        # positions without a key hold len(answers): the extra INVALID slot
-        ids = np.append(answers, kn.INVALID)[inv]
+    else:   # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
+        order = (load_array(wd.unit(k - 1, u, "pos"), mmap=False),
+                 load_array(wd.unit(k - 1, u, "starts"), mmap=False))
+        ids = kn.ids_at(_unit_answers(plan, wd, k - 1, u, prev), order, len(tokens))
     last = k == cfg.max_len
-    uniq, counts, dense, counted = kn.unit_table(ids, tokens, k, stream.limit,
-                                                 want_inverse=not last)
+    uniq, counts, order, counted = kn.unit_table(ids, tokens, k, stream.limit, want_order=not last)
     save_array(wd.unit(k, u, "keys"), uniq)
     save_array(wd.unit(k, u, "counts"), counts.astype(np.uint32))
     if not last:
-        save_array(wd.unit(k, u, "inv"), dense)
+        save_array(wd.unit(k, u, "pos"), order[0])
+        save_array(wd.unit(k, u, "starts"), order[1])
     return {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
             "counted": counted, "distinct": len(uniq)}
 

@@ -156,3 +156,157 @@ def match_longest(tokens, starts, max_len, tabs, shifts, suffix, fid, mlen, lane
                 cid[g] = suffix[cid[g]]
                 clen[g] -= 1
 
+
+# ------------------------------------------------------------------ counting
+
+_INVALID32 = np.uint32(0xFFFFFFFF)
+
+
+@numba.njit(cache=True, nogil=True)
+def candidate_histogram(prev, tokens, k, n_pos, shift, hist):
+    """Count the candidate k-grams per bucket (a bucket = the top bits of the mixed key).
+
+    A position i is a candidate iff ``prev[i]`` and ``prev[i+1]`` are ids (not
+    INVALID); its key is ``mix(prev[i] << 32 | tokens[i+k-1])``.
+    """
+    for i in range(n_pos):
+        a = prev[i]
+        if a == _INVALID32 or prev[i + 1] == _INVALID32:
+            continue
+        key = mix1((np.uint64(a) << np.uint64(32)) | np.uint64(tokens[i + k - 1]))
+        hist[np.int64(key >> shift)] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_buckets(prev, tokens, k, n_pos, shift, bounds, lo_bits, keys, where, packed):
+    """Place every candidate in its bucket (``keys``, ``where`` = its position), then
+    pack each: ``packed`` = (key's bits above ``lo_bits``) | (its index in the bucket)."""
+    cursor = bounds[:-1].copy()
+    for i in range(n_pos):
+        a = prev[i]
+        if a == _INVALID32 or prev[i + 1] == _INVALID32:
+            continue
+        key = mix1((np.uint64(a) << np.uint64(32)) | np.uint64(tokens[i + k - 1]))
+        b = np.int64(key >> shift)
+        d = cursor[b]
+        cursor[b] = d + 1
+        keys[d] = key
+        where[d] = i
+    lo = np.uint64((1 << lo_bits) - 1)
+    for b in range(len(bounds) - 1):      # sequential: cheap next to the scatter above
+        for d in range(bounds[b], bounds[b + 1]):
+            packed[d] = (keys[d] & ~lo) | np.uint64(d - bounds[b])
+
+
+@numba.njit(cache=True, nogil=True)
+def bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order):
+    """Distinct keys in order, from buckets whose packed entries numpy sorted in place.
+
+    Buckets hold disjoint, increasing key ranges, so their runs, in bucket
+    order, are the unit's sorted distinct keys: ``uniq``/``counts`` (only
+    positions < ``limit`` count). ``order`` lists the candidates' positions
+    grouped by key, in key order: key r's positions are
+    ``order[starts[r]:starts[r+1]]``. Entries whose packed top bits tie are
+    ordered by full key with an insertion sort (ties of distinct keys are
+    rare: about n^2 / 2^(65-lo_bits)). Returns the number of distinct keys.
+    """
+    lo = np.uint64((1 << lo_bits) - 1)
+    hi = ~lo
+    u = 0
+    for p in range(len(bounds) - 1):
+        b0 = bounds[p]
+        n = bounds[p + 1] - b0
+        s = 0
+        while s < n:
+            top = packed[b0 + s] & hi
+            e = s + 1
+            while e < n and (packed[b0 + e] & hi) == top:
+                e += 1
+            if e - s > 1:
+                for a in range(s + 1, e):
+                    x = packed[b0 + a]
+                    kx = keys[b0 + np.int64(x & lo)]
+                    c = a - 1
+                    while c >= s and keys[b0 + np.int64(packed[b0 + c] & lo)] > kx:
+                        packed[b0 + c + 1] = packed[b0 + c]
+                        c -= 1
+                    packed[b0 + c + 1] = x
+            last = np.uint64(0)
+            for a in range(s, e):
+                j = b0 + np.int64(packed[b0 + a] & lo)
+                key = keys[j]
+                if a == s or key != last:
+                    uniq[u] = key
+                    counts[u] = 0
+                    starts[u] = b0 + a
+                    u += 1
+                    last = key
+                w = where[j]
+                order[b0 + a] = w
+                if w < limit:
+                    counts[u - 1] += 1
+            s = e
+    starts[u] = bounds[len(bounds) - 1]
+    return u
+
+
+@numba.njit(cache=True, nogil=True)
+def spread(values, starts, order, out):
+    """out[order[e]] = values[r] for every e in starts[r]:starts[r+1]."""
+    for r in range(len(values)):
+        v = values[r]
+        for e in range(starts[r], starts[r + 1]):
+            out[order[e]] = v
+
+
+@numba.njit(cache=True, nogil=True)
+def join_sorted(table, queries, out):
+    """out[i] = index of queries[i] in table, or -1 (both sorted ascending)."""
+    j = 0
+    n = len(table)
+    for i in range(len(queries)):
+        q = queries[i]
+        while j < n and table[j] < q:
+            j += 1
+        out[i] = j if j < n and table[j] == q else -1
+
+
+@numba.njit(cache=True, nogil=True)
+def merge_two(ka, ca, kb, cb, ko, co):
+    """Merge two sorted runs of distinct keys, summing the counts of shared keys.
+
+    Returns the length of the merged run written to ``ko``/``co``.
+    """
+    i = 0
+    j = 0
+    m = 0
+    na = len(ka)
+    nb = len(kb)
+    while i < na and j < nb:
+        a = ka[i]
+        b = kb[j]
+        if a < b:
+            ko[m] = a
+            co[m] = ca[i]
+            i += 1
+        elif b < a:
+            ko[m] = b
+            co[m] = cb[j]
+            j += 1
+        else:
+            ko[m] = a
+            co[m] = ca[i] + cb[j]
+            i += 1
+            j += 1
+        m += 1
+    while i < na:
+        ko[m] = ka[i]
+        co[m] = ca[i]
+        i += 1
+        m += 1
+    while j < nb:
+        ko[m] = kb[j]
+        co[m] = cb[j]
+        j += 1
+        m += 1
+    return m

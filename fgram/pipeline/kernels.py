@@ -108,128 +108,104 @@ def count_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
     """Index of each (sorted) query in a sorted table, -1 where absent.
 
-    Sorted queries make ``searchsorted`` walk the table in order (cache friendly).
+    Both sorted: one linear merge-join pass (compiled), no binary searches.
     """
-    if len(table) == 0:
-        return np.full(len(sorted_queries), -1, dtype=np.int64)
-    idx = np.searchsorted(table, sorted_queries)
-    safe = np.minimum(idx, len(table) - 1)
-    hit = table[safe] == sorted_queries
-    return np.where(hit, safe, -1).astype(np.int64)
+    from . import compiled as cc
+    out = np.empty(len(sorted_queries), np.int64)
+    cc.join_sorted(np.ascontiguousarray(table, np.uint64),
+                   np.ascontiguousarray(sorted_queries, np.uint64), out)
+    return out
 
 
-def sort_count_inverse(keys: np.ndarray, n_own: int
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct keys (sorted), counts of the first ``n_own`` keys, and each key's index.
-
-    Equivalent to ``np.unique(keys, return_inverse=True)`` with counts over a
-    prefix, without argsort (13x slower than sort here): sort the top 32 bits
-    of each (uniformly mixed) key packed with its index, then fix up the rare
-    runs whose top bits collide.
-    """
-    n = len(keys)
-    if n == 0:
-        return keys[:0].copy(), np.zeros(0, np.int64), np.zeros(0, np.uint32)
-    if n >= 2**32:
-        raise ValueError("a unit holds at most 2**32-1 n-grams")
-    packed = keys >> _U32
-    packed <<= _U32
-    packed |= np.arange(n, dtype=np.uint64)
-    packed.sort()
-    np.bitwise_and(packed, _LO32, out=packed)
-    order = packed.view(np.int64)
-    full = keys[order]
-    bad = np.flatnonzero(full[1:] < full[:-1])
-    if len(bad):
-        # the sorted top bits make each colliding run a contiguous range
-        hi = full >> _U32
-        vals = np.unique(hi[bad])
-        lo, up = np.searchsorted(hi, vals, "left"), np.searchsorted(hi, vals, "right")
-        lens = up - lo
-        idx = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + \
-            np.arange(int(lens.sum()))
-        sub = np.lexsort((full[idx], hi[idx]))
-        order[idx] = order[idx][sub]
-        full[idx] = full[idx][sub]
-    starts = np.empty(n, dtype=bool)
-    starts[0] = True
-    np.not_equal(full[1:], full[:-1], out=starts[1:])
-    first = np.flatnonzero(starts)
-    run = np.cumsum(starts, dtype=np.uint32)
-    run -= np.uint32(1)
-    inverse = np.empty(n, dtype=np.uint32)
-    inverse[order] = run
-    counts = np.diff(np.append(first, n))
-    if n_own < n:  # the overlap past a range's end is looked up but not counted
-        np.subtract.at(counts, inverse[n_own:].astype(np.intp), 1)
-    return full[first], counts, inverse
+BUCKET = 1 << 16    # target candidates per bucket: its arrays stay in the core's cache
 
 
-CHUNK = 1 << 20   # positions per cache-sized piece of a unit
-
-
-def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_inverse: bool,
-               chunk: int = CHUNK):
+def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_order: bool,
+               bucket: int = BUCKET, min_lo_bits: int = 1):
     """Count the candidate k-grams of one unit of work.
 
     ``prev``/``tokens`` as for `ngram_keys`. Only k-grams starting before
     ``limit`` belong to this unit (the rest are the overlap that a flat-file
-    range reads past its end, needed only for their ids). The work is done in
-    pieces of ``chunk`` positions whose arrays stay in cache, then the
-    pieces' tables are merged.
+    range reads past its end, needed only for their ids). Compiled kernels
+    (`compiled`): the candidates are radix-partitioned by the top bits of
+    their (uniformly mixed) keys into cache-sized buckets, each bucket sorted
+    by numpy, and the runs read off in bucket order, which is key order.
 
-    Returns ``(keys, counts, inverse, counted)``: the unit's distinct keys
-    (sorted; the overlap included with count 0), their counts, and, if asked,
-    a dense uint32 array over all positions holding the index of the position's
-    key in ``keys`` (``len(keys)`` where the position has no candidate).
+    Returns ``(keys, counts, order, counted)``: the unit's distinct keys
+    (sorted; the overlap included with count 0) and their counts; if asked,
+    ``order = (positions, starts)``: the candidates' positions (int32) grouped
+    by key in key order, key r's being ``positions[starts[r]:starts[r+1]]``
+    (`ids_at` turns it and per-key values into a per-position array).
+
+    ``bucket`` (candidates per bucket) and ``min_lo_bits`` (packed index bits:
+    more bits, more keys whose remaining top bits tie) exist for the tests.
     """
+    from . import compiled as cc
     n_pos = max(len(tokens) - k + 1, 0)
-    pieces, counted = [], 0
-    step = chunk if want_inverse else max(n_pos, 1)
-    for s in range(0, n_pos, step):
-        e = min(s + step, n_pos)
-        pos, keys = ngram_keys(prev[s:e + 1], tokens[s:e + k - 1], k)
-        n_own = int(np.searchsorted(pos, limit - s))
-        counted += n_own
-        if want_inverse:
-            pieces.append((s, pos) + sort_count_inverse(keys, n_own))
-        else:  # the last pass: one piece, counts only
-            uniq, counts = count_keys(keys[:n_own])
-            extra = keys[n_own:]      # setdiff1d sorts `uniq` even when this is empty
-            extra = np.setdiff1d(extra, uniq) if len(extra) else extra
-            if len(extra):
-                table = np.union1d(uniq, extra)
-                full = np.zeros(len(table), dtype=np.int64)
-                full[np.searchsorted(table, uniq)] = counts
-                uniq, counts = table, full
-            return uniq, counts, None, counted
-    if not pieces:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64), \
-            (np.zeros(n_pos, np.uint32) if want_inverse else None), 0
-    uniq, _ = run_lengths(np.sort(np.concatenate([p[2] for p in pieces])))
-    counts = np.zeros(len(uniq), dtype=np.int64)
-    dense = np.full(n_pos, len(uniq), dtype=np.uint32) if want_inverse else None
-    for s, pos, u, c, inv in pieces:
-        where = np.searchsorted(uniq, u)
-        counts[where] += c
-        if want_inverse:
-            dense[pos + s] = where.astype(np.uint32)[inv]
-    return uniq, counts, dense, counted
+    if n_pos >= 2**31:
+        raise ValueError("a unit holds at most 2**31-1 positions")
+    prev = np.ascontiguousarray(prev, dtype=np.uint32)
+    tokens = np.ascontiguousarray(tokens, dtype=np.uint32)
+    bits = max(1, int(np.ceil(np.log2(max(n_pos, 1) / bucket))))   # buckets: the top bits
+    shift = np.uint64(64 - bits)
+    hist = np.zeros(1 << bits, np.int64)
+    cc.candidate_histogram(prev, tokens, k, n_pos, shift, hist)
+    bounds = np.zeros(len(hist) + 1, np.int64)
+    np.cumsum(hist, out=bounds[1:])
+    n = int(bounds[-1])
+    lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
+    keys = np.empty(n, np.uint64)
+    where = np.empty(n, np.int32)
+    packed = np.empty(n, np.uint64)
+    cc.scatter_buckets(prev, tokens, k, n_pos, shift, bounds, lo_bits, keys, where, packed)
+    for b in np.flatnonzero(hist > 1):
+        packed[bounds[b]:bounds[b + 1]].sort()
+    uniq = np.empty(n, np.uint64)
+    counts = np.empty(n, np.int64)
+    starts = np.empty(n + 1, np.int64)
+    order = np.empty(n, np.int32)
+    u = cc.bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order)
+    counted = int(np.count_nonzero(where < limit))
+    del packed, keys, where
+    result = (order, starts[:u + 1].copy()) if want_order else None
+    return uniq[:u].copy(), counts[:u].copy(), result, counted
+
+
+def ids_at(values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
+    """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID elsewhere."""
+    from . import compiled as cc
+    positions, starts = order
+    out = np.full(n, INVALID, dtype=np.uint32)
+    cc.spread(np.ascontiguousarray(values, np.uint32), starts, positions, out)
+    return out
 
 
 def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Merge sorted (keys, counts) runs into one sorted table with summed counts."""
-    parts = [(k, c) for k, c in parts if len(k)]
-    if not parts:
+    """Merge sorted runs of distinct keys into one sorted table with summed counts.
+
+    Pairwise, in a balanced tree of linear merges (compiled): every level is
+    one sequential pass, log2(runs) levels.
+    """
+    from . import compiled as cc
+    runs = [(np.ascontiguousarray(k, np.uint64), np.ascontiguousarray(c, np.int64))
+            for k, c in parts if len(k)]
+    if not runs:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    if len(parts) == 1:
-        return parts[0][0].copy(), parts[0][1].astype(np.int64)
-    uniq, _ = run_lengths(np.sort(np.concatenate([k for k, _ in parts])))
-    total = np.zeros(len(uniq), dtype=np.int64)
-    for k, c in parts:
-        # sorted queries into the sorted union: every key is present
-        total[np.searchsorted(uniq, k)] += c.astype(np.int64)
-    return uniq, total
+    while len(runs) > 1:
+        merged = []
+        for i in range(0, len(runs) - 1, 2):
+            (ka, ca), (kb, cb) = runs[i], runs[i + 1]
+            ko = np.empty(len(ka) + len(kb), np.uint64)
+            co = np.empty(len(ko), np.int64)
+            m = cc.merge_two(ka, ca, kb, cb, ko, co)
+            merged.append((ko[:m], co[:m]))
+        if len(runs) % 2:
+            merged.append(runs[-1])
+        runs = merged
+    keys, counts = runs[0]
+    if keys is parts[0][0] or keys.base is parts[0][0]:    # a single input run: a private copy
+        keys, counts = keys.copy(), counts.copy()
+    return keys, counts
 
 
 def histogram(counts: np.ndarray, floor: int) -> dict[int, int]:
