@@ -72,7 +72,8 @@ def _no_leftovers(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "unknown_ext", "bad_bin_size", "corrupt_parquet",
-                                  "float_column", "negative", "no_column", "empty", "big_token"])
+                                  "float_column", "negative", "no_column", "empty", "big_token",
+                                  "big_token_sep", "negative_flat_sep"])
 def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
     p = tmp_path / "in"
     p.mkdir()
@@ -104,6 +105,12 @@ def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
     elif case == "big_token":
         np.array([1, 2**31, 3], dtype=np.uint32).tofile(p / "x.bin")
         args, expect = [str(p / "x.bin"), "--dtype", "uint32"], "exceeds"
+    elif case == "big_token_sep":     # the separator path checks only non-separator values
+        np.array([1, 0, 2**31, 0, 3], dtype=np.uint32).tofile(p / "x.bin")
+        args, expect = [str(p / "x.bin"), "--dtype", "uint32", "--doc-sep", "0"], "token id 2147483648"
+    elif case == "negative_flat_sep":
+        np.array([1, 0, 4, -7, 3], dtype=np.int32).tofile(p / "x.bin")
+        args, expect = [str(p / "x.bin"), "--dtype", "int32", "--doc-sep", "0"], "negative token id -7"
     line = _err(runner.invoke(cli, ["build", *args, "-o", str(tmp_path / "o")]))
     assert expect in line, line
     assert _no_leftovers(tmp_path)

@@ -71,12 +71,12 @@ def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str
     """Tags of a flat token range: separators get id -1 and length 0."""
     if doc_sep is None:
         check_range(raw, uri)
-        return index.match(raw.astype(np.int64))
+        return index.match(raw)
     sep = np.flatnonzero(raw == doc_sep)
     if len(sep) < len(raw):
         check_range(np.delete(raw, sep), uri)
     starts = np.unique(np.concatenate([sep, sep + 1]))
-    fid, mlen = index.match(raw.astype(np.int64), doc_starts=starts[starts < len(raw)])
+    fid, mlen = index.match(raw, doc_starts=starts[starts < len(raw)])
     fid[sep] = -1
     mlen[sep] = 0
     return fid, mlen
@@ -110,7 +110,7 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
             lengths, values = list_column(table, cfg.column, shard.uri)
         check_range(values, shard.uri)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        fid, mlen = index.match(values.astype(np.int64), doc_starts=starts[lengths > 0])
+        fid, mlen = index.match(values, doc_starts=starts[lengths > 0])
         if folder is not None:
             offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
             id_type = np.int32 if index.meta["fgrams"] < 2**31 else np.int64

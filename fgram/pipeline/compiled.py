@@ -18,6 +18,8 @@ import numpy as np
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _M = np.uint64(0x9E3779B97F4A7C15)
 LANES = 128        # independent streams of positions matched side by side
+_START = np.uint32(1 << 31)        # match_longest: "a document starts here" bit
+_TOKEN = np.uint32((1 << 31) - 1)
 
 
 @numba.njit(cache=True, inline="always")
@@ -64,13 +66,13 @@ def find_keys(tab, shift, queries, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def match_longest(tokens, starts, max_len, tabs, shifts, suffix, fid, mlen, lanes):
+def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
     """Longest f-gram ending at every position (see `index.FgramIndex.match`).
 
     ``tabs[L-2]``/``shifts[L-2]``: the flat hash table of length L;
     ``suffix[id]``: id of the f-gram without its first token (length >= 3).
-    ``starts[i]``: a document starts at i. Writes ``fid`` (-1 where none)
-    and ``mlen`` (1 where none).
+    ``tokens``: uint32 token ids (< 2**31) with the top bit set where a
+    document starts. Writes ``fid`` (-1 where none) and ``mlen`` (1 where none).
 
     The longest match ending at i extends a suffix of the longest one ending
     at i-1 (the table is closed under prefixes and suffixes), so each
@@ -102,7 +104,7 @@ def match_longest(tokens, starts, max_len, tabs, shifts, suffix, fid, mlen, lane
             i = base[g] + step
             if i >= stop[g]:
                 continue
-            if clen[g] == 0 or starts[i]:
+            if clen[g] == 0 or tokens[i] >= _START:
                 cid[g] = -1
                 clen[g] = 1
                 if i >= own[g]:
@@ -119,8 +121,8 @@ def match_longest(tokens, starts, max_len, tabs, shifts, suffix, fid, mlen, lane
                 g = pend[x]
                 i = base[g] + step
                 L = clen[g]
-                pre = np.uint64(tokens[i - 1]) if L == 1 else np.uint64(cid[g])
-                q = mix1((pre << np.uint64(32)) | np.uint64(tokens[i]))
+                pre = np.uint64(tokens[i - 1] & _TOKEN) if L == 1 else np.uint64(cid[g])
+                q = mix1((pre << np.uint64(32)) | np.uint64(tokens[i] & _TOKEN))
                 qs[x] = q
                 sl[x] = np.int64(q >> shifts[L - 1]) * 2
             for x in range(npend):          # their first slots: independent loads
@@ -261,21 +263,31 @@ def spread(values, starts, order, out):
 
 @numba.njit(cache=True, nogil=True)
 def join_sorted(table, queries, out):
-    """out[i] = index of queries[i] in table, or -1 (both sorted ascending)."""
+    """out[i] = index of queries[i] in table, or -1 (both sorted ascending; the
+    table distinct, the queries may repeat).
+
+    Branch-free merge: each step advances the queries (on a hit or when the
+    query is smaller) or the table, so the loop carries no data-dependent
+    branch to mispredict.
+    """
+    out[:] = -1
+    i = 0
     j = 0
-    n = len(table)
-    for i in range(len(queries)):
-        q = queries[i]
-        while j < n and table[j] < q:
-            j += 1
-        out[i] = j if j < n and table[j] == q else -1
+    nq = len(queries)
+    nt = len(table)
+    while i < nq and j < nt:
+        a = queries[i]
+        b = table[j]
+        out[i] = j if a == b else out[i]
+        i += a <= b
+        j += b < a
 
 
 @numba.njit(cache=True, nogil=True)
 def merge_two(ka, ca, kb, cb, ko, co):
     """Merge two sorted runs of distinct keys, summing the counts of shared keys.
 
-    Returns the length of the merged run written to ``ko``/``co``.
+    Branch-free inner loop (see `join_sorted`). Returns the merged length.
     """
     i = 0
     j = 0
@@ -285,19 +297,12 @@ def merge_two(ka, ca, kb, cb, ko, co):
     while i < na and j < nb:
         a = ka[i]
         b = kb[j]
-        if a < b:
-            ko[m] = a
-            co[m] = ca[i]
-            i += 1
-        elif b < a:
-            ko[m] = b
-            co[m] = cb[j]
-            j += 1
-        else:
-            ko[m] = a
-            co[m] = ca[i] + cb[j]
-            i += 1
-            j += 1
+        ta = a <= b
+        tb = b <= a
+        ko[m] = a if ta else b
+        co[m] = (ca[i] if ta else 0) + (cb[j] if tb else 0)
+        i += ta
+        j += tb
         m += 1
     while i < na:
         ko[m] = ka[i]
@@ -310,3 +315,39 @@ def merge_two(ka, ca, kb, cb, ko, co):
         j += 1
         m += 1
     return m
+
+
+# ------------------------------------------------------------------ reading
+
+@numba.njit(cache=True, nogil=True)
+def separate(body, sep, own, sep_before, tokens):
+    """A flat range's raw values -> uint32 tokens with 2**32-1 at separators, in one pass.
+
+    ``own``: how many leading values belong to the range (the rest is overlap);
+    ``sep_before``: a separator (or the file start) precedes the first value.
+    Returns (documents started among the own values, own non-separator
+    values, min and max of the non-separator values; 0, -1 when none).
+    """
+    docs = 0
+    n_tok = 0
+    vmin = np.int64(0)
+    vmax = np.int64(-1)
+    before = sep_before
+    for i in range(len(body)):
+        v = np.int64(body[i])
+        if v == sep:
+            tokens[i] = _INVALID32
+            before = True
+            continue
+        tokens[i] = np.uint32(v)
+        if vmax < vmin:
+            vmin = v
+            vmax = v
+        else:
+            vmin = min(vmin, v)
+            vmax = max(vmax, v)
+        if i < own:
+            n_tok += 1
+            docs += before
+        before = False
+    return docs, n_tok, vmin, vmax

@@ -192,14 +192,16 @@ class FgramIndex:
         ``lanes``: how many stretches of the input are matched side by side
         (any value gives the same result; it only changes the speed).
         """
-        tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        tokens = np.asarray(tokens)
         n = len(tokens)
+        if n and (tokens.min() < 0 or tokens.max() > kn.MAX_TOKEN):
+            raise ValueError(f"token ids must be in 0..{kn.MAX_TOKEN}")
+        marked = tokens.astype(np.uint32)              # the top bit marks document starts
+        if doc_starts is not None and len(doc_starts):
+            marked[np.asarray(doc_starts, dtype=np.int64)] |= np.uint32(1 << 31)
         fid = np.empty(n, dtype=np.int64)
         mlen = np.empty(n, dtype=np.uint8)
-        starts = np.zeros(n, dtype=bool)
-        if doc_starts is not None and len(doc_starts):
-            starts[np.asarray(doc_starts, dtype=np.int64)] = True
         lanes = max(1, min(int(lanes), n))
-        compiled.match_longest(tokens, starts, self.max_len, self._flat, self._shifts,
+        compiled.match_longest(marked, self.max_len, self._flat, self._shifts,
                                self.suffix, fid, mlen, lanes)
         return fid, mlen

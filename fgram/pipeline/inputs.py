@@ -301,17 +301,14 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
     body = arr[head:]
     own = unit.stop - unit.start
     if opts.doc_sep is not None:
-        is_sep = body == opts.doc_sep
-        check_range(body[~is_sep] if is_sep.any() else body, shard.uri)
-        tokens = body.astype(np.uint32)
-        tokens[is_sep] = SENTINEL
-        own_tok = ~is_sep[:own]
-        before = np.empty(own, dtype=bool)
-        if own:
-            before[0] = True if head == 0 else bool(arr[0] == opts.doc_sep)
-            before[1:] = is_sep[:own - 1]
-        documents = int(np.count_nonzero(own_tok & before))
-        n_tokens = int(np.count_nonzero(own_tok))
+        from .compiled import separate
+        tokens = np.empty(len(body), dtype=np.uint32)
+        sep_before = head == 0 or bool(arr[0] == opts.doc_sep)
+        documents, n_tokens, vmin, vmax = separate(body, opts.doc_sep, own, sep_before, tokens)
+        if vmin < 0:
+            raise InputError(shard.uri, f"negative token id {vmin}")
+        if vmax > MAX_TOKEN:
+            raise InputError(shard.uri, f"token id {vmax} exceeds {MAX_TOKEN}")
     else:
         check_range(body, shard.uri)
         tokens = body.astype(np.uint32)
