@@ -225,6 +225,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     out = check_output(cfg.output, cfg.overwrite)
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
+    kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
     executor = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
     staging = staging_dir(out)
     try:

@@ -237,3 +237,23 @@ def part_bounds(nparts: int) -> np.ndarray:
     """Boundaries of `nparts` equal ranges of the mixed-key space (uint64, len nparts+1, last = 2**64 handled)."""
     edges = [(i * (2**64)) // nparts for i in range(nparts)]
     return np.array(edges, dtype=np.uint64)
+
+
+def warm_up() -> None:
+    """Run every compiled counting kernel once on tiny data.
+
+    The first call of a kernel compiles it (~2 s for all of them) and caches
+    the machine code on disk; calling this in the driver before tasks start
+    means the worker processes of this machine load it instead of each
+    compiling it at once.
+    """
+    from .compiled import separate
+    from .inputs import stream_from_lists
+    for dtype in (np.uint16, np.uint32):     # the common flat-file dtypes
+        separate(np.array([1, 0, 2], dtype), 0, 3, True, np.empty(3, np.uint32))
+    tokens = stream_from_lists(np.array([4, 3]), np.array([1, 2, 1, 2, 3, 2, 1])).tokens
+    uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True)
+    ids = ids_at(np.arange(len(uniq)), order, len(tokens))
+    uniq3, counts3, _, _ = unit_table(ids, tokens, 3, len(tokens), False)
+    lookup_sorted(uniq3, uniq3)
+    merge_counts([(uniq3, counts3), (uniq3[:1], counts3[:1])])
