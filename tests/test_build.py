@@ -219,3 +219,10 @@ def test_corrupt_row_group_fails_cleanly(spark, tmp_path):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "o").exists()
     assert not [p for p in os.listdir(tmp_path) if "staging" in p]
+
+
+def test_map_batched_runs_every_item_once_in_order(spark):
+    from fgram.jobs.executors import LocalExecutor, SparkExecutor
+    for ex in (SparkExecutor(spark), LocalExecutor(2), LocalExecutor(1)):
+        for n in (0, 1, 3, 4, 5, 17):
+            assert ex.map_batched(n, lambda i: (i, i * i)) == [(i, i * i) for i in range(n)]

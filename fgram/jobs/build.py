@@ -260,7 +260,8 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
         distinct = sum(s["distinct"] for s in stats)
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
-        merged = ex.map(nparts, lambda p, k=k, n=nparts, f=floor: merge_task(plan, k, p, n, f))
+        merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor:
+                                 merge_task(plan, k, p, n, f))
         t_merge = time.time()
         part_hists = [m["hist"] for m in merged]
         hists[k] = kn.merge_hists(*part_hists)
@@ -278,8 +279,8 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
         broadcast = kept * 8 <= cfg.broadcast_budget or ex.spark is None
         answer = k < cfg.max_len and not broadcast
-        ex.map(nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
-               keep_task(plan, k, p, n, t, o[p], a))
+        ex.map_batched(nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
+                       keep_task(plan, k, p, n, t, o[p], a))
         prev = {"nparts": nparts, "broadcast": broadcast}
         passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
                        "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
@@ -423,7 +424,7 @@ def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, c
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
     t0 = time.time()
     for k in sorted(offsets_by_len):
-        ex.map(parts_by_len[k], lambda p, k=k: decode_task(
+        ex.map_batched(parts_by_len[k], lambda p, k=k: decode_task(
             plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len))
     t1 = time.time()
     out_dir = os.path.join(staging, "fgrams")

@@ -32,7 +32,25 @@ def _reraise(exc: BaseException):
     raise exc
 
 
-class SparkExecutor:
+class Executor:
+    parallelism = 1
+
+    def map(self, n: int, fn) -> list:
+        raise NotImplementedError
+
+    def map_batched(self, n: int, fn) -> list:
+        """``map`` for many small work items: at most 2 x parallelism tasks, each
+        running a contiguous batch of items in turn (a task launch costs tens of
+        ms on Spark; a merge or keep item can take less). Results in item order."""
+        tasks = min(n, 2 * self.parallelism)
+        if tasks == n:
+            return self.map(n, fn)
+        bounds = [n * t // tasks for t in range(tasks + 1)]
+        out = self.map(tasks, lambda t: [fn(i) for i in range(bounds[t], bounds[t + 1])])
+        return [r for batch in out for r in batch]
+
+
+class SparkExecutor(Executor):
     name = "spark"
 
     def __init__(self, spark):
@@ -56,7 +74,7 @@ def _call(i):
     return _FN(i)
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """Forked worker processes on this machine; no JVM."""
     name = "local"
     spark = None
