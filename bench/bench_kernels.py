@@ -25,6 +25,19 @@ _U32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
 
 
+def run_lengths(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values of a sorted array and how often each occurs."""
+    n = len(sorted_keys)
+    if n == 0:
+        return sorted_keys[:0].copy(), np.zeros(0, np.int64)
+    starts = np.empty(n, dtype=bool)
+    starts[0] = True
+    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=starts[1:])
+    idx = np.flatnonzero(starts)
+    counts = np.diff(np.append(idx, n))
+    return sorted_keys[idx], counts.astype(np.int64)
+
+
 def sort_count_inverse(keys: np.ndarray, n_own: int):
     """Distinct keys, counts of the first n_own, each key's index (packed top-32 + index sort)."""
     n = len(keys)
@@ -75,7 +88,7 @@ def numpy_unit_table(prev, tokens, k, limit, want_inverse, chunk=1 << 20):
         if want_inverse:
             pieces.append((s, pos) + sort_count_inverse(keys, n_own))
         else:
-            uniq, counts = kn.count_keys(keys[:n_own])
+            uniq, counts = run_lengths(np.sort(keys[:n_own]))
             extra = keys[n_own:]
             extra = np.setdiff1d(extra, uniq) if len(extra) else extra
             if len(extra):
@@ -84,7 +97,7 @@ def numpy_unit_table(prev, tokens, k, limit, want_inverse, chunk=1 << 20):
                 full[np.searchsorted(table, uniq)] = counts
                 uniq, counts = table, full
             return uniq, counts, None, counted
-    uniq, _ = kn.run_lengths(np.sort(np.concatenate([p[2] for p in pieces])))
+    uniq, _ = run_lengths(np.sort(np.concatenate([p[2] for p in pieces])))
     counts = np.zeros(len(uniq), dtype=np.int64)
     dense = np.full(n_pos, len(uniq), dtype=np.uint32) if want_inverse else None
     for s, pos, u, c, inv in pieces:

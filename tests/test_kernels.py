@@ -18,14 +18,6 @@ def test_mix_is_a_bijection(values):
     assert len(np.unique(kn.mix(x))) == len(np.unique(x))
 
 
-@given(st.lists(st.integers(0, 30), max_size=300))
-def test_count_keys_matches_counter(values):
-    keys = np.array(values, dtype=np.uint64)
-    uniq, counts = kn.count_keys(keys)
-    assert dict(zip(uniq.tolist(), counts.tolist())) == dict(Counter(values))
-    assert np.all(np.diff(uniq.astype(np.float64)) > 0)
-
-
 @given(st.lists(st.integers(0, 2**20), max_size=300), st.lists(st.integers(0, 2**20), max_size=100))
 def test_sorted_lookup(table_vals, queries):
     table = np.unique(kn.mix(np.array(table_vals, dtype=np.uint64)))

@@ -232,12 +232,16 @@ class Stream:
 
 
 def check_range(values: np.ndarray, uri: str) -> None:
-    if len(values) == 0:
-        return
-    if values.dtype.kind == "i" and int(values.min()) < 0:
-        raise InputError(uri, f"negative token id {int(values.min())}")
-    if int(values.max()) > MAX_TOKEN:
-        raise InputError(uri, f"token id {int(values.max())} exceeds {MAX_TOKEN}")
+    if len(values):
+        check_bounds(int(values.min()) if values.dtype.kind == "i" else 0, int(values.max()), uri)
+
+
+def check_bounds(lowest: int, highest: int, uri: str) -> None:
+    """Token ids must lie in 0..MAX_TOKEN."""
+    if lowest < 0:
+        raise InputError(uri, f"negative token id {lowest}")
+    if highest > MAX_TOKEN:
+        raise InputError(uri, f"token id {highest} exceeds {MAX_TOKEN}")
 
 
 @contextmanager
@@ -305,10 +309,7 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
         tokens = np.empty(len(body), dtype=np.uint32)
         sep_before = head == 0 or bool(arr[0] == opts.doc_sep)
         documents, n_tokens, vmin, vmax = separate(body, opts.doc_sep, own, sep_before, tokens)
-        if vmin < 0:
-            raise InputError(shard.uri, f"negative token id {vmin}")
-        if vmax > MAX_TOKEN:
-            raise InputError(shard.uri, f"token id {vmax} exceeds {MAX_TOKEN}")
+        check_bounds(vmin, vmax, shard.uri)
     else:
         check_range(body, shard.uri)
         tokens = body.astype(np.uint32)

@@ -1,4 +1,4 @@
-"""Vectorised counting kernels over token arrays (numpy only).
+"""Counting kernels over token arrays: numpy, with the hot loops in `compiled` (numba).
 
 Conventions
 -----------
@@ -59,7 +59,8 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray
     have ids; then it lies inside one document.
 
     Returns ``(positions, keys)`` in position order: int64 start positions and
-    uint64 mixed keys.
+    uint64 mixed keys. (The numpy reference of what `unit_table`'s compiled
+    kernels compute; the tests and the kernel benchmark use it.)
     """
     n_pos = len(tokens) - k + 1
     if n_pos <= 0:
@@ -85,24 +86,6 @@ def _mix_inplace(x: np.ndarray) -> np.ndarray:
     x *= _M
     x ^= x >> np.uint64(29)
     return x
-
-
-def run_lengths(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values of a sorted array and how often each occurs."""
-    n = len(sorted_keys)
-    if n == 0:
-        return sorted_keys[:0].copy(), np.zeros(0, np.int64)
-    starts = np.empty(n, dtype=bool)
-    starts[0] = True
-    np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=starts[1:])
-    idx = np.flatnonzero(starts)
-    counts = np.diff(np.append(idx, n))
-    return sorted_keys[idx], counts.astype(np.int64)
-
-
-def count_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort-based exact count: (distinct sorted keys, counts)."""
-    return run_lengths(np.sort(keys))
 
 
 def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
