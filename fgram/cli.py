@@ -228,6 +228,59 @@ def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf
     _print_coverage(m["coverage"])
 
 
+@cli.command("embed")
+@click.argument("output")
+@click.option("--model", required=True,
+              help="module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) "
+                   "-> [B, d] (e.g. fgram.pipeline.models:hashed).")
+@click.option("--batch", default=4096, show_default=True, help="F-grams per model call.")
+@click.option("--dtype", default="float16", show_default=True,
+              type=click.Choice(["float16", "bfloat16", "float32"]), help="Stored row type.")
+@click.option("--chunk-rows", default=1 << 16, show_default=True,
+              help="Rows per chunk: a killed run resumes from its last finished chunk.")
+@click.option("--local", is_flag=True, default=True, show_default=True,
+              help="Run in this process (the only mode so far).")
+def embed_command(output, model, batch, dtype, chunk_rows, local):
+    """Write OUTPUT/embeddings/: the model's output for every f-gram, row i = fgram_id i.
+
+    Needs OUTPUT/index (fgram index OUTPUT) only for lookups afterwards.
+    """
+    from fgram.jobs.embed import EmbedConfig, run_embed
+
+    try:
+        meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=dtype,
+                                     chunk_rows=chunk_rows))
+    except FgramError as exc:
+        _fail(str(exc))
+    click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
+               f"{meta['seconds']:.1f}s -> {os.path.join(output, 'embeddings')}")
+
+
+@cli.command("lookup")
+@click.argument("output")
+@click.option("--tokens", required=True, help="Comma-separated token ids of one context.")
+@click.option("--mode", default="mmap", show_default=True, type=click.Choice(["ram", "mmap"]))
+def lookup_command(output, tokens, mode):
+    """Print, for each position of TOKENS, its longest f-gram and the start of its row."""
+    from fgram.pipeline.embed import FgramStore
+
+    try:
+        ids = [int(t) for t in tokens.replace(" ", "").split(",") if t != ""]
+    except ValueError:
+        _fail(f"--tokens {tokens!r}: expected comma-separated integers")
+    try:
+        store = FgramStore.open(output, mode=mode)
+    except FgramError as exc:
+        _fail(str(exc))
+    rows, lengths, unmatched = store.embed_sequence(ids)
+    fid, _ = store.index.match(ids)
+    click.echo(f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  row[:4]")
+    for i, t in enumerate(ids):
+        row = "(unmatched: use the token embedding)" if unmatched[i] else \
+            " ".join(f"{v:.4g}" for v in rows[i, :4])
+        click.echo(f"  {i:>4} {t:>8} {fid[i]:>9} {lengths[i]:>4}  {row}")
+
+
 def main() -> None:
     cli(prog_name="fgram")
 

@@ -112,4 +112,4 @@ def test_spark_annotate_stale_and_cli(spark, tmp_path):
     assert not (tmp_path / "t2").exists()
     res = CliRunner().invoke(cli, ["annotate", str(tmp_path / "nothing"), src, "-o",
                                    str(tmp_path / "t3")])
-    assert res.exit_code == 2 and "no index" in res.output
+    assert res.exit_code == 2 and "index.json: missing; run `fgram index" in res.output

@@ -159,6 +159,55 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
                 clen[g] -= 1
 
 
+
+@numba.njit(cache=True)
+def step_matches(cid, clen, prev, tok, max_len, tabs, shifts, suffix):
+    """One new token per sequence: update each (longest match id, length) in place.
+
+    ``clen`` 0 means the sequence is empty (the token starts it), 1 means no
+    match ends at the previous token (``prev`` is that token). Same walk as
+    `match_longest`: extend, else shorten by suffix links; at most K-1 probes.
+    """
+    for b in range(len(tok)):
+        L = clen[b]
+        if L == 0:
+            cid[b] = -1
+            clen[b] = 1
+            continue
+        c = cid[b]
+        t = np.uint64(tok[b])
+        if L == max_len:
+            c = suffix[c]
+            L -= 1
+        while True:
+            pre = np.uint64(prev[b]) if L == 1 else np.uint64(c)
+            q = mix1((pre << np.uint64(32)) | t)
+            r = _probe_from(tabs[L - 1], np.int64(q >> shifts[L - 1]) * 2, q)
+            if r >= 0:
+                c = r
+                L += 1
+                break
+            if L == 1:
+                c = -1
+                break
+            c = suffix[c]
+            L -= 1
+        cid[b] = c
+        clen[b] = L
+
+
+@numba.njit(cache=True)
+def last_matches(tails, max_len, tabs, shifts, suffix, cid, clen):
+    """Longest match ending at the last token of each row of ``tails`` [B, w]
+    (each row its own document): `step_matches` over the w columns."""
+    prev = np.zeros(len(tails), np.int64)
+    cid[:] = -1
+    clen[:] = 0
+    for j in range(tails.shape[1]):
+        col = tails[:, j].astype(np.int64)
+        step_matches(cid, clen, prev, col, max_len, tabs, shifts, suffix)
+        prev[:] = col
+
 # ------------------------------------------------------------------ counting
 
 _INVALID32 = np.uint32(0xFFFFFFFF)

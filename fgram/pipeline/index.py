@@ -70,6 +70,24 @@ def chain_key(prefix: np.ndarray, last: np.ndarray) -> np.ndarray:
     return kn.mix((np.asarray(prefix, np.uint64) << np.uint64(32)) | np.asarray(last, np.uint64))
 
 
+def check_mode(mode: str) -> None:
+    if mode not in ("mmap", "ram"):
+        raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
+
+
+def read_meta(path: str, fmt: str, version: int, make: str) -> dict:
+    """The metadata JSON of an output part, checked for its format and version.
+
+    ``make``: the command that writes it (named in the errors)."""
+    if not os.path.exists(path):
+        raise FgramError(f"{path}: missing; run `{make}` first")
+    with open(path) as fh:
+        meta = json.load(fh)
+    if meta.get("format") != fmt or meta.get("version") != version:
+        raise FgramError(f"{path}: not {fmt} of version {version}; rebuild it with `{make}`")
+    return meta
+
+
 def manifest_fingerprint(out: str) -> str:
     with open(os.path.join(out, "manifest.json"), "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()[:16]
@@ -150,17 +168,10 @@ class FgramIndex:
         """``mode="mmap"`` maps the arrays (shared through the page cache, opens in
         milliseconds); ``"ram"`` reads them into this process's memory (huge pages
         where the OS allows: faster lookups, a private copy)."""
-        if mode not in ("mmap", "ram"):
-            raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
+        check_mode(mode)
         folder = os.path.join(out, "index")
-        path = os.path.join(folder, "index.json")
-        if not os.path.exists(path):
-            raise FgramError(f"{out}: no index; run `fgram index {out}` first")
-        with open(path) as fh:
-            meta = json.load(fh)
-        if meta.get("format") != "fgram-index" or meta.get("version") != VERSION:
-            raise FgramError(f"{path}: not an fgram index of version {VERSION}; "
-                             f"rebuild it with `fgram index {out}`")
+        meta = read_meta(os.path.join(folder, "index.json"), "fgram-index", VERSION,
+                         f"fgram index {out}")
         if os.path.exists(os.path.join(out, "manifest.json")) and \
                 manifest_fingerprint(out) != meta["table"]:
             raise FgramError(f"{out}: the index was built for another f-gram table; rebuild it")

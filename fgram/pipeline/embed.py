@@ -1,0 +1,173 @@
+"""Precomputed f-gram embeddings: the on-disk format, models, and the lookup store.
+
+Format (``OUT/embeddings/``, written by ``fgram embed``)
+--------------------------------------------------------
+- ``matrix.npy``: ``[S, d]``, row i = the model's output for f-gram i
+  (fgram_id order). dtype float16 or float32; bfloat16 is stored as uint16
+  (the top half of each float32, rounded to nearest even).
+- ``embeddings.json``: ``{"format": "fgram-embeddings", "version": 1, "rows":
+  S, "dim": d, "dtype": "float16"|"bfloat16"|"float32", "model": "module:factory",
+  "table": <manifest fingerprint>, "sha256": <of matrix.npy>, "chunk_rows": R}``.
+
+A model is a factory (``module:factory``, called with no arguments) that
+returns a callable ``model(tokens, lengths) -> array [B, d]``: ``tokens`` int32
+``[B, K]`` right-padded with 0, ``lengths`` int64 ``[B]``.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import mmap
+import os
+
+import numpy as np
+
+from .errors import ConfigError, FgramError
+from .index import FgramIndex, check_mode, manifest_fingerprint, read_meta
+
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def load_model(spec: str):
+    """``module:factory`` -> the model callable."""
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ConfigError(f"--model {spec!r}: expected module:factory")
+    try:
+        factory = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--model {spec!r}: {exc}") from None
+    return factory()
+
+
+def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float array -> the stored representation of ``dtype``."""
+    x = np.asarray(x, dtype=np.float32)
+    if dtype == "bfloat16":
+        u = x.view(np.uint32).astype(np.uint64)
+        u += 0x7FFF + ((u >> 16) & 1)              # round to nearest even
+        return (u >> 16).astype(np.uint16)
+    return x.astype(dtype)
+
+
+def from_stored(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Stored rows -> float32."""
+    if dtype == "bfloat16":
+        return (np.asarray(x, np.uint32) << np.uint32(16)).view(np.float32)
+    return np.asarray(x, dtype=np.float32)
+
+
+def storage_dtype(dtype: str) -> np.dtype:
+    if dtype not in DTYPES:
+        raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return np.dtype(np.uint16 if dtype == "bfloat16" else dtype)
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class FgramStore:
+    """Embedding lookups for inference. ``FgramStore.open(OUT, mode="ram"|"mmap")``.
+
+    Every lookup finds the longest f-gram ending at a position (the index) and
+    returns its row; where nothing matches, ``unmatched`` is True and the row
+    is zeros: the caller uses its own token embedding there.
+    """
+
+    def __init__(self, index: FgramIndex, matrix: np.ndarray, meta: dict):
+        self.index, self.matrix, self.meta = index, matrix, meta
+        self.dim, self.max_len = meta["dim"], index.max_len
+
+    @classmethod
+    def open(cls, out: str, mode: str = "ram") -> "FgramStore":
+        """``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows from disk on demand."""
+        check_mode(mode)
+        folder = os.path.join(out, "embeddings")
+        meta = read_meta(os.path.join(folder, "embeddings.json"), "fgram-embeddings", 1,
+                         f"fgram embed {out} --model ...")
+        if manifest_fingerprint(out) != meta["table"]:
+            raise FgramError(f"{out}: the embeddings were computed for another f-gram table; "
+                             f"rerun `fgram embed`")
+        mapped = np.load(os.path.join(folder, "matrix.npy"), mmap_mode="r")
+        if mapped.shape != (meta["rows"], meta["dim"]):
+            raise FgramError(f"{folder}/matrix.npy: shape {mapped.shape} does not match "
+                             f"embeddings.json ({meta['rows']}, {meta['dim']})")
+        if mode == "ram":
+            matrix = np.array(mapped)
+        else:   # rows are read one by one at random: no read-ahead around them
+            if mapped.size and hasattr(mmap, "MADV_RANDOM"):
+                mapped._mmap.madvise(mmap.MADV_RANDOM)
+            matrix = np.asarray(mapped)     # a plain view: np.memmap indexing is slower
+        return cls(FgramIndex.open(out, mode=mode), matrix, meta)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""
+        ids = np.asarray(ids, dtype=np.int64)
+        miss = ids < 0
+        out = self.matrix[np.where(miss, 0, ids)] if len(self.matrix) else \
+            np.zeros((len(ids), self.dim), self.matrix.dtype)
+        if self.meta["dtype"] == "bfloat16":
+            out = from_stored(out, "bfloat16")
+        out[miss] = 0
+        return out
+
+    def embed_sequence(self, tokens, doc_starts=None):
+        """Prefill: every position at once -> (rows [n, d], match lengths [n], unmatched [n])."""
+        fid, mlen = self.index.match(tokens, doc_starts)
+        return self.rows(fid), mlen, fid < 0
+
+    def embed_last(self, contexts):
+        """Decoding: for each context (a token sequence; or one 2-D array [B, T]), the
+        row of the longest f-gram ending at its last token -> (rows [B, d], match
+        lengths [B], unmatched [B])."""
+        window = self.max_len
+        if isinstance(contexts, np.ndarray) and contexts.ndim == 2 and contexts.shape[1]:
+            from .compiled import last_matches
+            ix = self.index
+            cid = np.empty(len(contexts), np.int64)
+            clen = np.empty(len(contexts), np.int64)
+            last_matches(np.ascontiguousarray(contexts[:, -window:]), ix.max_len, ix._flat,
+                         ix._shifts, ix.suffix, cid, clen)
+            fid = np.where(clen >= 2, cid, -1)
+            return self.rows(fid), clen.astype(np.uint8), fid < 0
+        flat, starts, last = [], [], []
+        at = 0
+        for ctx in contexts:
+            tail = np.asarray(ctx, dtype=np.int64)[-window:]
+            if len(tail) == 0:
+                raise ValueError("embed_last: an empty context has no last token")
+            flat.append(tail)
+            starts.append(at)
+            at += len(tail)
+            last.append(at - 1)
+        fid, mlen = self.index.match(np.concatenate(flat), doc_starts=starts, lanes=1)
+        last = np.array(last, dtype=np.int64)
+        return self.rows(fid[last]), mlen[last], fid[last] < 0
+
+    def start(self, batch: int = 1) -> dict:
+        """State for incremental decoding of ``batch`` sequences (nothing seen yet)."""
+        return {"id": np.full(batch, -1, np.int64), "len": np.zeros(batch, np.int64),
+                "prev": np.zeros(batch, np.int64)}
+
+    def step(self, state: dict, tokens):
+        """One new token per sequence -> (rows [B, d], match lengths [B], unmatched [B]).
+
+        Extends each sequence's previous match, shortening it by suffix links on a
+        miss: at most K-1 lookups per token, the batch's done side by side.
+        """
+        from .compiled import step_matches
+        tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if len(tok) != len(state["id"]):
+            raise ValueError(f"step: {len(tok)} tokens for a batch of {len(state['id'])}")
+        ix = self.index
+        step_matches(state["id"], state["len"], state["prev"], tok, ix.max_len, ix._flat,
+                     ix._shifts, ix.suffix)
+        state["prev"] = tok.copy()
+        fid = np.where(state["len"] >= 2, state["id"], -1)
+        return self.rows(fid), np.maximum(state["len"], 1).astype(np.uint8), fid < 0

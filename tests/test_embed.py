@@ -1,0 +1,148 @@
+"""fgram embed and the FgramStore against the table and a brute-force longest match."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fgram.cli import cli
+from fgram.jobs.embed import EmbedConfig, run_embed
+from fgram.pipeline.embed import FgramStore, from_stored, to_stored
+from fgram.pipeline.errors import FgramError
+from fgram.pipeline.index import write_index
+from helpers import build, result, write_parquet
+from test_index import oracle_match
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ECHO = "fgram.pipeline.models:echo"
+
+
+def small_table(path, k=4, docs=None):
+    docs = docs or [[1, 2, 3, 1, 2, 3, 4, 1, 2], [2, 3, 4, 2, 3, 4, 1], [1, 2, 3, 4, 5]] * 3
+    write_parquet(str(path / "a.parquet"), docs)
+    out = path / "o"
+    build(None, [path / "a.parquet"], out, max_len=k, min_count=2, engine="local")
+    write_index(str(out))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_rows_land_at_their_ids_in_every_dtype(tmp_path, dtype):
+    out = small_table(tmp_path)
+    meta = run_embed(EmbedConfig(table=str(out), model=ECHO, dtype=dtype, batch=3, chunk_rows=5))
+    fgrams = result(out)
+    assert meta["rows"] == len(fgrams) and meta["dim"] == 5 and meta["chunks"] == -(-len(fgrams) // 5)
+    store = FgramStore.open(str(out), mode="mmap")
+    rows = store.rows(np.arange(len(fgrams)))
+    for i, (tokens, _) in enumerate(fgrams):     # echo: (tokens, zero padding, length)
+        expect = list(tokens) + [0] * (4 - len(tokens)) + [len(tokens)]
+        assert rows[i].tolist() == expect
+    assert np.load(out / "embeddings" / "matrix.npy").dtype == \
+        (np.uint16 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def test_bfloat16_round_trip_is_nearest_even():
+    x = np.array([1.0, -2.5, 3.14159, 65504.0, 1e-3, 0.0], np.float32)
+    back = from_stored(to_stored(x, "bfloat16"), "bfloat16")
+    assert np.allclose(back, x, rtol=2 ** -8) and back[0] == 1.0 and back[-1] == 0.0
+    assert np.array_equal(from_stored(to_stored(x, "float32"), "float32"), x)
+
+
+def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
+    out = small_table(tmp_path)
+    n = len(result(out))
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "fgram.cli", "embed", str(out), "--model", "slow_models:slow_echo",
+           "--dtype", "float32", "--batch", "2", "--chunk-rows", "2"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = out / "embeddings.staging" / "done"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (done.exists() and len(os.listdir(done)) >= 2):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = len(os.listdir(done))
+    assert 2 <= finished < -(-n // 2) and not (out / "embeddings").exists()
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    meta = json.load(open(out / "embeddings" / "embeddings.json"))
+    assert meta["chunks_resumed"] >= finished and not (out / "embeddings.staging").exists()
+    resumed = (out / "embeddings" / "matrix.npy").read_bytes()
+    run_embed(EmbedConfig(table=str(out), model="slow_models:slow_echo", dtype="float32",
+                          batch=2, chunk_rows=2))
+    assert (out / "embeddings" / "matrix.npy").read_bytes() == resumed
+    assert json.load(open(out / "embeddings" / "embeddings.json"))["sha256"] == meta["sha256"]
+
+
+@settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
+       k=st.integers(2, 5), probe=st.lists(st.integers(0, 5), min_size=1, max_size=40),
+       cuts=st.lists(st.integers(1, 39), max_size=3))
+def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k, probe, cuts):
+    d = tmp_path_factory.mktemp("emb")
+    out = small_table(d, k=k, docs=docs + [[1, 2, 3, 1, 2, 3]])
+    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32", chunk_rows=7))
+    store = FgramStore.open(str(out), mode="ram")
+    fgrams = {g: i for i, (g, _) in enumerate(result(out))}
+    starts = sorted({c for c in cuts if c < len(probe)})
+    exp_fid, exp_len = oracle_match(fgrams, probe, starts, k)
+    rows, mlen, unmatched = store.embed_sequence(np.array(probe), doc_starts=starts)
+    assert mlen.tolist() == exp_len and unmatched.tolist() == [f < 0 for f in exp_fid]
+    assert np.array_equal(rows, store.rows(np.array(exp_fid)))
+    assert not rows[unmatched].any()
+    # decoding: each document's prefixes, last token only; and step by step
+    bounds = [0] + starts + [len(probe)]
+    contexts = [probe[a:i + 1] for a, b in zip(bounds, bounds[1:]) for i in range(a, b)]
+    last_rows, last_len, last_un = store.embed_last(contexts)
+    assert last_len.tolist() == exp_len and np.array_equal(last_rows, rows)
+    state, got = None, []
+    for i, t in enumerate(probe):
+        if i in bounds[:-1]:
+            state = store.start(1)
+        r, ln, un = store.step(state, [t])
+        got.append((int(ln[0]), bool(un[0]), r[0].tolist()))
+    assert got == [(exp_len[i], exp_fid[i] < 0, rows[i].tolist()) for i in range(len(probe))]
+
+
+def test_step_and_2d_embed_last_run_a_batch_side_by_side(tmp_path):
+    out = small_table(tmp_path)
+    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32"))
+    store = FgramStore.open(str(out))
+    seqs = np.array([[1, 2, 3, 4, 1], [2, 3, 4, 2, 3], [5, 5, 1, 2, 3]])
+    state = store.start(len(seqs))
+    for j in range(seqs.shape[1]):
+        rows, mlen, _ = store.step(state, seqs[:, j])
+        rows2d, mlen2d, _ = store.embed_last(seqs[:, :j + 1])      # the 2-D fast path
+        assert np.array_equal(rows2d, rows) and np.array_equal(mlen2d, mlen)
+        for b in range(len(seqs)):
+            r, m, _ = store.embed_sequence(seqs[b, :j + 1])
+            assert mlen[b] == m[-1] and np.array_equal(rows[b], r[-1])
+
+
+def test_stale_table_and_bad_input_refused(tmp_path):
+    out = small_table(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["embed", str(out), "--model", "nope_module:f"])
+    assert res.exit_code == 2 and "nope_module" in res.output.strip().splitlines()[-1]
+    res = runner.invoke(cli, ["embed", str(out), "--model", "no-colon"])
+    assert res.exit_code == 2 and "module:factory" in res.output
+    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
+    assert res.exit_code == 2 and "embeddings.json: missing; run `fgram embed" in res.output
+    res = runner.invoke(cli, ["embed", str(out), "--model", ECHO])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
+    assert res.exit_code == 2 and "comma-separated" in res.output
+    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
+    assert res.exit_code == 0 and len(res.output.strip().splitlines()) == 4
+    m = json.load(open(out / "manifest.json"))
+    m["seconds"] = -1
+    json.dump(m, open(out / "manifest.json", "w"))
+    with pytest.raises(FgramError, match="another f-gram table"):
+        FgramStore.open(str(out))
