@@ -32,6 +32,13 @@ def cli() -> None:
     """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark."""
 
 
+_SPARK_OPTIONS = [
+    click.option("--master", default=None, help="Spark master URL (default: local[*])."),
+    click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
+                 help="Extra Spark configuration (repeatable)."),
+]
+
+
 def _shard_options(fn):
     for opt in reversed([
         click.option("--column", default="tokens", show_default=True,
@@ -44,9 +51,7 @@ def _shard_options(fn):
         click.option("--engine", default="spark", show_default=True,
                      type=click.Choice(["spark", "local"]),
                      help="spark, or the same tasks in local processes without a JVM."),
-        click.option("--master", default=None, help="Spark master URL (default: local[*])."),
-        click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
-                     help="Extra Spark configuration (repeatable)."),
+        *_SPARK_OPTIONS,
     ]):
         fn = opt(fn)
     return fn
@@ -238,18 +243,22 @@ def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf
               type=click.Choice(["float16", "bfloat16", "float32"]), help="Stored row type.")
 @click.option("--chunk-rows", default=1 << 16, show_default=True,
               help="Rows per chunk: a killed run resumes from its last finished chunk.")
-@click.option("--local", is_flag=True, default=True, show_default=True,
-              help="Run in this process (the only mode so far).")
-def embed_command(output, model, batch, dtype, chunk_rows, local):
+@click.option("--local", is_flag=True,
+              help="Run every chunk in this process instead of as Spark tasks.")
+@_SPARK_OPTIONS[0]
+@_SPARK_OPTIONS[1]
+def embed_command(output, model, batch, dtype, chunk_rows, local, master, conf):
     """Write OUTPUT/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
-    Needs OUTPUT/index (fgram index OUTPUT) only for lookups afterwards.
+    Chunks run as Spark tasks (or in this process with --local); a killed run
+    resumes from its finished chunks. Lookups afterwards need OUTPUT/index.
     """
     from fgram.jobs.embed import EmbedConfig, run_embed
 
     try:
         meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=dtype,
-                                     chunk_rows=chunk_rows))
+                                     chunk_rows=chunk_rows, local=local, master=master,
+                                     conf=_conf_pairs(conf)))
     except FgramError as exc:
         _fail(str(exc))
     click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "

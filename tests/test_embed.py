@@ -36,7 +36,8 @@ def small_table(path, k=4, docs=None):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_rows_land_at_their_ids_in_every_dtype(tmp_path, dtype):
     out = small_table(tmp_path)
-    meta = run_embed(EmbedConfig(table=str(out), model=ECHO, dtype=dtype, batch=3, chunk_rows=5))
+    meta = run_embed(EmbedConfig(table=str(out), model=ECHO, dtype=dtype, batch=3, chunk_rows=5,
+                                 local=True))
     fgrams = result(out)
     assert meta["rows"] == len(fgrams) and meta["dim"] == 5 and meta["chunks"] == -(-len(fgrams) // 5)
     store = FgramStore.open(str(out), mode="mmap")
@@ -46,6 +47,16 @@ def test_rows_land_at_their_ids_in_every_dtype(tmp_path, dtype):
         assert rows[i].tolist() == expect
     assert np.load(out / "embeddings" / "matrix.npy").dtype == \
         (np.uint16 if dtype == "bfloat16" else np.dtype(dtype))
+
+
+def test_spark_chunks_give_the_same_bytes_as_one_process(spark, tmp_path):
+    out = small_table(tmp_path)
+    model = "fgram.pipeline.models:hashed"
+    run_embed(EmbedConfig(table=str(out), model=model, chunk_rows=3, batch=2, local=True))
+    local = (out / "embeddings" / "matrix.npy").read_bytes()
+    meta = run_embed(EmbedConfig(table=str(out), model=model, chunk_rows=3, batch=2), spark=spark)
+    assert meta["engine"] == "spark" and meta["chunks"] > 2
+    assert (out / "embeddings" / "matrix.npy").read_bytes() == local
 
 
 def test_bfloat16_round_trip_is_nearest_even():
@@ -60,7 +71,7 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     n = len(result(out))
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "fgram.cli", "embed", str(out), "--model", "slow_models:slow_echo",
-           "--dtype", "float32", "--batch", "2", "--chunk-rows", "2"]
+           "--dtype", "float32", "--batch", "2", "--chunk-rows", "2", "--local"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = out / "embeddings.staging" / "done"
     deadline = time.time() + 60
@@ -76,7 +87,7 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     assert meta["chunks_resumed"] >= finished and not (out / "embeddings.staging").exists()
     resumed = (out / "embeddings" / "matrix.npy").read_bytes()
     run_embed(EmbedConfig(table=str(out), model="slow_models:slow_echo", dtype="float32",
-                          batch=2, chunk_rows=2))
+                          batch=2, chunk_rows=2, local=True))
     assert (out / "embeddings" / "matrix.npy").read_bytes() == resumed
     assert json.load(open(out / "embeddings" / "embeddings.json"))["sha256"] == meta["sha256"]
 
@@ -88,7 +99,7 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
 def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k, probe, cuts):
     d = tmp_path_factory.mktemp("emb")
     out = small_table(d, k=k, docs=docs + [[1, 2, 3, 1, 2, 3]])
-    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32", chunk_rows=7))
+    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32", chunk_rows=7, local=True))
     store = FgramStore.open(str(out), mode="ram")
     fgrams = {g: i for i, (g, _) in enumerate(result(out))}
     starts = sorted({c for c in cuts if c < len(probe)})
@@ -113,7 +124,7 @@ def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k
 
 def test_step_and_2d_embed_last_run_a_batch_side_by_side(tmp_path):
     out = small_table(tmp_path)
-    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32"))
+    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32", local=True))
     store = FgramStore.open(str(out))
     seqs = np.array([[1, 2, 3, 4, 1], [2, 3, 4, 2, 3], [5, 5, 1, 2, 3]])
     state = store.start(len(seqs))
@@ -135,7 +146,7 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     assert res.exit_code == 2 and "module:factory" in res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
     assert res.exit_code == 2 and "embeddings.json: missing; run `fgram embed" in res.output
-    res = runner.invoke(cli, ["embed", str(out), "--model", ECHO])
+    res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--local"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
     assert res.exit_code == 2 and "comma-separated" in res.output

@@ -8,8 +8,9 @@ A run that was killed leaves the staging folder: the next run with the same
 table, model, dtype and chunk size skips the chunks that have markers (the
 rows are a function of the f-gram only, so the bytes are the same). The last
 step writes the checksum and metadata and renames the folder into place.
-This first version runs in one process (``--local``); the chunks are the
-units a distributed version would hand out.
+The chunks run as Spark tasks (each writes its rows into the shared matrix
+file, so the output must be on a filesystem every executor reaches), or all
+in this process with ``local=True`` (``--local``).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fgram.jobs.executors import as_task, make_executor
 from fgram.pipeline.embed import file_sha256, load_model, storage_dtype, to_stored
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import manifest_fingerprint
@@ -34,6 +36,9 @@ class EmbedConfig:
     batch: int = 4096
     dtype: str = "float16"
     chunk_rows: int = 1 << 16
+    local: bool = False              # True: every chunk in this process, no Spark
+    master: str | None = None
+    conf: dict | None = None
 
     def validate(self) -> None:
         storage_dtype(self.dtype)
@@ -73,7 +78,41 @@ def _chunk_rows(model, dataset, lo: int, hi: int, max_len: int, batch: int) -> n
     return rows
 
 
-def run_embed(cfg: EmbedConfig) -> dict:
+_MODELS: dict = {}
+
+
+def _model(spec: str):
+    """The model of ``spec``, built once per process."""
+    if spec not in _MODELS:
+        _MODELS.clear()
+        _MODELS[spec] = load_model(spec)
+    return _MODELS[spec]
+
+
+def embed_chunk(cfg: EmbedConfig, c: int, total: int, max_len: int, staging: str) -> int:
+    """Compute chunk c's rows, write them into the staging matrix, then its marker."""
+    import pyarrow.dataset as ds
+    dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
+    lo, hi = c * cfg.chunk_rows, min((c + 1) * cfg.chunk_rows, total)
+    rows = to_stored(_chunk_rows(_model(cfg.model), dataset, lo, hi, max_len, cfg.batch),
+                     cfg.dtype)
+    matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r+")
+    if matrix.shape[1] != rows.shape[1]:
+        raise FgramError(f"{cfg.model}: rows of width {rows.shape[1]} in chunk {c}, "
+                         f"{matrix.shape[1]} in the first")
+    matrix[lo:hi] = rows
+    matrix.flush()
+    del matrix
+    with open(os.path.join(staging, "done", f"{c:08d}"), "w"):
+        pass
+    return hi - lo
+
+
+embed_task = as_task(embed_chunk)
+
+
+def run_embed(cfg: EmbedConfig, spark=None) -> dict:
+    """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.local``."""
     import pyarrow.dataset as ds
 
     cfg.validate()
@@ -81,53 +120,39 @@ def run_embed(cfg: EmbedConfig) -> dict:
     with open(os.path.join(cfg.table, "manifest.json")) as fh:
         manifest = json.load(fh)
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
-    model = load_model(cfg.model)
-    dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
     final = os.path.join(cfg.table, "embeddings")
     staging = final + ".staging"
     params = {"model": cfg.model, "dtype": cfg.dtype, "chunk_rows": cfg.chunk_rows,
               "table": manifest_fingerprint(cfg.table), "rows": total}
     params_path = os.path.join(staging, "params.json")
+    path = os.path.join(staging, "matrix.npy")
     resumed = os.path.exists(params_path) and json.load(open(params_path)) == params and \
-        os.path.exists(os.path.join(staging, "matrix.npy"))
+        os.path.exists(path)
     if not resumed:
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(os.path.join(staging, "done"))
+        # the row width: the model's output for the first f-gram (a row of zeros if none)
+        dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
+        first = _chunk_rows(_model(cfg.model), dataset, 0, min(total, 1), max_len, 1) \
+            if total else np.zeros((0, 0), np.float32)
+        np.lib.format.open_memmap(path, mode="w+", dtype=storage_dtype(cfg.dtype),
+                                  shape=(total, first.shape[1] if total else 0))
         save_json(params_path, params)
     nchunks = -(-total // cfg.chunk_rows)
-    matrix = None
-    done = 0
-    for c in range(nchunks):
-        marker = os.path.join(staging, "done", f"{c:08d}")
-        if os.path.exists(marker):
-            done += 1
-            continue
-        lo, hi = c * cfg.chunk_rows, min((c + 1) * cfg.chunk_rows, total)
-        rows = to_stored(_chunk_rows(model, dataset, lo, hi, max_len, cfg.batch), cfg.dtype)
-        if matrix is None:
-            path = os.path.join(staging, "matrix.npy")
-            if os.path.exists(path):
-                matrix = np.load(path, mmap_mode="r+")
-            else:
-                matrix = np.lib.format.open_memmap(path, mode="w+", dtype=rows.dtype,
-                                                   shape=(total, rows.shape[1]))
-            if matrix.shape[1] != rows.shape[1]:
-                raise FgramError(f"{cfg.model}: rows of width {rows.shape[1]}, "
-                                 f"earlier chunks had {matrix.shape[1]}")
-        matrix[lo:hi] = rows
-        matrix.flush()
-        with open(marker, "w"):
-            pass
-    path = os.path.join(staging, "matrix.npy")
-    if matrix is None and not os.path.exists(path):     # an empty table
-        matrix = np.lib.format.open_memmap(path, mode="w+", dtype=storage_dtype(cfg.dtype),
-                                           shape=(0, 0))
-    del matrix
+    todo = [c for c in range(nchunks)
+            if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))]
+    if cfg.local:
+        for c in todo:
+            embed_chunk(cfg, c, total, max_len, staging)
+    elif todo:
+        ex = make_executor("spark", spark, cfg.master, cfg.conf)
+        ex.map(len(todo), lambda i: embed_task(cfg, todo[i], total, max_len, staging))
     shape = np.load(path, mmap_mode="r").shape
     meta = {"format": "fgram-embeddings", "version": 1, "rows": total, "dim": int(shape[1]),
             "dtype": cfg.dtype, "model": cfg.model, "table": params["table"],
             "sha256": file_sha256(path), "chunk_rows": cfg.chunk_rows,
-            "chunks": nchunks, "chunks_resumed": done, "seconds": round(time.time() - t0, 3)}
+            "chunks": nchunks, "chunks_resumed": nchunks - len(todo),
+            "engine": "local" if cfg.local else "spark", "seconds": round(time.time() - t0, 3)}
     save_json(os.path.join(staging, "embeddings.json"), meta)
     shutil.rmtree(os.path.join(staging, "done"))
     os.remove(params_path)
