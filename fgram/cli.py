@@ -243,11 +243,13 @@ def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf
               type=click.Choice(["float16", "bfloat16", "float32"]), help="Stored row type.")
 @click.option("--chunk-rows", default=1 << 16, show_default=True,
               help="Rows per chunk: a killed run resumes from its last finished chunk.")
+@click.option("--device", default=None,
+              help="Passed to the model factory as device=... (e.g. cpu, cuda; torch models).")
 @click.option("--local", is_flag=True,
               help="Run every chunk in this process instead of as Spark tasks.")
 @_SPARK_OPTIONS[0]
 @_SPARK_OPTIONS[1]
-def embed_command(output, model, batch, dtype, chunk_rows, local, master, conf):
+def embed_command(output, model, batch, dtype, chunk_rows, device, local, master, conf):
     """Write OUTPUT/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
     Chunks run as Spark tasks (or in this process with --local); a killed run
@@ -257,7 +259,8 @@ def embed_command(output, model, batch, dtype, chunk_rows, local, master, conf):
 
     try:
         meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=dtype,
-                                     chunk_rows=chunk_rows, local=local, master=master,
+                                     chunk_rows=chunk_rows, device=device, local=local,
+                                     master=master,
                                      conf=_conf_pairs(conf)))
     except FgramError as exc:
         _fail(str(exc))

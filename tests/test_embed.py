@@ -157,3 +157,30 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     json.dump(m, open(out / "manifest.json", "w"))
     with pytest.raises(FgramError, match="another f-gram table"):
         FgramStore.open(str(out))
+
+
+def test_torch_reference_model_rows_at_their_ids(tmp_path):
+    torch = pytest.importorskip("torch")
+    from fgram.pipeline.torch_models import FgramTransformer, TorchModel, reference
+    out = small_table(tmp_path)
+    meta = run_embed(EmbedConfig(table=str(out), model="fgram.pipeline.torch_models:reference",
+                                 device="cpu", dtype="float32", batch=3, chunk_rows=4,
+                                 local=True))
+    assert meta["dim"] == 256 and meta["device"] == "cpu" and meta["model_seconds"] > 0
+    model = reference("cpu")
+    rows = FgramStore.open(str(out), mode="mmap").rows(np.arange(meta["rows"]))
+    for i, (tokens, _) in enumerate(result(out)):     # each f-gram alone, without padding
+        alone = model(np.array([tokens], np.int32), np.array([len(tokens)]))[0]
+        assert np.allclose(rows[i], alone, atol=1e-4)
+    # padding never leaks into the output at the last token
+    m = TorchModel(FgramTransformer(torch.randn(10, 16), max_len=4, heads=2))
+    a = m(np.array([[1, 2, 0, 0]], np.int32), np.array([2]))
+    b = m(np.array([[1, 2, 7, 9]], np.int32), np.array([2]))
+    assert np.allclose(a, b, atol=1e-5) and not np.allclose(a, m(np.array([[2, 1, 0, 0]], np.int32),
+                                                               np.array([2])))
+
+
+def test_device_needs_a_factory_that_takes_one(tmp_path):
+    out = small_table(tmp_path)
+    res = CliRunner().invoke(cli, ["embed", str(out), "--model", ECHO, "--device", "cpu", "--local"])
+    assert res.exit_code == 2 and "takes no device argument" in res.output

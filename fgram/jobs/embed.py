@@ -36,6 +36,7 @@ class EmbedConfig:
     batch: int = 4096
     dtype: str = "float16"
     chunk_rows: int = 1 << 16
+    device: str | None = None        # passed to the model factory (e.g. "cpu", "cuda")
     local: bool = False              # True: every chunk in this process, no Spark
     master: str | None = None
     conf: dict | None = None
@@ -69,8 +70,10 @@ def _chunk_rows(model, dataset, lo: int, hi: int, max_len: int, batch: int) -> n
     if len(ids) != hi - lo or (len(ids) and (ids[0] != lo or ids[-1] != hi - 1)):
         raise FgramError(f"{dataset.files[0]}...: f-gram ids {lo}..{hi - 1} are not all in the table")
     toks, lengths = padded(t.column("tokens").combine_chunks(), max_len)
-    outs = [np.asarray(model(toks[s:s + batch], lengths[s:s + batch]), dtype=np.float32)
-            for s in range(0, len(ids), batch)]
+    outs, t_model = [], time.perf_counter()
+    for s in range(0, len(ids), batch):
+        outs.append(np.asarray(model(toks[s:s + batch], lengths[s:s + batch]), dtype=np.float32))
+    _MODEL_SECONDS[0] += time.perf_counter() - t_model
     rows = np.concatenate(outs) if outs else np.zeros((0, 0), np.float32)
     if rows.ndim != 2 or len(rows) != len(ids):
         raise FgramError(f"model returned shape {rows.shape} for {len(ids)} f-grams; "
@@ -79,23 +82,27 @@ def _chunk_rows(model, dataset, lo: int, hi: int, max_len: int, batch: int) -> n
 
 
 _MODELS: dict = {}
+_MODEL_SECONDS = [0.0]     # time inside model calls in this process (for the overhead figure)
 
 
-def _model(spec: str):
-    """The model of ``spec``, built once per process."""
-    if spec not in _MODELS:
+def _model(spec: str, device: str | None):
+    """The model of ``spec`` on ``device``, built once per process."""
+    if (spec, device) not in _MODELS:
         _MODELS.clear()
-        _MODELS[spec] = load_model(spec)
-    return _MODELS[spec]
+        _MODELS[spec, device] = load_model(spec, device)
+    return _MODELS[spec, device]
 
 
-def embed_chunk(cfg: EmbedConfig, c: int, total: int, max_len: int, staging: str) -> int:
-    """Compute chunk c's rows, write them into the staging matrix, then its marker."""
+def embed_chunk(cfg: EmbedConfig, c: int, total: int, max_len: int, staging: str) -> float:
+    """Compute chunk c's rows, write them into the staging matrix, then its marker.
+
+    Returns the seconds spent inside the model."""
     import pyarrow.dataset as ds
+    before = _MODEL_SECONDS[0]
     dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
     lo, hi = c * cfg.chunk_rows, min((c + 1) * cfg.chunk_rows, total)
-    rows = to_stored(_chunk_rows(_model(cfg.model), dataset, lo, hi, max_len, cfg.batch),
-                     cfg.dtype)
+    model = _model(cfg.model, cfg.device)
+    rows = to_stored(_chunk_rows(model, dataset, lo, hi, max_len, cfg.batch), cfg.dtype)
     matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r+")
     if matrix.shape[1] != rows.shape[1]:
         raise FgramError(f"{cfg.model}: rows of width {rows.shape[1]} in chunk {c}, "
@@ -105,7 +112,7 @@ def embed_chunk(cfg: EmbedConfig, c: int, total: int, max_len: int, staging: str
     del matrix
     with open(os.path.join(staging, "done", f"{c:08d}"), "w"):
         pass
-    return hi - lo
+    return _MODEL_SECONDS[0] - before
 
 
 embed_task = as_task(embed_chunk)
@@ -122,8 +129,8 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
     final = os.path.join(cfg.table, "embeddings")
     staging = final + ".staging"
-    params = {"model": cfg.model, "dtype": cfg.dtype, "chunk_rows": cfg.chunk_rows,
-              "table": manifest_fingerprint(cfg.table), "rows": total}
+    params = {"model": cfg.model, "device": cfg.device, "dtype": cfg.dtype,
+              "chunk_rows": cfg.chunk_rows, "table": manifest_fingerprint(cfg.table), "rows": total}
     params_path = os.path.join(staging, "params.json")
     path = os.path.join(staging, "matrix.npy")
     resumed = os.path.exists(params_path) and json.load(open(params_path)) == params and \
@@ -133,7 +140,7 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
         os.makedirs(os.path.join(staging, "done"))
         # the row width: the model's output for the first f-gram (a row of zeros if none)
         dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
-        first = _chunk_rows(_model(cfg.model), dataset, 0, min(total, 1), max_len, 1) \
+        first = _chunk_rows(_model(cfg.model, cfg.device), dataset, 0, min(total, 1), max_len, 1) \
             if total else np.zeros((0, 0), np.float32)
         np.lib.format.open_memmap(path, mode="w+", dtype=storage_dtype(cfg.dtype),
                                   shape=(total, first.shape[1] if total else 0))
@@ -142,17 +149,20 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     todo = [c for c in range(nchunks)
             if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))]
     if cfg.local:
-        for c in todo:
-            embed_chunk(cfg, c, total, max_len, staging)
+        model_seconds = sum(embed_chunk(cfg, c, total, max_len, staging) for c in todo)
     elif todo:
         ex = make_executor("spark", spark, cfg.master, cfg.conf)
-        ex.map(len(todo), lambda i: embed_task(cfg, todo[i], total, max_len, staging))
+        model_seconds = sum(ex.map(len(todo), lambda i: embed_task(cfg, todo[i], total,
+                                                                  max_len, staging)))
+    else:
+        model_seconds = 0.0
     shape = np.load(path, mmap_mode="r").shape
     meta = {"format": "fgram-embeddings", "version": 1, "rows": total, "dim": int(shape[1]),
             "dtype": cfg.dtype, "model": cfg.model, "table": params["table"],
             "sha256": file_sha256(path), "chunk_rows": cfg.chunk_rows,
             "chunks": nchunks, "chunks_resumed": nchunks - len(todo),
-            "engine": "local" if cfg.local else "spark", "seconds": round(time.time() - t0, 3)}
+            "engine": "local" if cfg.local else "spark", "device": cfg.device,
+            "model_seconds": round(model_seconds, 3), "seconds": round(time.time() - t0, 3)}
     save_json(os.path.join(staging, "embeddings.json"), meta)
     shutil.rmtree(os.path.join(staging, "done"))
     os.remove(params_path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import mmap
 import os
@@ -29,8 +30,9 @@ from .index import FgramIndex, check_mode, manifest_fingerprint, read_meta
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-def load_model(spec: str):
-    """``module:factory`` -> the model callable."""
+def load_model(spec: str, device: str | None = None):
+    """``module:factory`` -> the model callable: ``factory()``, or ``factory(device=...)``
+    when a device is asked for (the factory must take a ``device`` argument then)."""
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
         raise ConfigError(f"--model {spec!r}: expected module:factory")
@@ -38,7 +40,11 @@ def load_model(spec: str):
         factory = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"--model {spec!r}: {exc}") from None
-    return factory()
+    if device is None:
+        return factory()
+    if "device" not in inspect.signature(factory).parameters:
+        raise ConfigError(f"--model {spec!r}: the factory takes no device argument (--device)")
+    return factory(device=device)
 
 
 def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:

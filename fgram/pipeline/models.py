@@ -4,7 +4,8 @@
   output encodes the input, so tests can check every row landed at its id.
 - ``fgram.pipeline.models:hashed``: a fast deterministic model of width 256
   (a sum of fixed random vectors per (position, token) bucket): for filling
-  large tables in benchmarks.
+  large tables in benchmarks; ``hashed_2048``: the same, width 2048 (the
+  paper's 4 KB float16 rows).
 """
 from __future__ import annotations
 
@@ -27,3 +28,7 @@ def hashed(dim: int = 256, buckets: int = 4096, seed: int = 0):
             out[live] += table[(tokens[live, j].astype(np.int64) * (2 * j + 1)) % buckets]
         return out / np.sqrt(np.maximum(lengths, 1))[:, None].astype(np.float32)
     return model
+
+
+def hashed_2048():
+    return hashed(dim=2048)
