@@ -197,16 +197,33 @@ def step_matches(cid, clen, prev, tok, max_len, tabs, shifts, suffix):
 
 
 @numba.njit(cache=True)
-def last_matches(tails, max_len, tabs, shifts, suffix, cid, clen):
+def last_matches(tails, max_len, tabs, shifts, suffix, fid, mlen):
     """Longest match ending at the last token of each row of ``tails`` [B, w]
-    (each row its own document): `step_matches` over the w columns."""
-    prev = np.zeros(len(tails), np.int64)
-    cid[:] = -1
-    clen[:] = 0
+    (each row its own document): `step_matches` over the w columns. Writes
+    ``fid`` (-1 where none) and ``mlen`` (1 where none)."""
+    n = len(tails)
+    prev = np.zeros(n, np.int64)
+    col = np.empty(n, np.int64)
+    cid = np.full(n, -1, np.int64)
+    clen = np.zeros(n, np.int64)
     for j in range(tails.shape[1]):
-        col = tails[:, j].astype(np.int64)
+        for b in range(n):
+            col[b] = tails[b, j]
         step_matches(cid, clen, prev, col, max_len, tabs, shifts, suffix)
         prev[:] = col
+    for b in range(n):
+        fid[b] = cid[b] if clen[b] >= 2 else -1
+        mlen[b] = max(clen[b], 1)
+
+
+@numba.njit(cache=True)
+def gather_rows(matrix, ids, out):
+    """out[i] = matrix[ids[i]], zeros where ids[i] < 0."""
+    for i in range(len(ids)):
+        if ids[i] < 0:
+            out[i, :] = 0
+        else:
+            out[i, :] = matrix[ids[i], :]
 
 # ------------------------------------------------------------------ counting
 

@@ -89,6 +89,8 @@ class FgramStore:
     def __init__(self, index: FgramIndex, matrix: np.ndarray, meta: dict):
         self.index, self.matrix, self.meta = index, matrix, meta
         self.dim, self.max_len = meta["dim"], index.max_len
+        # the compiled row gather copies bits: an unsigned view of the same width
+        self._bits = matrix.view(np.dtype(f"u{matrix.dtype.itemsize}"))
 
     @classmethod
     def open(cls, out: str, mode: str = "ram") -> "FgramStore":
@@ -114,14 +116,11 @@ class FgramStore:
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""
+        from .compiled import gather_rows
         ids = np.asarray(ids, dtype=np.int64)
-        miss = ids < 0
-        out = self.matrix[np.where(miss, 0, ids)] if len(self.matrix) else \
-            np.zeros((len(ids), self.dim), self.matrix.dtype)
-        if self.meta["dtype"] == "bfloat16":
-            out = from_stored(out, "bfloat16")
-        out[miss] = 0
-        return out
+        out = np.empty((len(ids), self.dim), self.matrix.dtype)
+        gather_rows(self._bits, ids, out.view(self._bits.dtype))
+        return from_stored(out, "bfloat16") if self.meta["dtype"] == "bfloat16" else out
 
     def embed_sequence(self, tokens, doc_starts=None):
         """Prefill: every position at once -> (rows [n, d], match lengths [n], unmatched [n])."""
@@ -136,12 +135,11 @@ class FgramStore:
         if isinstance(contexts, np.ndarray) and contexts.ndim == 2 and contexts.shape[1]:
             from .compiled import last_matches
             ix = self.index
-            cid = np.empty(len(contexts), np.int64)
-            clen = np.empty(len(contexts), np.int64)
-            last_matches(np.ascontiguousarray(contexts[:, -window:]), ix.max_len, ix._flat,
-                         ix._shifts, ix.suffix, cid, clen)
-            fid = np.where(clen >= 2, cid, -1)
-            return self.rows(fid), clen.astype(np.uint8), fid < 0
+            fid = np.empty(len(contexts), np.int64)
+            mlen = np.empty(len(contexts), np.uint8)
+            last_matches(contexts[:, -window:], ix.max_len, ix._flat, ix._shifts, ix.suffix,
+                         fid, mlen)
+            return self.rows(fid), mlen, fid < 0
         flat, starts, last = [], [], []
         at = 0
         for ctx in contexts:
