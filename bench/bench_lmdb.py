@@ -81,7 +81,10 @@ def main() -> None:
                     break
         return rows
 
-    store.embed_last(raw[:, :8])
+    with env.begin() as txn:           # touch what the warm runs will read: truly warm
+        for s in range(n):
+            lmdb_last(txn, raw[:, s:s + 64])
+            store.embed_last(raw[:, s:s + 64])
     for mode in ("warm", "cold"):
         reps = n if mode == "warm" else 200
         t_l = t_s = 0.0
