@@ -2,7 +2,7 @@
 
     python bench/bench_lmdb.py OUT CORPUS.bin [--batch 16] [--steps 2000]
 
-Loads OUT's embeddings (rows as stored) into OUT/lmdb-bench/ (key: the
+Loads OUT's embeddings (rows as stored) into OUT/lmdb-bench-<sha>/ (key: the
 f-gram's tokens as little-endian int32 bytes; value: its row), then times
 decoding lookups at a batch, side by side with FgramStore on the same
 contexts: for each context, LMDB tries lengths K..2 of its tail until a key
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import lmdb
@@ -22,6 +23,9 @@ import numpy as np
 import pyarrow.dataset as ds
 
 from fgram.pipeline.embed import FgramStore
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_store import evict  # noqa: E402
 
 
 def load(out: str, path: str, matrix: np.ndarray) -> None:
@@ -45,14 +49,6 @@ def load(out: str, path: str, matrix: np.ndarray) -> None:
     print(f"loaded {len(items)} rows into LMDB in {time.perf_counter() - t:.1f}s")
 
 
-def evict(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -62,7 +58,8 @@ def main() -> None:
     ap.add_argument("--offset", type=int, default=400_000_000)
     args = ap.parse_args()
     store = FgramStore.open(args.out, mode="mmap")
-    path = os.path.join(args.out, "lmdb-bench")
+    # one LMDB per embeddings version (a rerun of fgram embed gets a fresh one)
+    path = os.path.join(args.out, f"lmdb-bench-{store.meta['sha256'][:12]}")
     load(args.out, path, store.matrix)
     env = lmdb.open(path, readonly=True, lock=False, readahead=False)
     b, n, k = args.batch, args.steps, store.max_len
