@@ -13,7 +13,6 @@ Needs the bench extra: pip install lmdb.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ import pyarrow.dataset as ds
 from fgram.pipeline.embed import FgramStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_store import evict  # noqa: E402
+from bench_store import arguments, contexts, evict  # noqa: E402
 
 
 def load(out: str, path: str, matrix: np.ndarray) -> None:
@@ -50,21 +49,14 @@ def load(out: str, path: str, matrix: np.ndarray) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out")
-    ap.add_argument("corpus")
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--offset", type=int, default=400_000_000)
-    args = ap.parse_args()
+    args = arguments()
     store = FgramStore.open(args.out, mode="mmap")
     # one LMDB per embeddings version (a rerun of fgram embed gets a fresh one)
     path = os.path.join(args.out, f"lmdb-bench-{store.meta['sha256'][:12]}")
     load(args.out, path, store.matrix)
     env = lmdb.open(path, readonly=True, lock=False, readahead=False)
     b, n, k = args.batch, args.steps, store.max_len
-    raw = np.fromfile(args.corpus, dtype=np.uint16, count=b * (n + 64),
-                      offset=2 * args.offset).astype(np.int64).reshape(b, n + 64)
+    raw = contexts(args)
     dt = store.matrix.dtype
 
     def lmdb_last(txn, ctx):
@@ -83,7 +75,7 @@ def main() -> None:
             lmdb_last(txn, raw[:, s:s + 64])
             store.embed_last(raw[:, s:s + 64])
     for mode in ("warm", "cold"):
-        reps = n if mode == "warm" else 200
+        reps = n if mode == "warm" else min(200, n)
         t_l = t_s = 0.0
         with env.begin() as txn:
             for s in range(reps):

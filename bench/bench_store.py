@@ -26,17 +26,28 @@ def evict(path: str) -> None:
         os.close(fd)
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
+    """The options both store benchmarks take."""
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("corpus")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--offset", type=int, default=400_000_000)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def contexts(args: argparse.Namespace) -> np.ndarray:
+    """[batch, steps + 64] tokens from the corpus at --offset: step s's contexts are [:, s:s+64]."""
     b, n = args.batch, args.steps
-    raw = np.fromfile(args.corpus, dtype=np.uint16, count=b * (n + 64),
-                      offset=2 * args.offset).astype(np.int64).reshape(b, n + 64)
+    return np.fromfile(args.corpus, dtype=np.uint16, count=b * (n + 64),
+                       offset=2 * args.offset).astype(np.int64).reshape(b, n + 64)
+
+
+def main() -> None:
+    args = arguments()
+    b, n = args.batch, args.steps
+    raw = contexts(args)
     matrix = os.path.join(args.out, "embeddings", "matrix.npy")
     for mode in ("ram", "mmap", "mmap-cold"):
         t = time.perf_counter()
@@ -46,7 +57,7 @@ def main() -> None:
         store.step(store.start(b), raw[:, 0])
         store.embed_sequence(raw[0, :100])
         cold = mode == "mmap-cold"
-        reps = 200 if cold else n
+        reps = min(200, n) if cold else n
         # decoding, one token per sequence: embed_last over each context's tail
         total = 0.0
         for s in range(reps):

@@ -32,6 +32,12 @@ def mix1(x):
 
 
 @numba.njit(cache=True, inline="always")
+def chain_key1(prefix, last):
+    """The mixed key of (prefix id or first token, last token): `index.chain_key` of one."""
+    return mix1((np.uint64(prefix) << np.uint64(32)) | np.uint64(last))
+
+
+@numba.njit(cache=True, inline="always")
 def _probe_from(tab, s, q):
     """Linear probing from slot offset ``s`` (tab is flat [key, value, key, value, ...])."""
     while True:
@@ -122,7 +128,7 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
                 i = base[g] + step
                 L = clen[g]
                 pre = np.uint64(tokens[i - 1] & _TOKEN) if L == 1 else np.uint64(cid[g])
-                q = mix1((pre << np.uint64(32)) | np.uint64(tokens[i] & _TOKEN))
+                q = chain_key1(pre, tokens[i] & _TOKEN)
                 qs[x] = q
                 sl[x] = np.int64(q >> shifts[L - 1]) * 2
             for x in range(npend):          # their first slots: independent loads
@@ -181,7 +187,7 @@ def step_matches(cid, clen, prev, tok, max_len, tabs, shifts, suffix):
             L -= 1
         while True:
             pre = np.uint64(prev[b]) if L == 1 else np.uint64(c)
-            q = mix1((pre << np.uint64(32)) | t)
+            q = chain_key1(pre, t)
             r = _probe_from(tabs[L - 1], np.int64(q >> shifts[L - 1]) * 2, q)
             if r >= 0:
                 c = r
@@ -241,7 +247,7 @@ def candidate_histogram(prev, tokens, k, n_pos, shift, hist):
         a = prev[i]
         if a == _INVALID32 or prev[i + 1] == _INVALID32:
             continue
-        key = mix1((np.uint64(a) << np.uint64(32)) | np.uint64(tokens[i + k - 1]))
+        key = chain_key1(a, tokens[i + k - 1])
         hist[np.int64(key >> shift)] += 1
 
 
@@ -254,7 +260,7 @@ def scatter_buckets(prev, tokens, k, n_pos, shift, bounds, lo_bits, keys, where,
         a = prev[i]
         if a == _INVALID32 or prev[i + 1] == _INVALID32:
             continue
-        key = mix1((np.uint64(a) << np.uint64(32)) | np.uint64(tokens[i + k - 1]))
+        key = chain_key1(a, tokens[i + k - 1])
         b = np.int64(key >> shift)
         d = cursor[b]
         cursor[b] = d + 1

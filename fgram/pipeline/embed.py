@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from .compiled import gather_rows, last_matches, step_matches
 from .errors import ConfigError, FgramError
 from .index import FgramIndex, check_mode, manifest_fingerprint, read_meta
 
@@ -116,7 +117,6 @@ class FgramStore:
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""
-        from .compiled import gather_rows
         ids = np.asarray(ids, dtype=np.int64)
         out = np.empty((len(ids), self.dim), self.matrix.dtype)
         gather_rows(self._bits, ids, out.view(self._bits.dtype))
@@ -133,7 +133,6 @@ class FgramStore:
         lengths [B], unmatched [B])."""
         window = self.max_len
         if isinstance(contexts, np.ndarray) and contexts.ndim == 2 and contexts.shape[1]:
-            from .compiled import last_matches
             ix = self.index
             fid = np.empty(len(contexts), np.int64)
             mlen = np.empty(len(contexts), np.uint8)
@@ -165,7 +164,6 @@ class FgramStore:
         Extends each sequence's previous match, shortening it by suffix links on a
         miss: at most K-1 lookups per token, the batch's done side by side.
         """
-        from .compiled import step_matches
         tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if len(tok) != len(state["id"]):
             raise ValueError(f"step: {len(tok)} tokens for a batch of {len(state['id'])}")

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from .compiled import separate
 from .errors import ConfigError, InputError
 from .kernels import MAX_TOKEN, SENTINEL
 
@@ -305,7 +306,6 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
     body = arr[head:]
     own = unit.stop - unit.start
     if opts.doc_sep is not None:
-        from .compiled import separate
         tokens = np.empty(len(body), dtype=np.uint32)
         sep_before = head == 0 or bool(arr[0] == opts.doc_sep)
         documents, n_tokens, vmin, vmax = separate(body, opts.doc_sep, own, sep_before, tokens)

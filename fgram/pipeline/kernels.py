@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import compiled as cc
+
 SENTINEL = np.uint32(0xFFFFFFFF)
 INVALID = np.uint32(0xFFFFFFFF)
 MAX_TOKEN = 2**31 - 1
@@ -93,7 +95,6 @@ def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
 
     Both sorted: one linear merge-join pass (compiled), no binary searches.
     """
-    from . import compiled as cc
     out = np.empty(len(sorted_queries), np.int64)
     cc.join_sorted(np.ascontiguousarray(table, np.uint64),
                    np.ascontiguousarray(sorted_queries, np.uint64), out)
@@ -123,7 +124,6 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     ``bucket`` (candidates per bucket) and ``min_lo_bits`` (packed index bits:
     more bits, more keys whose remaining top bits tie) exist for the tests.
     """
-    from . import compiled as cc
     n_pos = max(len(tokens) - k + 1, 0)
     if n_pos >= 2**31:
         raise ValueError("a unit holds at most 2**31-1 positions")
@@ -156,7 +156,6 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
 
 def ids_at(values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
     """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID elsewhere."""
-    from . import compiled as cc
     positions, starts = order
     out = np.full(n, INVALID, dtype=np.uint32)
     cc.spread(np.ascontiguousarray(values, np.uint32), starts, positions, out)
@@ -169,7 +168,6 @@ def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
     Pairwise, in a balanced tree of linear merges (compiled): every level is
     one sequential pass, log2(runs) levels.
     """
-    from . import compiled as cc
     runs = [(np.ascontiguousarray(k, np.uint64), np.ascontiguousarray(c, np.int64))
             for k, c in parts if len(k)]
     if not runs:
@@ -230,10 +228,9 @@ def warm_up() -> None:
     means the worker processes of this machine load it instead of each
     compiling it at once.
     """
-    from .compiled import separate
     from .inputs import stream_from_lists
     for dtype in (np.uint16, np.uint32):     # the common flat-file dtypes
-        separate(np.array([1, 0, 2], dtype), 0, 3, True, np.empty(3, np.uint32))
+        cc.separate(np.array([1, 0, 2], dtype), 0, 3, True, np.empty(3, np.uint32))
     tokens = stream_from_lists(np.array([4, 3]), np.array([1, 2, 1, 2, 3, 2, 1])).tokens
     uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True)
     ids = ids_at(np.arange(len(uniq)), order, len(tokens))
