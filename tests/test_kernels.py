@@ -18,6 +18,31 @@ def test_mix_is_a_bijection(values):
     assert len(np.unique(kn.mix(x))) == len(np.unique(x))
 
 
+@given(st.integers(1, 32), st.integers(1, 32), st.data())
+def test_key_code_round_trip_and_order(prefix_bits, last_bits, data):
+    """A KeyCode is a bijection of (prefix, last) pairs into the top bits; WIDE is `mix`."""
+    if prefix_bits + last_bits < 8:
+        prefix_bits = 8 - last_bits
+    code = kn.KeyCode(prefix_bits, last_bits)
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, 2**prefix_bits - 1),
+                                         st.integers(0, 2**last_bits - 1)), max_size=60))
+    p = np.array([a for a, _ in pairs], dtype=np.int64)
+    t = np.array([b for _, b in pairs], dtype=np.int64)
+    keys = code.encode(p, t)
+    assert np.all(keys & np.uint64(2**code.up - 1) == 0) if code.up else True
+    back_p, back_t = code.decode(keys)
+    assert back_p.tolist() == p.tolist() and back_t.tolist() == t.tolist()
+    assert len(np.unique(keys)) == len(set(pairs))
+    wide = (p.astype(np.uint64) << np.uint64(32)) | t.astype(np.uint64)
+    assert np.array_equal(kn.WIDE.encode(p, t), kn.mix(wide))
+
+
+def test_key_code_fitting():
+    assert kn.KeyCode.fitting(65535, 50000) == kn.KeyCode(16, 16)
+    assert kn.KeyCode.fitting(0, 0) == kn.KeyCode(7, 1)
+    assert kn.KeyCode.fitting(2**32 - 2, 2**31 - 1) == kn.KeyCode(32, 31)
+
+
 @given(st.lists(st.integers(0, 2**20), max_size=300), st.lists(st.integers(0, 2**20), max_size=100))
 def test_sorted_lookup(table_vals, queries):
     table = np.unique(kn.mix(np.array(table_vals, dtype=np.uint64)))
@@ -42,6 +67,34 @@ def test_merge_counts(runs):
     assert dict(zip(keys.tolist(), counts.tolist())) == dict(expect)
 
 
+@given(st.integers(1, 32), st.integers(1, 32), st.integers(1, 5), st.integers(1, 64), st.data())
+def test_merge_counts_bucketed(prefix_bits, last_bits, nparts, bucket, data):
+    """The one-sort merge of a key range equals a Counter, for any code (wide ones fall
+    back to pairwise merges), range and bucket size."""
+    if prefix_bits + last_bits < 8:
+        last_bits = 8 - prefix_bits
+    code = kn.KeyCode(prefix_bits, last_bits)
+    pair = st.tuples(st.integers(0, 2**prefix_bits - 1), st.integers(0, 2**last_bits - 1))
+    runs = data.draw(st.lists(st.lists(st.tuples(pair, st.integers(1, 2**32 - 1)), max_size=40),
+                              max_size=6))
+    p = data.draw(st.integers(0, nparts - 1))
+    bounds = [int(b) for b in kn.part_bounds(nparts)] + [2**64]
+    lo, hi = bounds[p], bounds[p + 1]
+    parts, expect = [], Counter()
+    for run in runs:
+        c = Counter()
+        for (a, b), n in run:
+            key = int(code.encode(np.array([a]), np.array([b]))[0])
+            if lo <= key < hi:
+                c[key] = n          # one count per key and run, as a unit's table has
+        keys = sorted(c)
+        parts.append((np.array(keys, dtype=np.uint64), np.array([c[x] for x in keys], np.uint32)))
+        expect.update(c)
+    keys, counts = kn.merge_counts_bucketed(parts, code, lo, hi, bucket=bucket)
+    assert keys.tolist() == sorted(expect)
+    assert counts.tolist() == [expect[x] for x in sorted(expect)]
+
+
 docs_strategy = st.lists(st.lists(st.integers(0, 6), max_size=25), max_size=8)
 
 
@@ -59,10 +112,11 @@ def test_bigram_keys_respect_document_boundaries(docs):
 
 
 @given(docs_strategy, st.integers(0, 40), st.integers(1, 9), st.booleans(), st.integers(2, 4),
-       st.sampled_from([1, 40, 62]))
-def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse, k, lo_bits):
+       st.sampled_from([1, 40, 62]), st.sampled_from(["wide", "fitting", "exact-off"]))
+def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse, k, lo_bits, how):
     """Counts only owned starts, keeps overlap keys; any bucketing gives the same table,
-    also when the keys' packed top bits tie (62 low bits: only 2 top bits compared)."""
+    on the exact path (key bits + position in one uint64) and the indirect one, also when
+    the keys' packed top bits tie there (62 low bits: only 2 top bits compared)."""
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     stream = stream_from_lists(lengths, values)
@@ -72,9 +126,12 @@ def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse,
         pos, keys = kn.ngram_keys(prev, toks, j)
         uniq, _, order, _ = kn.unit_table(prev, toks, j, len(toks), True)
         prev = kn.ids_at(np.arange(len(uniq)), order, len(toks))
-    pos, keys = kn.ngram_keys(prev, toks, k)
-    uniq, counts, order, counted = kn.unit_table(prev, toks, k, limit, want_inverse,
-                                                  bucket=bucket, min_lo_bits=lo_bits)
+    ids = prev[prev != kn.INVALID]
+    code = kn.WIDE if how == "wide" else kn.KeyCode.fitting(ids.max(initial=0), 6)
+    pos, keys = kn.ngram_keys(prev, toks, k, code)
+    uniq, counts, order, counted = kn.unit_table(prev, toks, k, limit, want_inverse, code=code,
+                                                  bucket=bucket, min_lo_bits=lo_bits,
+                                                  exact=how != "exact-off")
     assert np.all(np.diff(uniq.astype(np.float64)) > 0) or len(uniq) < 2
     assert set(uniq.tolist()) == set(keys.tolist())
     own = Counter(keys[pos < limit].tolist())

@@ -56,11 +56,13 @@ class Plan:
     shards: list[Shard]
     units: list[Unit]
     work: str
+    codes: dict | None = None    # length -> KeyCode of its keys, once every pass has run
 
 
 # ---------------------------------------------------------------- tasks
 
 _TABLE_CACHE: dict[tuple, np.ndarray] = {}
+_SCRATCH = kn.Scratch()     # a worker's count tasks reuse its work arrays
 
 
 def _frequent_table(wd: WorkDir, k: int, nparts: int) -> np.ndarray:
@@ -87,28 +89,41 @@ def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.nda
     return np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
 
 
+def _token_ceiling(shards: list[Shard]) -> int:
+    """The largest token id the shards' types allow (pass 2's key code, before any is read)."""
+    top = 0
+    for s in shards:
+        if s.format == "flat":
+            top = max(top, min(int(np.iinfo(np.dtype(s.dtype)).max), kn.MAX_TOKEN))
+        else:
+            top = kn.MAX_TOKEN
+    return top
+
+
 @as_task
-def count_task(plan: Plan, k: int, u: int, prev: dict | None) -> dict:
+def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
     unit = plan.units[u]
-    stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1)
+    stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1,
+                       scratch=_SCRATCH)
     tokens = stream.tokens
     if k == 2:
         ids = tokens
     else:   # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
         order = (load_array(wd.unit(k - 1, u, "pos"), mmap=False),
                  load_array(wd.unit(k - 1, u, "starts"), mmap=False))
-        ids = kn.ids_at(_unit_answers(plan, wd, k - 1, u, prev), order, len(tokens))
+        ids = kn.ids_at(_unit_answers(plan, wd, k - 1, u, prev), order, len(tokens), _SCRATCH)
     last = k == cfg.max_len
-    uniq, counts, order, counted = kn.unit_table(ids, tokens, k, stream.limit, want_order=not last)
+    uniq, counts, order, counted = kn.unit_table(ids, tokens, k, stream.limit, want_order=not last,
+                                                 code=code, scratch=_SCRATCH)
     save_array(wd.unit(k, u, "keys"), uniq)
-    save_array(wd.unit(k, u, "counts"), counts.astype(np.uint32))
+    save_array(wd.unit(k, u, "counts"), counts)
     if not last:
         save_array(wd.unit(k, u, "pos"), order[0])
         save_array(wd.unit(k, u, "starts"), order[1])
     return {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
-            "counted": counted, "distinct": len(uniq)}
+            "counted": counted, "distinct": len(uniq), "max_token": stream.max_token}
 
 
 def _range(nparts: int, p: int) -> tuple[np.uint64, np.uint64 | None]:
@@ -123,7 +138,7 @@ def _slice(keys: np.ndarray, lo, hi) -> tuple[int, int]:
 
 
 @as_task
-def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int) -> dict:
+def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.KeyCode) -> dict:
     wd = WorkDir(plan.work)
     lo, hi = _range(nparts, p)
     runs = []
@@ -132,7 +147,8 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int) -> dict:
         a, b = _slice(keys, lo, hi)
         if b > a:
             runs.append((np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b])))
-    keys, counts = kn.merge_counts(runs)
+    keys, counts = kn.merge_counts_bucketed(runs, code, int(lo), 2**64 if hi is None else int(hi),
+                                            scratch=_SCRATCH)
     save_array(wd.merged(k, p, "keys"), keys)
     save_array(wd.merged(k, p, "counts"), counts)
     return {"part": p, "hist": kn.histogram(counts, floor)}
@@ -164,20 +180,21 @@ def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: i
     return int(len(fkeys))
 
 
-def _candidates(wd: WorkDir, k: int, p: int, cutoff: int, cut_len: int):
+def _candidates(wd: WorkDir, k: int, p: int, code: kn.KeyCode, cutoff: int, cut_len: int):
     """The frequent k-grams of range p that may be selected: (index in the range, counts,
     prefix id or first token, last token)."""
     keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
     counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
     idx = np.flatnonzero((counts > cutoff) | ((counts == cutoff) & (k <= cut_len)))
-    prefix, last = kn.split_key(kn.unmix(keys[idx]))
+    prefix, last = code.decode(keys[idx])
     return idx, counts[idx], prefix, last
 
 
-def final_rows(plan: Plan, k: int, p: int, offset: int, cutoff: int, cut_len: int):
+def final_rows(plan: Plan, k: int, p: int, code: kn.KeyCode, offset: int, cutoff: int,
+               cut_len: int):
     """Arrow rows of the frequent k-grams of range p that may be selected."""
     import pyarrow as pa
-    idx, counts, prefix, last = _candidates(WorkDir(plan.work), k, p, cutoff, cut_len)
+    idx, counts, prefix, last = _candidates(WorkDir(plan.work), k, p, code, cutoff, cut_len)
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(len(idx), k, np.int8)), pa.array(idx + offset),
          pa.array(prefix), pa.array(last.astype(np.int32)), pa.array(counts)],
@@ -245,11 +262,15 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
     hists: dict[int, dict[int, int]] = {}
     passes, prev = [], None
     offsets_by_len: dict[int, list[int]] = {}
+    codes: dict[int, kn.KeyCode] = {}
     totals = {"documents": 0, "tokens": 0}
+    top_token = _token_ceiling(shards)
     for k in range(2, cfg.max_len + 1):
         t0 = time.time()
         floor = threshold
-        stats = ex.map(len(units), lambda u, k=k, prev=prev: count_task(plan, k, u, prev))
+        # keys as narrow as the ids and tokens allow: exact one-word counting sorts
+        codes[k] = code = kn.KeyCode.fitting(top_token if k == 2 else kept - 1, top_token)
+        stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c))
         t_count = time.time()
         if k > 2:  # the previous pass's per-unit files are consumed now
             _remove_unit_files(plan, k - 1)
@@ -258,10 +279,11 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
                       "tokens": sum(s["tokens"] for s in stats)}
             if totals["tokens"] == 0:
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
+            top_token = max(s["max_token"] for s in stats)
         distinct = sum(s["distinct"] for s in stats)
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
-        merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor:
-                                 merge_task(plan, k, p, n, f))
+        merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor, c=code:
+                                 merge_task(plan, k, p, n, f, c))
         t_merge = time.time()
         part_hists = [m["hist"] for m in merged]
         hists[k] = kn.merge_hists(*part_hists)
@@ -285,6 +307,7 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
         passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
                        "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
                        "kept": kept, "partitions": nparts,
+                       "key_bits": [code.prefix_bits, code.last_bits],
                        "lookup": "broadcast" if broadcast else "join",
                        "seconds": round(time.time() - t0, 3),
                        "stages": {"count": round(t_count - t0, 3), "merge": round(t_merge - t_count, 3),
@@ -292,6 +315,7 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
         if kept == 0:
             break
     t0 = time.time()
+    plan.codes = codes
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     # the decode of length k holds every selected (k-1)-gram's tokens in each task
@@ -357,7 +381,7 @@ def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups
                 task_firsts: np.ndarray, cutoff: int, cut_len: int) -> int:
     """Tokens of the selected k-grams of key range p, bucketed by rank task."""
     wd = WorkDir(plan.work)
-    idx, counts, prefix, last = _candidates(wd, k, p, cutoff, cut_len)
+    idx, counts, prefix, last = _candidates(wd, k, p, plan.codes[k], cutoff, cut_len)
     if k == 2:
         tokens = np.stack([prefix, last], axis=1).astype(np.uint32)
     else:
@@ -450,7 +474,7 @@ def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, s
             for batch in batches:
                 for t in batch.column(0).to_pylist():
                     p, off = tasks[t]
-                    yield final_rows(plan, k, p, off, cutoff, cut_len)
+                    yield final_rows(plan, k, p, plan.codes[k], off, cutoff, cut_len)
 
         df = spark.range(0, len(tasks), 1, numPartitions=max(1, len(tasks))).mapInArrow(
             rows, row_schema)

@@ -236,35 +236,97 @@ def gather_rows(matrix, ids, out):
 _INVALID32 = np.uint32(0xFFFFFFFF)
 
 
+@numba.njit(cache=True, inline="always")
+def code_key1(prefix, last, code):
+    """`kernels.KeyCode.encode` of one (prefix, last), before the shift to the top bits.
+
+    ``code`` = (last_bits, s1, s2, mask): the raw key ``prefix << last_bits |
+    last`` mixed by a bijection of ``bits``-bit integers (xorshift, multiply by
+    an odd constant modulo 2**bits, xorshift).
+    """
+    vbits, s1, s2, mask = code
+    x = (np.uint64(prefix) << vbits) | np.uint64(last)
+    x ^= x >> s1
+    x = (x * _M) & mask
+    x ^= x >> s2
+    return x
+
+
 @numba.njit(cache=True, nogil=True)
-def candidate_histogram(prev, tokens, k, n_pos, shift, hist):
+def candidate_histogram(prev, tokens, k, n_pos, code, shift, hist):
     """Count the candidate k-grams per bucket (a bucket = the top bits of the mixed key).
 
     A position i is a candidate iff ``prev[i]`` and ``prev[i+1]`` are ids (not
-    INVALID); its key is ``mix(prev[i] << 32 | tokens[i+k-1])``.
+    INVALID); its key is ``code_key1(prev[i], tokens[i+k-1])``, its bucket
+    that key ``>> shift``.
     """
     for i in range(n_pos):
         a = prev[i]
         if a == _INVALID32 or prev[i + 1] == _INVALID32:
             continue
-        key = chain_key1(a, tokens[i + k - 1])
-        hist[np.int64(key >> shift)] += 1
+        hist[np.int64(code_key1(a, tokens[i + k - 1], code) >> shift)] += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def scatter_buckets(prev, tokens, k, n_pos, shift, bounds, lo_bits, keys, where, packed):
-    """Place every candidate in its bucket (``keys``, ``where`` = its position), then
-    pack each: ``packed`` = (key's bits above ``lo_bits``) | (its index in the bucket)."""
+def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed):
+    """Place every candidate in its bucket as one exact uint64: the key's bits
+    below the bucket bits, then its position (``pos_bits`` bits). Sorting a
+    bucket then orders it by key, and by position within a key."""
+    cursor = bounds[:-1].copy()
+    rest = (np.uint64(1) << shift) - np.uint64(1)
+    for i in range(n_pos):
+        a = prev[i]
+        if a == _INVALID32 or prev[i + 1] == _INVALID32:
+            continue
+        x = code_key1(a, tokens[i + k - 1], code)
+        b = np.int64(x >> shift)
+        d = cursor[b]
+        cursor[b] = d + 1
+        packed[d] = ((x & rest) << pos_bits) | np.uint64(i)
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_runs(packed, bounds, shift, pos_bits, up, limit, uniq, counts, starts, order):
+    """Distinct keys in order from buckets of `scatter_exact` entries that numpy
+    sorted in place: one sequential pass (see `bucket_runs` for the outputs).
+    ``up`` shifts a key to the top bits of its uint64."""
+    pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
+    u = 0
+    for p in range(len(bounds) - 1):
+        top = np.uint64(p) << shift
+        last = np.uint64(0)
+        for d in range(bounds[p], bounds[p + 1]):
+            v = packed[d]
+            r = v >> pos_bits
+            w = np.int64(v & pmask)
+            if d == bounds[p] or r != last:
+                uniq[u] = (top | r) << up
+                counts[u] = 0
+                starts[u] = d
+                u += 1
+                last = r
+            order[d] = w
+            counts[u - 1] += np.uint32(w < limit)
+    starts[u] = bounds[len(bounds) - 1]
+    return u
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_buckets(prev, tokens, k, n_pos, code, shift, up, bounds, lo_bits, keys, where, packed):
+    """When a key and a position do not fit one uint64 together: place every
+    candidate in its bucket (``keys`` shifted up by ``up``, ``where`` = its
+    position), then pack each: ``packed`` = (key's bits above ``lo_bits``) |
+    (its index in the bucket)."""
     cursor = bounds[:-1].copy()
     for i in range(n_pos):
         a = prev[i]
         if a == _INVALID32 or prev[i + 1] == _INVALID32:
             continue
-        key = chain_key1(a, tokens[i + k - 1])
-        b = np.int64(key >> shift)
+        x = code_key1(a, tokens[i + k - 1], code)
+        b = np.int64(x >> shift)
         d = cursor[b]
         cursor[b] = d + 1
-        keys[d] = key
+        keys[d] = x << up
         where[d] = i
     lo = np.uint64((1 << lo_bits) - 1)
     for b in range(len(bounds) - 1):      # sequential: cheap next to the scatter above
@@ -318,9 +380,44 @@ def bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, start
                 w = where[j]
                 order[b0 + a] = w
                 if w < limit:
-                    counts[u - 1] += 1
+                    counts[u - 1] += np.uint32(1)
             s = e
     starts[u] = bounds[len(bounds) - 1]
+    return u
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_counted(keys, counts, up, top_shift, base, rest_mask, cursor, packed):
+    """Place sorted (key, count) entries in their buckets (``key >> top_shift``,
+    less ``base``) as one uint64: the key's bits below the bucket bits (keys
+    sit above ``up`` zero bits), then the count (32 bits)."""
+    for i in range(len(keys)):
+        key = keys[i]
+        b = np.int64(key >> top_shift) - base
+        d = cursor[b]
+        cursor[b] = d + 1
+        packed[d] = (((key >> up) & rest_mask) << np.uint64(32)) | np.uint64(counts[i])
+
+
+@numba.njit(cache=True, nogil=True)
+def counted_runs(packed, bounds, base, rest_bits, up, out_keys, out_counts):
+    """Sum the counts of equal keys in buckets of `scatter_counted` entries that
+    numpy sorted in place; writes the distinct keys in order. Returns their number."""
+    low = np.uint64(0xFFFFFFFF)
+    u = 0
+    for p in range(len(bounds) - 1):
+        top = np.uint64(base + p) << rest_bits
+        last = np.uint64(0)
+        for d in range(bounds[p], bounds[p + 1]):
+            v = packed[d]
+            r = v >> np.uint64(32)
+            if d == bounds[p] or r != last:
+                out_keys[u] = (top | r) << up
+                out_counts[u] = np.int64(v & low)
+                u += 1
+                last = r
+            else:
+                out_counts[u - 1] += np.int64(v & low)
     return u
 
 

@@ -230,11 +230,16 @@ class Stream:
     limit: int          # n-grams starting at positions >= limit belong to the next unit
     documents: int
     n_tokens: int
+    max_token: int = -1     # the largest token id read (the overlap included); -1: none
 
 
-def check_range(values: np.ndarray, uri: str) -> None:
-    if len(values):
-        check_bounds(int(values.min()) if values.dtype.kind == "i" else 0, int(values.max()), uri)
+def check_range(values: np.ndarray, uri: str) -> int:
+    """Check the token ids' bounds; returns the largest (-1 when there are none)."""
+    if not len(values):
+        return -1
+    highest = int(values.max())
+    check_bounds(int(values.min()) if values.dtype.kind == "i" else 0, highest, uri)
+    return highest
 
 
 def check_bounds(lowest: int, highest: int, uri: str) -> None:
@@ -256,23 +261,38 @@ def reading(uri: str):
         raise InputError(uri, f"cannot read ({_short(exc)})") from None
 
 
-def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
-    """Read one unit as a token stream; `overlap` extra tokens past a flat range's end."""
+def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch=None) -> Stream:
+    """Read one unit as a token stream; `overlap` extra tokens past a flat range's end.
+
+    With a ``scratch`` (`kernels.Scratch`), a flat range is read into its
+    buffers (the stream's tokens are valid until the next read with it)."""
     fs, path = _filesystem(shard.uri)
     with reading(shard.uri):
         if shard.format == "flat":
-            return _read_flat(fs, path, shard, unit, opts, overlap)
+            return _read_flat(fs, path, shard, unit, opts, overlap, scratch)
         return _read_parquet(fs, path, shard, unit, opts)
 
 
-def read_flat_range(shard: Shard, lo: int, hi: int) -> np.ndarray:
-    """Raw token values [lo, hi) of a flat file (clipped to the file), read with one read_at."""
+def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None) -> np.ndarray:
+    """Raw token values [lo, hi) of a flat file (clipped to the file), read in one call
+    (into ``scratch``'s "raw" buffer when given)."""
     fs, path = _filesystem(shard.uri)
     dt = np.dtype(shard.dtype)
     lo, hi = max(lo, 0), min(hi, shard.n_items)
     with fs.open_input_file(path) as f:
-        raw = f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize)
-    arr = np.frombuffer(raw, dtype=dt)
+        if scratch is None:
+            arr = np.frombuffer(f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize),
+                                dtype=dt)
+        else:
+            arr = scratch.get("raw", hi - lo, dt)
+            f.seek(shard.offset + lo * dt.itemsize)
+            view, got = arr.view(np.uint8), 0
+            while got < len(view):
+                m = f.readinto(view[got:])
+                if not m:
+                    break
+                got += m
+            arr = arr[:got // dt.itemsize]
     if len(arr) != hi - lo:
         raise InputError(shard.uri, "file shrank while being read")
     return arr
@@ -299,23 +319,26 @@ def list_column(table: pa.Table, name: str, uri: str) -> tuple[np.ndarray, np.nd
             np.concatenate(vals) if vals else np.zeros(0, np.int64))
 
 
-def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: int) -> Stream:
+def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: int,
+               scratch) -> Stream:
     lo = max(unit.start - 1, 0)
-    arr = read_flat_range(shard, lo, unit.stop + overlap)
+    arr = read_flat_range(shard, lo, unit.stop + overlap, scratch)
     head = unit.start - lo  # 1 if we read the token before the range, else 0
     body = arr[head:]
     own = unit.stop - unit.start
     if opts.doc_sep is not None:
-        tokens = np.empty(len(body), dtype=np.uint32)
+        tokens = np.empty(len(body), np.uint32) if scratch is None else \
+            scratch.get("tokens", len(body), np.uint32)
         sep_before = head == 0 or bool(arr[0] == opts.doc_sep)
         documents, n_tokens, vmin, vmax = separate(body, opts.doc_sep, own, sep_before, tokens)
         check_bounds(vmin, vmax, shard.uri)
     else:
-        check_range(body, shard.uri)
+        vmax = check_range(body, shard.uri)
         tokens = body.astype(np.uint32)
         n_tokens = own
         documents = 1 if (unit.start == 0 and shard.n_items > 0) else 0
-    return Stream(tokens=tokens, limit=own, documents=documents, n_tokens=n_tokens)
+    return Stream(tokens=tokens, limit=own, documents=documents, n_tokens=n_tokens,
+                  max_token=int(vmax))
 
 
 def _read_parquet(fs, path, shard: Shard, unit: Unit, opts: ReadOptions) -> Stream:
@@ -326,14 +349,14 @@ def _read_parquet(fs, path, shard: Shard, unit: Unit, opts: ReadOptions) -> Stre
 
 def stream_from_lists(lengths: np.ndarray, values: np.ndarray, uri: str = "<memory>") -> Stream:
     """Documents given as lengths + concatenated values -> a token stream (SENTINEL after each)."""
-    check_range(values, uri)
+    highest = check_range(values, uri)
     ndocs = len(lengths)
     tokens = np.full(len(values) + ndocs, SENTINEL, dtype=np.uint32)
     if len(values):
         doc_of_value = np.repeat(np.arange(ndocs, dtype=np.int64), lengths)
         tokens[np.arange(len(values), dtype=np.int64) + doc_of_value] = values
     return Stream(tokens=tokens, limit=len(tokens), documents=ndocs,
-                  n_tokens=len(values))
+                  n_tokens=len(values), max_token=highest)
 
 
 def shard_record(shard: Shard) -> dict:

@@ -4,16 +4,21 @@ Conventions
 -----------
 - A *token stream* is a ``uint32`` array; ``SENTINEL`` (2**32-1) marks a
   document boundary. Token ids are at most 2**31-1, so it never collides.
-- An n-gram of length k is identified by an exact 64-bit key, chained:
-  ``key = (id of its (k-1)-prefix) << 32 | last token``. For k = 2 the
-  "id" of the 1-gram prefix is the token itself. Ids of (k-1)-grams are
-  dense ranks in the frequent set of the previous pass (< 2**32-1).
-- Keys are stored *mixed* by a bijection of uint64 (``mix``/``unmix``), so
-  they are spread uniformly: sorted mixed keys can be range-partitioned by
-  their top bits into balanced ranges. No collisions: mix is invertible.
+- An n-gram of length k is identified by an exact key, chained: the pair
+  (id of its (k-1)-prefix, last token). For k = 2 the "id" of the 1-gram
+  prefix is the token itself. Ids of (k-1)-grams are dense ranks in the
+  frequent set of the previous pass (< 2**32-1).
+- A pass packs its pairs into as few bits as they need (`KeyCode`: prefix
+  bits + token bits), mixes them by a bijection of integers of that width,
+  so they are spread uniformly, and stores them in the top bits of a uint64:
+  sorted keys can be range-partitioned by their top bits into balanced
+  ranges. No collisions: the mix is invertible. Narrow keys leave room for a
+  position beside them in one uint64, which makes the counting sort exact.
 - ``INVALID`` (2**32-1) in an id array means "no id here".
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,13 +51,82 @@ def unmix(y: np.ndarray) -> np.ndarray:
     return x
 
 
+@dataclass(frozen=True)
+class KeyCode:
+    """How one pass turns (prefix id or first token, last token) into a uint64 key.
+
+    raw = prefix << last_bits | last, ``bits`` = prefix_bits + last_bits <= 64;
+    mixed by xorshift / multiply by an odd constant modulo 2**bits / xorshift
+    (a bijection of bits-bit integers), then shifted to the top of the uint64.
+    ``WIDE`` (32 + 32 bits) is `mix` of ``prefix << 32 | last``.
+    """
+    prefix_bits: int = 32
+    last_bits: int = 32
+
+    def __post_init__(self):
+        if not (1 <= self.prefix_bits <= 32 and 1 <= self.last_bits <= 32 and self.bits >= 8):
+            raise ValueError(f"bad key code {self}")
+
+    @classmethod
+    def fitting(cls, max_prefix: int, max_last: int) -> "KeyCode":
+        """The narrowest code for prefixes <= max_prefix and last tokens <= max_last."""
+        pb, lb = max(int(max_prefix).bit_length(), 1), max(int(max_last).bit_length(), 1)
+        return cls(max(pb, 8 - lb), lb)
+
+    @property
+    def bits(self) -> int:
+        return self.prefix_bits + self.last_bits
+
+    @property
+    def up(self) -> int:
+        return 64 - self.bits
+
+    def args(self) -> tuple:
+        """(last_bits, s1, s2, mask) as uint64: what the compiled kernels take."""
+        b = self.bits
+        return (np.uint64(self.last_bits), np.uint64(b // 2 - 1), np.uint64(max(b // 2 - 3, 1)),
+                np.uint64((1 << b) - 1))
+
+    def encode(self, prefix, last) -> np.ndarray:
+        vbits, s1, s2, mask = self.args()
+        x = (np.asarray(prefix).astype(np.uint64) << vbits) | np.asarray(last).astype(np.uint64)
+        x ^= x >> s1
+        x *= _M
+        x &= mask
+        x ^= x >> s2
+        return x << np.uint64(self.up)
+
+    def decode(self, keys) -> tuple[np.ndarray, np.ndarray]:
+        """Keys -> (prefix, last) as int64 arrays."""
+        vbits, s1, s2, mask = self.args()
+        x = np.asarray(keys, dtype=np.uint64) >> np.uint64(self.up)
+        x = _unshift(x, int(s2), self.bits)
+        x *= np.uint64(_C_INV) & mask
+        x &= mask
+        x = _unshift(x, int(s1), self.bits)
+        return (x >> vbits).astype(np.int64), (x & ((np.uint64(1) << vbits) - np.uint64(1))).astype(np.int64)
+
+
+def _unshift(y: np.ndarray, s: int, bits: int) -> np.ndarray:
+    """Inverse of ``x ^= x >> s`` on bits-bit integers."""
+    x = y.copy()
+    while s < bits:
+        x ^= x >> np.uint64(s)
+        s *= 2
+    return x
+
+
+WIDE = KeyCode()
+
+
 def split_key(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unmixed key -> (prefix id or first token, last token)."""
     raw = np.asarray(raw, dtype=np.uint64)
     return (raw >> _U32).astype(np.int64), (raw & _LO32).astype(np.int64)
 
 
-def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int,
+               code: KeyCode = None) -> tuple[np.ndarray, np.ndarray]:
     """Mixed keys of the candidate k-grams of one token stream.
 
     ``prev[i]`` is the id of the (k-1)-gram starting at i (for k = 2: the
@@ -61,7 +135,7 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray
     have ids; then it lies inside one document.
 
     Returns ``(positions, keys)`` in position order: int64 start positions and
-    uint64 mixed keys. (The numpy reference of what `unit_table`'s compiled
+    uint64 keys (``code``, default `WIDE`). (The numpy reference of what `unit_table`'s compiled
     kernels compute; the tests and the kernel benchmark use it.)
     """
     n_pos = len(tokens) - k + 1
@@ -71,16 +145,7 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int) -> tuple[np.ndarray
     ok = a != INVALID
     ok &= prev[1:n_pos + 1] != INVALID
     pos = np.flatnonzero(ok)
-    if len(pos) * 4 < n_pos:          # sparse: gather only the candidates
-        keys = a[pos].astype(np.uint64)
-        keys <<= _U32
-        keys |= tokens[pos + (k - 1)]
-    else:                             # dense: build every key, then compact once
-        keys = a.astype(np.uint64)
-        keys <<= _U32
-        keys |= tokens[k - 1:k - 1 + n_pos]
-        keys = keys[ok]
-    return pos, _mix_inplace(keys)
+    return pos, (code or WIDE).encode(a[pos], tokens[pos + (k - 1)])
 
 
 def _mix_inplace(x: np.ndarray) -> np.ndarray:
@@ -101,19 +166,51 @@ def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
     return out
 
 
+class Scratch:
+    """Grow-only work arrays reused by the calls of one process.
+
+    Touching fresh memory costs page faults (here, in a VM, up to ~1 ns per
+    byte: more than sorting it); a worker that counts unit after unit reuses
+    the same pages instead. An array from `get` is valid until the next `get`
+    of the same name.
+    """
+
+    def __init__(self):
+        self._bufs: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        need = max(n, 1) * dtype.itemsize
+        buf = self._bufs.get(name)
+        if buf is None or len(buf) < need:
+            buf = self._bufs[name] = np.empty(need + need // 8, np.uint8)
+        return buf[:n * dtype.itemsize].view(dtype)
+
+
+def _fresh(name: str, n: int, dtype) -> np.ndarray:   # noqa: ARG001 (the Scratch.get signature)
+    return np.empty(n, dtype)
+
+
 BUCKET = 1 << 16    # target candidates per bucket: its arrays stay in the core's cache
+MAX_BUCKET_BITS = 12    # more buckets than 2**12: numpy's per-bucket sort calls cost too much
 
 
 def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_order: bool,
-               bucket: int = BUCKET, min_lo_bits: int = 1):
+               code: KeyCode = WIDE, bucket: int = BUCKET, min_lo_bits: int = 1,
+               exact: bool = True, scratch: Scratch | None = None):
     """Count the candidate k-grams of one unit of work.
 
-    ``prev``/``tokens`` as for `ngram_keys`. Only k-grams starting before
-    ``limit`` belong to this unit (the rest are the overlap that a flat-file
-    range reads past its end, needed only for their ids). Compiled kernels
-    (`compiled`): the candidates are radix-partitioned by the top bits of
-    their (uniformly mixed) keys into cache-sized buckets, each bucket sorted
-    by numpy, and the runs read off in bucket order, which is key order.
+    ``prev``/``tokens`` as for `ngram_keys`, keys made by ``code``. Only
+    k-grams starting before ``limit`` belong to this unit (the rest are the
+    overlap that a flat-file range reads past its end, needed only for their
+    ids). Compiled kernels (`compiled`): the candidates are radix-partitioned
+    by the top bits of their (uniformly mixed) keys into cache-sized buckets,
+    each bucket sorted by numpy, and the runs read off in bucket order, which
+    is key order. When a key's bits below the bucket bits and a position fit
+    one uint64 together (``exact``: e.g. every pass of a 16-bit vocabulary),
+    the sort orders the candidates completely and the runs are one
+    sequential pass; otherwise a bucket sorts (top key bits, index) pairs and
+    the runs check the full keys.
 
     Returns ``(keys, counts, order, counted)``: the unit's distinct keys
     (sorted; the overlap included with count 0) and their counts; if asked,
@@ -121,43 +218,65 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     by key in key order, key r's being ``positions[starts[r]:starts[r+1]]``
     (`ids_at` turns it and per-key values into a per-position array).
 
-    ``bucket`` (candidates per bucket) and ``min_lo_bits`` (packed index bits:
-    more bits, more keys whose remaining top bits tie) exist for the tests.
+    With a ``scratch``, the work arrays and the returned ones are its
+    buffers (valid until the next call with it); counts are uint32.
+    ``bucket`` (candidates per bucket), ``min_lo_bits`` (packed index bits:
+    more bits, more keys whose remaining top bits tie) and ``exact=False``
+    (force the indirect path) exist for the tests.
     """
+    new = scratch.get if scratch is not None else _fresh
     n_pos = max(len(tokens) - k + 1, 0)
     if n_pos >= 2**31:
         raise ValueError("a unit holds at most 2**31-1 positions")
     prev = np.ascontiguousarray(prev, dtype=np.uint32)
     tokens = np.ascontiguousarray(tokens, dtype=np.uint32)
+    args = code.args()
     bits = max(1, int(np.ceil(np.log2(max(n_pos, 1) / bucket))))   # buckets: the top bits
-    shift = np.uint64(64 - bits)
+    pos_bits = max(int(n_pos - 1).bit_length(), 1)
+    exact = exact and code.bits + pos_bits - 64 <= max(bits, MAX_BUCKET_BITS)
+    if exact:
+        bits = max(bits, code.bits + pos_bits - 64)
+    bits = min(bits, code.bits)
+    shift = np.uint64(code.bits - bits)
     hist = np.zeros(1 << bits, np.int64)
-    cc.candidate_histogram(prev, tokens, k, n_pos, shift, hist)
+    cc.candidate_histogram(prev, tokens, k, n_pos, args, shift, hist)
     bounds = np.zeros(len(hist) + 1, np.int64)
     np.cumsum(hist, out=bounds[1:])
     n = int(bounds[-1])
-    lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
-    keys = np.empty(n, np.uint64)
-    where = np.empty(n, np.int32)
-    packed = np.empty(n, np.uint64)
-    cc.scatter_buckets(prev, tokens, k, n_pos, shift, bounds, lo_bits, keys, where, packed)
+    packed = new("packed", n, np.uint64)
+    if exact:
+        cc.scatter_exact(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds, packed)
+    else:
+        lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
+        keys = new("keys", n, np.uint64)
+        where = new("where", n, np.int32)
+        cc.scatter_buckets(prev, tokens, k, n_pos, args, shift, np.uint64(code.up), bounds,
+                           lo_bits, keys, where, packed)
     for b in np.flatnonzero(hist > 1):
         packed[bounds[b]:bounds[b + 1]].sort()
-    uniq = np.empty(n, np.uint64)
-    counts = np.empty(n, np.int64)
-    starts = np.empty(n + 1, np.int64)
-    order = np.empty(n, np.int32)
-    u = cc.bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order)
-    counted = int(np.count_nonzero(where < limit))
-    del packed, keys, where
-    result = (order, starts[:u + 1].copy()) if want_order else None
-    return uniq[:u].copy(), counts[:u].copy(), result, counted
+    # untouched tails of these are never resident: no copies of the used heads
+    uniq = new("uniq", n, np.uint64)
+    counts = new("counts", n, np.uint32)
+    starts = new("starts", n + 1, np.int64)
+    order = new("order", n, np.int32)
+    if exact:
+        u = cc.exact_runs(packed, bounds, shift, np.uint64(pos_bits), np.uint64(code.up), limit,
+                          uniq, counts, starts, order)
+        counted = int(counts[:u].sum())
+    else:
+        u = cc.bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order)
+        counted = int(np.count_nonzero(where < limit))
+    del packed
+    result = (order, starts[:u + 1]) if want_order else None
+    return uniq[:u], counts[:u], result, counted
 
 
-def ids_at(values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int) -> np.ndarray:
+def ids_at(values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int,
+           scratch: Scratch | None = None) -> np.ndarray:
     """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID elsewhere."""
     positions, starts = order
-    out = np.full(n, INVALID, dtype=np.uint32)
+    out = (scratch.get if scratch is not None else _fresh)("ids", n, np.uint32)
+    out.fill(INVALID)
     cc.spread(np.ascontiguousarray(values, np.uint32), starts, positions, out)
     return out
 
@@ -187,6 +306,51 @@ def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
     if keys is parts[0][0] or keys.base is parts[0][0]:    # a single input run: a private copy
         keys, counts = keys.copy(), counts.copy()
     return keys, counts
+
+
+def merge_counts_bucketed(parts: list[tuple[np.ndarray, np.ndarray]], code: KeyCode,
+                          lo: int, hi: int, bucket: int = BUCKET,
+                          scratch: Scratch | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`merge_counts` of runs whose keys (made by ``code``) lie in [lo, hi), by
+    one exact sort instead of pairwise merges: every (key, count) entry becomes
+    one uint64 (the key's bits below a bucket's + a 32-bit count), scattered
+    into cache-sized buckets of the range, each sorted by numpy, equal keys
+    summed in one pass. Falls back to `merge_counts` when a key's remaining
+    bits and a count do not fit one uint64 (wide codes). ``hi`` = 2**64 for
+    the last range. Counts must be < 2**32 (a unit's are)."""
+    runs = [(np.ascontiguousarray(k, np.uint64), c) for k, c in parts if len(k)]
+    m = sum(len(k) for k, _ in runs)
+    if m == 0:
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    span_bits = max(int(hi - lo - 1).bit_length(), 1)       # the range: 2**span_bits wide at most
+    want = max(int(np.ceil(np.log2(max(m / bucket, 1)))), 1)     # buckets in the range
+    top_bits = min(64 - span_bits + want, code.bits)     # bucket = key >> (64 - top_bits)
+    rest_bits = code.bits - top_bits
+    if rest_bits > 32:
+        return merge_counts(parts)
+    top_shift = 64 - top_bits
+    base = lo >> top_shift
+    nb = ((hi - 1) >> top_shift) - base + 1
+    edges = (np.arange(1, nb, dtype=np.uint64) + np.uint64(base)) << np.uint64(top_shift)
+    hist = np.zeros(nb, np.int64)
+    for keys, _ in runs:     # sorted runs: bucket sizes from their boundaries
+        hist += np.diff(np.searchsorted(keys, edges), prepend=0, append=len(keys))
+    bounds = np.zeros(nb + 1, np.int64)
+    np.cumsum(hist, out=bounds[1:])
+    new = scratch.get if scratch is not None else _fresh
+    packed = new("merge_packed", m, np.uint64)
+    cursor = bounds[:-1].copy()
+    rest_mask = np.uint64((1 << rest_bits) - 1)
+    for keys, counts in runs:
+        cc.scatter_counted(keys, np.ascontiguousarray(counts, np.uint32), np.uint64(code.up),
+                           np.uint64(top_shift), base, rest_mask, cursor, packed)
+    for b in np.flatnonzero(hist > 1):
+        packed[bounds[b]:bounds[b + 1]].sort()
+    out_keys = new("merge_keys", m, np.uint64)
+    out_counts = new("merge_counts", m, np.int64)
+    u = cc.counted_runs(packed, bounds, base, np.uint64(rest_bits), np.uint64(code.up),
+                        out_keys, out_counts)
+    return out_keys[:u], out_counts[:u]
 
 
 def histogram(counts: np.ndarray, floor: int) -> dict[int, int]:
@@ -232,8 +396,12 @@ def warm_up() -> None:
     for dtype in (np.uint16, np.uint32):     # the common flat-file dtypes
         cc.separate(np.array([1, 0, 2], dtype), 0, 3, True, np.empty(3, np.uint32))
     tokens = stream_from_lists(np.array([4, 3]), np.array([1, 2, 1, 2, 3, 2, 1])).tokens
-    uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True)
-    ids = ids_at(np.arange(len(uniq)), order, len(tokens))
-    uniq3, counts3, _, _ = unit_table(ids, tokens, 3, len(tokens), False)
+    for exact in (True, False):
+        uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True, exact=exact)
+        ids = ids_at(np.arange(len(uniq)), order, len(tokens))
+        uniq3, counts3, _, _ = unit_table(ids, tokens, 3, len(tokens), False, exact=exact)
     lookup_sorted(uniq3, uniq3)
     merge_counts([(uniq3, counts3), (uniq3[:1], counts3[:1])])
+    code = KeyCode(16, 16)
+    keys = np.sort(code.encode(np.arange(5), np.arange(5)))
+    merge_counts_bucketed([(keys, np.ones(5, np.uint32))], code, 0, 2**64)
