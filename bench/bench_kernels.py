@@ -1,9 +1,12 @@
-"""Side by side: counting one unit of work with the compiled kernels vs the previous numpy ones.
+"""Side by side: counting one unit of work with the compiled kernels (exact one-word sort on
+narrow keys, and the indirect path that wide keys take) vs the first numpy version.
 
     python bench/bench_kernels.py [--tokens 16000000] [--corpus FILE.bin] [--repeat 3]
 
-Times `kernels.unit_table` (radix buckets + numba, what the build runs) and,
-interleaved in the same run, the numpy implementation it replaced (pieces of
+Times `kernels.unit_table` (radix buckets + numba, what the build runs) with the
+narrowest `KeyCode` (key bits + position in one uint64: one exact sort), with
+64-bit keys (`WIDE`: sort of (top bits, index) pairs, full keys checked) and,
+interleaved in the same run, the numpy implementation both replaced (pieces of
 2**20 positions, a packed sort of top key bits + index, pieces merged by
 searchsorted, a dense per-position index as output), kept below as the
 baseline. The compiled one returns each key's positions instead of a dense
@@ -122,33 +125,40 @@ def main() -> None:
     tok = raw.astype(np.uint32)
     tok[raw == 0] = kn.SENTINEL
     limit = len(tok) - 100                       # a flat range's overlap: looked up, not counted
+    scratch = kn.Scratch()     # what a build's worker does: work arrays reused unit after unit
     kn.unit_table(tok[:1000], tok[:1000], 2, 900, True)          # compile outside the timing
     u2, _, order, _ = kn.unit_table(tok, tok, 2, limit, True)
     frequent = np.random.default_rng(2).random(len(u2)) < 0.6
     ids = kn.ids_at(np.where(frequent, np.arange(len(u2)), kn.INVALID), order, len(tok))
-    cases = {"pass 2 (all positions)": (tok, 2, True), "pass 3 (60% of bigrams frequent)": (ids, 3, True),
-             "pass 3 as the last pass (no inverse)": (ids, 3, False)}
-    impls = {"compiled": kn.unit_table, "numpy (previous)": numpy_unit_table}
+    cases = {"pass 2 (all positions)": (tok, 2, True, kn.KeyCode(16, 16)),
+             "pass 3 (60% of bigrams frequent)": (ids, 3, True, kn.KeyCode.fitting(len(u2), 65535)),
+             "pass 3 as the last pass (no inverse)": (ids, 3, False, kn.KeyCode.fitting(len(u2), 65535))}
     print(f"{len(tok)} tokens; best of {args.repeat}, implementations interleaved")
-    for case, (prev, k, inv) in cases.items():
+    for case, (prev, k, inv, code) in cases.items():
+        impls = {"exact": lambda *a, c=code: kn.unit_table(*a, code=c, scratch=scratch),
+                 "indirect": lambda *a: kn.unit_table(*a, code=kn.WIDE, exact=False),
+                 "numpy": numpy_unit_table}
+        codes = {"exact": code, "indirect": kn.WIDE, "numpy": kn.WIDE}
         best = {name: np.inf for name in impls}
-        outs = {}
+        tables = {}
         for _ in range(args.repeat):
             for name, fn in impls.items():
                 t = time.perf_counter()
-                outs[name] = fn(prev, tok, k, limit, inv)
-                if inv and name == "compiled":
-                    kn.ids_at(np.zeros(len(outs[name][0]), np.uint32), outs[name][2], len(tok))
+                out = fn(prev, tok, k, limit, inv)
+                if inv and name != "numpy":
+                    kn.ids_at(np.zeros(len(out[0]), np.uint32), out[2], len(tok))
                 best[name] = min(best[name], time.perf_counter() - t)
-        a, b = outs.values()
-        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[3] == b[3]
-        if inv:   # the same per-position key index, in the two representations
-            dense = kn.ids_at(np.arange(len(a[0])), a[2], len(b[2]))
-            assert np.array_equal(np.where(b[2] == len(b[0]), kn.INVALID, b[2]), dense)
-        ratio = best["numpy (previous)"] / best["compiled"]
-        print(f"  {case:38s} compiled {best['compiled'] * 1e9 / len(tok):6.1f} ns/position, "
-              f"numpy {best['numpy (previous)'] * 1e9 / len(tok):6.1f} ns/position: {ratio:.2f}x")
-
+                # the same table, whatever the code: (prefix, last) -> count
+                p_, l_ = codes[name].decode(out[0])
+                o = np.lexsort((l_, p_))
+                tables[name] = (p_[o], l_[o], np.asarray(out[1])[o].astype(np.int64), out[3])
+        ref = tables["numpy"]
+        for name, t in tables.items():
+            assert all(np.array_equal(a, b) for a, b in zip(t[:3], ref[:3])) and t[3] == ref[3], name
+        per = {name: best[name] * 1e9 / len(tok) for name in impls}
+        print(f"  {case:38s} exact {per['exact']:5.1f}, indirect {per['indirect']:5.1f}, "
+              f"numpy {per['numpy']:5.1f} ns/position: exact is {per['indirect'] / per['exact']:.2f}x "
+              f"indirect, {per['numpy'] / per['exact']:.2f}x numpy")
 
 if __name__ == "__main__":
     main()

@@ -230,6 +230,31 @@ def _selection(hists: dict[int, dict[int, int]], size: int | None):
     return cutoff, cut_len, size, by_len
 
 
+class _Starting:
+    """`make_executor` in a background thread; ``result()`` joins it (and re-raises)."""
+
+    def __init__(self, cfg: BuildConfig, spark):
+        import threading
+        self._out: list = []
+        self._thread = threading.Thread(target=self._run, args=(cfg, spark), daemon=True)
+        self._thread.start()
+
+    def _run(self, cfg, spark):
+        try:
+            self._out.append(make_executor(cfg.engine, spark, cfg.master, cfg.conf))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            self._out.append(exc)
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self):
+        self._thread.join()
+        if isinstance(self._out[0], BaseException):
+            raise self._out[0]
+        return self._out[0]
+
+
 def run_build(cfg: BuildConfig, spark=None) -> dict:
     """Run `fgram build`; returns the manifest. Raises FgramError subclasses on bad input.
 
@@ -240,10 +265,16 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     t_start = time.time()
     cfg.validate()
     out = check_output(cfg.output, cfg.overwrite)
-    shards = plan_shards(cfg.inputs, cfg.read_options())
-    units = plan_units(shards, cfg.unit_tokens)
-    kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
-    executor = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
+    # Spark's JVM starts (seconds) while the driver plans and loads the kernels
+    starting = _Starting(cfg, spark)
+    try:
+        shards = plan_shards(cfg.inputs, cfg.read_options())
+        units = plan_units(shards, cfg.unit_tokens)
+        kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
+    except BaseException:
+        starting.wait()     # the input's error is the one to report
+        raise
+    executor = starting.result()
     staging = staging_dir(out)
     try:
         manifest = _build(executor, cfg, shards, units, staging, t_start)
@@ -444,7 +475,9 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
 def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,
                        selected, staging) -> dict:
     """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
-    task_firsts = groups.split(RANK_ROWS)
+    # rank tasks of about RANK_ROWS rows, as many as a multiple of the cores (no lone last round)
+    rounds = max(1, math.ceil(selected / (ex.parallelism * RANK_ROWS)))
+    task_firsts = groups.split(max(1, math.ceil(selected / (ex.parallelism * rounds))))
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
     t0 = time.time()
     for k in sorted(offsets_by_len):

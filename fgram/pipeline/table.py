@@ -49,13 +49,37 @@ class Groups:
         return np.array(firsts, dtype=np.int64)
 
 
+def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Order of distinct rows of one length by (count desc, tokens asc).
+
+    Tokens are packed into as few uint64 words as their width allows and the
+    counts replaced by their dense descending rank: one argsort when rank and
+    tokens fit one word, else a lexsort of a few words (a lexsort over every
+    token column is ~2x slower).
+    """
+    n, k = tokens.shape
+    vbits = max(int(tokens.max(initial=0)).bit_length(), 1)
+    per = 64 // vbits
+    words = []
+    for s in range(0, k, per):
+        w = np.zeros(n, np.uint64)
+        for j in range(s, min(s + per, k)):
+            w <<= np.uint64(vbits)
+            w |= tokens[:, j].astype(np.uint64)
+        words.append(w)
+    distinct, rank = np.unique(-np.asarray(counts, np.int64), return_inverse=True)
+    rbits = max(int(len(distinct) - 1).bit_length(), 1)
+    if len(words) == 1 and rbits + k * vbits <= 64:
+        return np.argsort((rank.astype(np.uint64) << np.uint64(k * vbits)) | words[0])
+    return np.lexsort(words[::-1] + [rank])
+
+
 def rank_rows(tokens: np.ndarray, counts: np.ndarray, length: int,
               groups: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ids of rows of one length holding whole groups: (ids, tokens, counts) sorted by id."""
     if len(counts) == 0:
         return np.zeros(0, np.int64), tokens, counts
-    keys = [tokens[:, j] for j in range(length - 1, -1, -1)] + [-counts]
-    order = np.lexsort(keys)
+    order = _rank_order(tokens, counts)
     tokens, counts = tokens[order], counts[order]
     new = np.empty(len(counts), dtype=bool)
     new[0] = True
