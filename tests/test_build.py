@@ -226,3 +226,55 @@ def test_map_batched_runs_every_item_once_in_order(spark):
     for ex in (SparkExecutor(spark), LocalExecutor(2), LocalExecutor(1)):
         for n in (0, 1, 3, 4, 5, 17):
             assert ex.map_batched(n, lambda i: (i, i * i)) == [(i, i * i) for i in range(n)]
+
+
+def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
+    """Units the driver counts while the JVM starts are not counted again by the Spark
+    tasks (they find the completion markers) and the table is the oracle's."""
+    from fgram.jobs import build as job
+
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3], [4, 4, 1, 2]] * 4
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    calls = {"n": 0}
+
+    def not_yet(self):      # "the JVM is still starting" for the first three checks
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    monkeypatch.setattr(job._Starting, "ready", not_yet)
+    m = build(spark, [tmp_path / "a.bin"], tmp_path / "o", min_count=2, max_len=4,
+              unit_tokens=10, doc_sep=0)
+    assert m["head_start_units"] == 3 and m["units"] > 3
+    assert result(tmp_path / "o") == select(split_flat(
+        np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist(), 0), 4, 2, None)
+
+
+def test_count_task_returns_its_marker_when_done(tmp_path):
+    """A unit with a completion marker is not read again (head start, reruns)."""
+    from fgram.jobs import build as job
+    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.inputs import plan_shards, plan_units
+    from fgram.pipeline.kernels import KeyCode
+
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2]], sep=0)
+    cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)
+    shards = plan_shards(cfg.inputs, cfg.read_options())
+    plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), str(tmp_path / "w"))
+    first = job.count_task(plan, 2, 0, None, KeyCode(16, 16))
+    os.remove(str(tmp_path / "a.bin"))          # reading it again would fail
+    assert job.count_task(plan, 2, 0, None, KeyCode(16, 16)) == first
+
+
+def test_task_closures_pickle_small():
+    """Task functions go to Spark by reference (module + name, no code or globals), and
+    a work-array cache pickles empty: the driver's arrays never travel with a task."""
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from fgram.jobs import build as job
+    for task in (job.count_task, job.merge_task, job.keep_task, job.decode_task, job.rank_task):
+        assert len(cloudpickle.dumps(task)) < 200, task.__name__
+    job._SCRATCH.get("probe", 2**20, np.uint64)
+    assert len(pickle.dumps(job._SCRATCH)) < 1000
+    job._SCRATCH.clear()

@@ -39,12 +39,12 @@ import numpy as np
 from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
-from fgram.jobs.executors import as_task, make_executor
+from fgram.jobs.executors import _reraise, as_task, make_executor
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.table import Groups, arrow_table, rank_rows, write_table
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import check_output, discard, finish, staging_dir
-from fgram.pipeline.workdir import WorkDir, load_array, save_array
+from fgram.pipeline.workdir import WorkDir, load_array, load_json, save_array, save_json
 
 MERGE_BYTES = 64 * 2**20   # target volume of one merge task
 
@@ -104,6 +104,8 @@ def _token_ceiling(shards: list[Shard]) -> int:
 def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
+    if os.path.exists(wd.unit_done(k, u)):     # counted already (the driver's head start)
+        return load_json(wd.unit_done(k, u))
     unit = plan.units[u]
     stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1,
                        scratch=_SCRATCH)
@@ -122,8 +124,10 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
     if not last:
         save_array(wd.unit(k, u, "pos"), order[0])
         save_array(wd.unit(k, u, "starts"), order[1])
-    return {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
-            "counted": counted, "distinct": len(uniq), "max_token": stream.max_token}
+    stats = {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
+             "counted": counted, "distinct": len(uniq), "max_token": stream.max_token}
+    save_json(wd.unit_done(k, u), stats, durable=False)    # the unit's completion marker, last
+    return stats
 
 
 def _range(nparts: int, p: int) -> tuple[np.uint64, np.uint64 | None]:
@@ -248,6 +252,9 @@ class _Starting:
     def wait(self) -> None:
         self._thread.join()
 
+    def ready(self) -> bool:
+        return not self._thread.is_alive()
+
     def result(self):
         self._thread.join()
         if isinstance(self._out[0], BaseException):
@@ -265,19 +272,28 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     t_start = time.time()
     cfg.validate()
     out = check_output(cfg.output, cfg.overwrite)
-    # Spark's JVM starts (seconds) while the driver plans and loads the kernels
+    # Spark's JVM starts (seconds, about one core) while the driver plans, loads
+    # the kernels and counts pass-2 units itself on the other core
     starting = _Starting(cfg, spark)
+    staging = None
     try:
         shards = plan_shards(cfg.inputs, cfg.read_options())
         units = plan_units(shards, cfg.unit_tokens)
         kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
+        staging = staging_dir(out)
+        work = os.path.join(staging, "_work")
+        os.makedirs(work)
+        plan = Plan(cfg, shards, units, work)
+        head = _head_start(plan, starting)
     except BaseException:
         starting.wait()     # the input's error is the one to report
+        if staging:
+            discard(staging)
         raise
-    executor = starting.result()
-    staging = staging_dir(out)
     try:
-        manifest = _build(executor, cfg, shards, units, staging, t_start)
+        executor = starting.result()
+        manifest = _build(executor, plan, t_start)
+        manifest["head_start_units"] = head
         finish(staging, out, manifest)
         return manifest
     except BaseException:
@@ -285,22 +301,53 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
         raise
 
 
-def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) -> dict:
-    work = os.path.join(staging, "_work")
-    os.makedirs(work)
-    plan = Plan(cfg, shards, units, work)
+def _head_start(plan: Plan, starting: _Starting) -> int:
+    """Count pass-2 units in the driver, last first, until the executor is up.
+
+    Only while a JVM starts (the local engine has nothing to wait for); the
+    Spark tasks of those units then find their completion markers and return.
+    """
+    if plan.cfg.engine != "spark":
+        return 0
+    code = _pass_code(2, plan.shards, None, None)
+    done = 0
+    try:
+        for u in reversed(range(len(plan.units))):
+            if starting.ready():
+                break
+            count_task(plan, 2, u, None, code)
+            done += 1
+    except Exception as exc:  # noqa: BLE001 - our errors come back from the task wrapper as markers
+        _reraise(exc)
+    finally:
+        _SCRATCH.clear()      # the driver counts no more: give its work arrays back
+    return done
+
+
+def _pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -> kn.KeyCode:
+    """Keys as narrow as the ids and tokens allow: exact one-word counting sorts.
+    Pass 2 knows only what the inputs' types allow; later passes, the largest
+    token read and the previous pass's number of frequent (k-1)-grams."""
+    if k == 2:
+        top = _token_ceiling(shards)
+        return kn.KeyCode.fitting(top, top)
+    return kn.KeyCode.fitting(kept_before - 1, top_token)
+
+
+def _build(ex, plan: Plan, t_start: float) -> dict:
+    cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
+    staging = os.path.dirname(work)
     threshold = cfg.min_count
     hists: dict[int, dict[int, int]] = {}
     passes, prev = [], None
     offsets_by_len: dict[int, list[int]] = {}
     codes: dict[int, kn.KeyCode] = {}
     totals = {"documents": 0, "tokens": 0}
-    top_token = _token_ceiling(shards)
+    top_token = kept = None
     for k in range(2, cfg.max_len + 1):
         t0 = time.time()
         floor = threshold
-        # keys as narrow as the ids and tokens allow: exact one-word counting sorts
-        codes[k] = code = kn.KeyCode.fitting(top_token if k == 2 else kept - 1, top_token)
+        codes[k] = code = _pass_code(k, shards, kept, top_token)
         stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c))
         t_count = time.time()
         if k > 2:  # the previous pass's per-unit files are consumed now
@@ -330,7 +377,7 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
         kept = offsets[-1]
         if kept >= int(kn.INVALID):
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
-        broadcast = kept * 8 <= cfg.broadcast_budget or ex.spark is None
+        broadcast = kept * 8 <= cfg.broadcast_budget or ex.name == "local"
         answer = k < cfg.max_len and not broadcast
         ex.map_batched(nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
                        keep_task(plan, k, p, n, t, o[p], a))
@@ -352,7 +399,7 @@ def _build(ex, cfg: BuildConfig, shards, units, staging: str, t_start: float) ->
     # the decode of length k holds every selected (k-1)-gram's tokens in each task
     widest = max((int(groups.size[groups.length == k].sum()) * (k - 1) * 4 +
                   offsets_by_len.get(k - 1, [0])[-1] * 8 for k in offsets_by_len), default=0)
-    if ex.spark is None or widest <= cfg.broadcast_budget:
+    if ex.name == "local" or widest <= cfg.broadcast_budget:
         final = "broadcast"
         select_stages = _write_table_tasks(ex, plan, offsets_by_len, groups, cutoff, cut_len,
                                            selected, staging)

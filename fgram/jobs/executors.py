@@ -7,6 +7,7 @@ in a pool of forked processes, without Spark, to measure what Spark costs.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 
@@ -14,14 +15,18 @@ from fgram.pipeline.errors import FgramError, from_marker_text
 
 
 def as_task(fn):
-    """Wrap a task body so our errors survive a trip through Spark as a marker."""
+    """Wrap a task body so our errors survive a trip through Spark as a marker.
+
+    The wrapper keeps the body's module and qualified name, so a task closure
+    pickles it by reference (an import on the worker), never by value with
+    the module's globals (the driver's caches and work arrays).
+    """
+    @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except FgramError as exc:
             raise RuntimeError(exc.marker_text()) from None
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
     return wrapper
 
 
@@ -53,10 +58,20 @@ class Executor:
 class SparkExecutor(Executor):
     name = "spark"
 
-    def __init__(self, spark):
-        self.spark = spark
-        self.sc = spark.sparkContext
+    def __init__(self, spark_or_context):
+        """A SparkSession, or a SparkContext (a session is then made on first use of `spark`)."""
+        if hasattr(spark_or_context, "sparkContext"):
+            self._spark, self.sc = spark_or_context, spark_or_context.sparkContext
+        else:
+            self._spark, self.sc = None, spark_or_context
         self.parallelism = max(2, self.sc.defaultParallelism)
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from fgram.pipeline.spark import session
+            self._spark = session()
+        return self._spark
 
     def map(self, n: int, fn) -> list:
         if n == 0:
@@ -103,10 +118,17 @@ class LocalExecutor(Executor):
 
 def make_executor(engine: str, spark=None, master: str | None = None,
                   conf: dict[str, str] | None = None):
-    """The executor for ``--engine``: local processes, or Spark (a given session, or a new one)."""
+    """The executor for ``--engine``: local processes, or Spark (a given session, the
+    active one, or a new context: SQL starts only if a job needs it)."""
     if engine == "local":
         return LocalExecutor()
     if spark is None:
+        from pyspark.sql import SparkSession
+        spark = SparkSession.getActiveSession()
+    if spark is None:
+        from fgram.pipeline.spark import get_context
+        spark = get_context(master, conf)
+    elif conf:
         from fgram.pipeline.spark import get_session
-        spark = get_session(master, conf)
+        get_session(master, conf)     # applies the runtime settings to the active session
     return SparkExecutor(spark)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-import json
 import mmap
 import os
 

@@ -178,6 +178,12 @@ class Scratch:
     def __init__(self):
         self._bufs: dict[str, np.ndarray] = {}
 
+    def __getstate__(self):     # never ship the buffers (e.g. inside a pickled task)
+        return {"_bufs": {}}
+
+    def clear(self) -> None:
+        self._bufs.clear()
+
     def get(self, name: str, n: int, dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
         need = max(n, 1) * dtype.itemsize

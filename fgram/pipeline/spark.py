@@ -23,6 +23,49 @@ def local_defaults() -> dict[str, str]:
     }
 
 
+def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | None, dict]:
+    """(master to set or None, settings) for a new context or session."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
+        os.environ.get("SPARK_ENV_LOADED")
+    chosen = master or (None if submitted else "local[*]")
+    settings = local_defaults() if not master or master.startswith("local") else {
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    settings.update(conf or {})
+    return chosen, settings
+
+
+def get_context(master: str | None = None, conf: dict[str, str] | None = None,
+                app_name: str = "fgram"):
+    """Return the active SparkContext, or start one (same defaults as `get_session`).
+
+    The jobs that only run tasks need no SQL session: a bare context starts
+    in about two thirds of the time (no Catalyst state) and takes less CPU
+    from the tasks on a small machine. `session` makes one on demand.
+    """
+    chosen, settings = _settings(master, conf)
+    from pyspark import SparkConf, SparkContext
+
+    active = SparkContext._active_spark_context
+    if active is not None:
+        return active
+    sconf = SparkConf().setAppName(app_name)
+    if chosen:
+        sconf.setMaster(chosen)
+    sconf.setAll(list(settings.items()))
+    sc = SparkContext.getOrCreate(sconf)
+    sc.setLogLevel("ERROR")
+    return sc
+
+
+def session():
+    """The SparkSession over the active context (its settings included)."""
+    from pyspark.sql import SparkSession
+    return SparkSession.builder.getOrCreate()
+
+
 def get_session(master: str | None = None, conf: dict[str, str] | None = None,
                 app_name: str = "fgram"):
     """Return the active SparkSession, or build one.
@@ -32,9 +75,7 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
     ``conf`` override anything, so a cluster is one flag away. Under
     spark-submit the submitted master wins.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    chosen, settings = _settings(master, conf)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -46,15 +87,8 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
                 pass
         return active
     builder = SparkSession.builder.appName(app_name)
-    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
-        os.environ.get("SPARK_ENV_LOADED")
-    if master:
-        builder = builder.master(master)
-    elif not submitted:
-        builder = builder.master("local[*]")
-    settings = local_defaults() if not master or master.startswith("local") else {
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-    settings.update(conf or {})
+    if chosen:
+        builder = builder.master(chosen)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

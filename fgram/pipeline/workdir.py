@@ -23,14 +23,21 @@ def load_array(path: str, mmap: bool = True) -> np.ndarray:
     return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
 
 
-def save_json(path: str, obj) -> None:
+def save_json(path: str, obj, durable: bool = True) -> None:
+    """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def load_json(path: str):
+    with open(path) as f:
+        return json.load(f)
 
 
 class WorkDir:
@@ -46,6 +53,9 @@ class WorkDir:
 
     def unit(self, k: int, u: int, what: str) -> str:
         return os.path.join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
+
+    def unit_done(self, k: int, u: int) -> str:
+        return os.path.join(self.pass_dir(k), f"unit-{u:06d}.done.json")
 
     def merged(self, k: int, p: int, what: str) -> str:
         return os.path.join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
