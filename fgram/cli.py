@@ -71,9 +71,12 @@ def _shard_options(fn):
 @click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
               help="Tokens per task (flat files are split into ranges of this size).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.option("--resume", is_flag=True,
+              help="Continue an unfinished run on the same OUTPUT, INPUTS and options from its "
+                   "last completed pass and counted units (without it, leftovers are removed).")
 @_shard_options
 def build_command(inputs, output, max_len, min_count, size, broadcast_budget, unit_tokens,
-                  overwrite, column, dtype, doc_sep, engine, master, conf):
+                  overwrite, resume, column, dtype, doc_sep, engine, master, conf):
     """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -88,9 +91,8 @@ def build_command(inputs, output, max_len, min_count, size, broadcast_budget, un
         cfg = BuildConfig(inputs=list(inputs), output=output, max_len=max_len,
                           min_count=min_count, size=size, column=column, dtype=dtype,
                           doc_sep=doc_sep, broadcast_budget=parse_size(broadcast_budget),
-                          unit_tokens=unit_tokens, overwrite=overwrite, engine=engine,
-                          master=master,
-                          conf=_conf_pairs(conf))
+                          unit_tokens=unit_tokens, overwrite=overwrite, resume=resume,
+                          engine=engine, master=master, conf=_conf_pairs(conf))
         manifest = run_build(cfg)
     except FgramError as exc:
         _fail(str(exc))

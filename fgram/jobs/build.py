@@ -40,10 +40,10 @@ from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
 from fgram.jobs.executors import _reraise, as_task, make_executor
-from fgram.pipeline.errors import FgramError
+from fgram.pipeline.errors import FgramError, OutputError
 from fgram.pipeline.table import Groups, arrow_table, rank_rows, write_table
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
-from fgram.pipeline.publish import check_output, discard, finish, staging_dir
+from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, save_array, save_json
 
 MERGE_BYTES = 64 * 2**20   # target volume of one merge task
@@ -272,6 +272,44 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     t_start = time.time()
     cfg.validate()
     out = check_output(cfg.output, cfg.overwrite)
+    with OutputLock(out):
+        return _run_locked(cfg, spark, out, t_start)
+
+
+def _run_fingerprint(cfg: BuildConfig, shards) -> dict:
+    """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
+    rec = cfg.record()
+    for key in ("output", "overwrite", "resume", "engine", "master", "conf"):
+        rec.pop(key, None)
+    return {"fgram_version": __version__, "config": rec,
+            "inputs": [shard_record(s) for s in shards]}
+
+
+def _prepare_staging(cfg: BuildConfig, out: str, fingerprint: dict) -> tuple[str, dict | None]:
+    """The staging folder and, with --resume, the state of a previous run to continue.
+
+    Leftovers of an unfinished run are removed unless --resume finds that they
+    belong to this very run (same options, same inputs); then its completed
+    passes and counted units are kept.
+    """
+    staging = staging_path(out)
+    work = os.path.join(staging, "_work")
+    if os.path.exists(staging):
+        old = load_json(os.path.join(work, "run.json")) if os.path.exists(
+            os.path.join(work, "run.json")) else None
+        if cfg.resume and old == fingerprint:
+            return staging, _load_state(work) or _fresh_state(cfg)
+        if cfg.resume and old is not None:
+            what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
+            raise OutputError(f"{out}: cannot resume: the unfinished run there had other {what}; "
+                              f"rerun without --resume to start over")
+        discard(staging)
+    os.makedirs(work)
+    save_json(os.path.join(work, "run.json"), fingerprint)
+    return staging, None
+
+
+def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
     # Spark's JVM starts (seconds, about one core) while the driver plans, loads
     # the kernels and counts pass-2 units itself on the other core
     starting = _Starting(cfg, spark)
@@ -280,25 +318,46 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
         shards = plan_shards(cfg.inputs, cfg.read_options())
         units = plan_units(shards, cfg.unit_tokens)
         kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
-        staging = staging_dir(out)
-        work = os.path.join(staging, "_work")
-        os.makedirs(work)
-        plan = Plan(cfg, shards, units, work)
-        head = _head_start(plan, starting)
-    except BaseException:
+        staging, state = _prepare_staging(cfg, out, _run_fingerprint(cfg, shards))
+        plan = Plan(cfg, shards, units, os.path.join(staging, "_work"))
+        resumed = _resume_record(plan, state)
+        head = _head_start(plan, starting) if state is None or state["next"] == 2 else 0
+    except BaseException as exc:
         starting.wait()     # the input's error is the one to report
-        if staging:
+        if staging and _fails_the_run(exc):
             discard(staging)
         raise
     try:
         executor = starting.result()
-        manifest = _build(executor, plan, t_start)
+        manifest = _build(executor, plan, t_start, state or _fresh_state(cfg))
         manifest["head_start_units"] = head
+        if resumed:
+            manifest["resumed"] = resumed
         finish(staging, out, manifest)
         return manifest
-    except BaseException:
-        discard(staging)
+    except BaseException as exc:
+        if _fails_the_run(exc):
+            discard(staging)
+        else:
+            sys.stderr.write(f"fgram: the run stopped; its completed passes are kept in {staging}: "
+                             f"rerun with --resume to continue\n")
         raise
+
+
+def _fails_the_run(exc: BaseException) -> bool:
+    """Our errors (bad input, options, output) fail the run: nothing is worth keeping.
+    Anything else (a failed Spark job, an interrupt) keeps the completed work for --resume."""
+    return isinstance(exc, FgramError)
+
+
+def _resume_record(plan: Plan, state: dict | None) -> dict | None:
+    if state is None:
+        return None
+    wd = WorkDir(plan.work)
+    k = state["next"]
+    done = sum(os.path.exists(wd.unit_done(k, u)) for u in range(len(plan.units))) \
+        if k <= plan.cfg.max_len else 0
+    return {"from_pass": k, "units_counted_before": done}
 
 
 def _head_start(plan: Plan, starting: _Starting) -> int:
@@ -334,30 +393,48 @@ def _pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -
     return kn.KeyCode.fitting(kept_before - 1, top_token)
 
 
-def _build(ex, plan: Plan, t_start: float) -> dict:
+def _fresh_state(cfg: BuildConfig) -> dict:
+    """What the driver knows between passes (saved after each, for --resume)."""
+    return {"next": 2, "threshold": cfg.min_count, "hists": {}, "passes": [], "prev": None,
+            "offsets": {}, "codes": {}, "totals": {"documents": 0, "tokens": 0},
+            "top_token": None, "kept": None}
+
+
+def _save_state(work: str, st: dict) -> None:
+    save_json(os.path.join(work, "state.json"), st)
+
+
+def _load_state(work: str) -> dict | None:
+    """The state after the last completed pass (int keys restored), or None."""
+    path = os.path.join(work, "state.json")
+    if not os.path.exists(path):
+        return None
+    st = load_json(path)
+    st["hists"] = {int(k): {int(c): n for c, n in h.items()} for k, h in st["hists"].items()}
+    st["offsets"] = {int(k): v for k, v in st["offsets"].items()}
+    st["codes"] = {int(k): v for k, v in st["codes"].items()}
+    return st
+
+
+def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
     cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
     staging = os.path.dirname(work)
-    threshold = cfg.min_count
-    hists: dict[int, dict[int, int]] = {}
-    passes, prev = [], None
-    offsets_by_len: dict[int, list[int]] = {}
-    codes: dict[int, kn.KeyCode] = {}
-    totals = {"documents": 0, "tokens": 0}
-    top_token = kept = None
-    for k in range(2, cfg.max_len + 1):
+    hists, offsets_by_len = st["hists"], st["offsets"]
+    codes = {k: kn.KeyCode(*v) for k, v in st["codes"].items()}
+    k = st["next"]
+    while k <= cfg.max_len:
         t0 = time.time()
-        floor = threshold
-        codes[k] = code = _pass_code(k, shards, kept, top_token)
+        floor = threshold = st["threshold"]
+        codes[k] = code = _pass_code(k, shards, st["kept"], st["top_token"])
+        prev = st["prev"]
         stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c))
         t_count = time.time()
-        if k > 2:  # the previous pass's per-unit files are consumed now
-            _remove_unit_files(plan, k - 1)
         if k == 2:
-            totals = {"documents": sum(s["documents"] for s in stats),
-                      "tokens": sum(s["tokens"] for s in stats)}
-            if totals["tokens"] == 0:
+            st["totals"] = {"documents": sum(s["documents"] for s in stats),
+                            "tokens": sum(s["tokens"] for s in stats)}
+            if st["totals"]["tokens"] == 0:
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
-            top_token = max(s["max_token"] for s in stats)
+            st["top_token"] = max(s["max_token"] for s in stats)
         distinct = sum(s["distinct"] for s in stats)
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
         merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor, c=code:
@@ -381,17 +458,22 @@ def _build(ex, plan: Plan, t_start: float) -> dict:
         answer = k < cfg.max_len and not broadcast
         ex.map_batched(nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
                        keep_task(plan, k, p, n, t, o[p], a))
-        prev = {"nparts": nparts, "broadcast": broadcast}
-        passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
-                       "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
-                       "kept": kept, "partitions": nparts,
-                       "key_bits": [code.prefix_bits, code.last_bits],
-                       "lookup": "broadcast" if broadcast else "join",
-                       "seconds": round(time.time() - t0, 3),
-                       "stages": {"count": round(t_count - t0, 3), "merge": round(t_merge - t_count, 3),
-                                  "keep": round(time.time() - t_merge, 3)}})
-        if kept == 0:
-            break
+        st["passes"].append({
+            "length": k, "count_threshold": floor, "threshold": threshold,
+            "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
+            "kept": kept, "partitions": nparts, "key_bits": [code.prefix_bits, code.last_bits],
+            "lookup": "broadcast" if broadcast else "join",
+            "seconds": round(time.time() - t0, 3),
+            "stages": {"count": round(t_count - t0, 3), "merge": round(t_merge - t_count, 3),
+                       "keep": round(time.time() - t_merge, 3)}})
+        st.update(threshold=threshold, kept=kept, prev={"nparts": nparts, "broadcast": broadcast},
+                  next=k + 1 if kept else cfg.max_len + 1)
+        st["codes"][k] = [code.prefix_bits, code.last_bits]
+        _save_state(work, st)      # pass k is a completed unit: a rerun continues after it
+        if k > 2:   # the previous pass's per-unit files were consumed by this one
+            _remove_unit_files(plan, k - 1)
+        k = st["next"]
+    totals, passes = st["totals"], st["passes"]
     t0 = time.time()
     plan.codes = codes
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
@@ -532,6 +614,7 @@ def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, c
             plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len))
     t1 = time.time()
     out_dir = os.path.join(staging, "fgrams")
+    discard(out_dir)        # a resumed run's earlier attempt at this stage
     os.makedirs(out_dir)
     ex.map(len(task_firsts), lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts,
                                                  selected, out_dir))
@@ -601,8 +684,8 @@ def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, s
 
     numbered = ordered.mapInArrow(number, "fgram_id long, length byte, tokens array<int>, count long")
     table_dir = os.path.join(staging, "fgrams")
-    numbered.filter(F.col("fgram_id") < selected).write.option("compression", "zstd").parquet(
-        table_dir)
+    numbered.filter(F.col("fgram_id") < selected).write.mode("overwrite").option(
+        "compression", "zstd").parquet(table_dir)
     for name in os.listdir(table_dir):  # Hadoop's checksum files and inner marker: not ours
         if name.endswith(".crc") or name == "_SUCCESS":
             os.remove(os.path.join(table_dir, name))

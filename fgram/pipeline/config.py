@@ -35,6 +35,7 @@ class BuildConfig:
     broadcast_budget: int = 512 * 2**20
     unit_tokens: int = 16 * 2**20
     overwrite: bool = False
+    resume: bool = False
     engine: str = "spark"
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)

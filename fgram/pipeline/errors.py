@@ -2,6 +2,8 @@
 
 - `FgramError` subclasses fail the whole run with one clear line.
 - `InputError` names the input file (or option) and what is wrong with it.
+- Anything else (a Spark job that failed, an interrupt, a killed driver)
+  leaves the run's completed passes in place for ``--resume``.
 """
 from __future__ import annotations
 
@@ -33,6 +35,10 @@ class ConfigError(FgramError):
 
 class OutputError(FgramError):
     """The output location cannot be used (exists, not writable)."""
+
+
+class LockedError(OutputError):
+    """Another live run is writing the same output."""
 
 
 def from_marker_text(text: str) -> FgramError | None:

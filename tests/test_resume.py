@@ -1,0 +1,139 @@
+"""Failure and resume: a killed run continues with --resume; leftovers never mix in; one
+writer per output (a lock that a dead run does not keep)."""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fgram.pipeline.errors import LockedError, OutputError
+from fgram.pipeline.publish import lock_path, staging_path
+from helpers import build, result, write_bin
+from oracle import select, split_flat
+
+pytestmark = pytest.mark.spark
+
+FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
+
+
+def _corpus(tmp_path) -> tuple[str, list[list[int]]]:
+    """~300K tokens of repeated phrases: many small units, so a pass takes a while."""
+    path = str(tmp_path / "c.bin")
+    subprocess.run([FGRAM, "synth", "-o", str(tmp_path / "syn"), "--tokens", "300000",
+                    "--vocab", "300", "--format", "bin"], check=True, capture_output=True)
+    os.rename(glob.glob(str(tmp_path / "syn" / "*.bin"))[0], path)
+    return path, split_flat(np.fromfile(path, dtype=np.uint16).tolist(), 0)
+
+
+def _cmd(src, out, *extra):
+    return [FGRAM, "build", src, "-o", str(out), "--dtype", "uint16", "--doc-sep", "0",
+            "--size", "3000", "-K", "4", "--unit-tokens", "6000", "--master", "local[2]", *extra]
+
+
+def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_path):
+    src, docs = _corpus(tmp_path)
+    out = tmp_path / "o"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.Popen(_cmd(src, out), env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
+    deadline = time.time() + 240
+    try:
+        while not glob.glob(os.path.join(pass3, "unit-*.done.json")):
+            assert proc.poll() is None, "the run ended before pass 3"
+            assert time.time() < deadline, "pass 3 never started"
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)     # the driver, its JVM and Python workers
+        proc.wait()
+    assert not out.exists()                                     # nothing half-published
+    state = json.load(open(os.path.join(staging_path(str(out)), "_work", "state.json")))
+    assert state["next"] == 3                                   # pass 2 completed, 3 did not
+    assert os.path.exists(lock_path(str(out)))                  # the dead run's lock is left...
+
+    res = subprocess.run(_cmd(src, out, "--resume"), env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]              # ...and taken over
+    m = json.load(open(out / "manifest.json"))
+    assert m["resumed"]["from_pass"] == 3 and m["resumed"]["units_counted_before"] >= 1
+    build(spark, [src], tmp_path / "ref", dtype="uint16", doc_sep=0, size=3000, max_len=4,
+          unit_tokens=6000)
+    assert result(out) == result(tmp_path / "ref") == select(docs, 4, 5, 3000)
+    assert not os.path.exists(staging_path(str(out))) and not os.path.exists(lock_path(str(out)))
+
+
+def _leftover(out, run_json=None):
+    work = os.path.join(staging_path(str(out)), "_work")
+    os.makedirs(os.path.join(work, "pass2"))
+    with open(os.path.join(work, "pass2", "unit-000000.done.json"), "w") as f:
+        json.dump({"bogus": True}, f)        # would poison the counts if it were reused
+    if run_json is not None:
+        with open(os.path.join(work, "run.json"), "w") as f:
+            json.dump(run_json, f)
+
+
+def test_leftovers_of_a_crashed_run_are_removed_without_resume(spark, tmp_path):
+    docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2]] * 3
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    out = tmp_path / "o"
+    _leftover(out)
+    build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
+    assert result(out) == select(split_flat(np.fromfile(tmp_path / "a.bin", np.uint16).tolist(), 0),
+                                 5, 2, None)
+    assert not os.path.exists(staging_path(str(out)))
+
+
+def test_resume_refuses_another_runs_work(spark, tmp_path):
+    docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2]] * 3
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    out = tmp_path / "o"
+    _leftover(out, run_json={"config": {"min_count": 99}, "inputs": []})
+    with pytest.raises(OutputError, match="cannot resume: the unfinished run there had other inputs"):
+        build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2, resume=True)
+    assert os.path.exists(staging_path(str(out)))           # its work is not destroyed either
+    build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)     # without --resume: fresh
+    assert (out / "_SUCCESS").exists()
+
+
+def _write_lock(out, host, pid, age=0.0):
+    path = lock_path(str(out))
+    with open(path, "w") as f:
+        json.dump({"host": host, "pid": pid, "started": time.time() - age}, f)
+    os.utime(path, (time.time() - age, time.time() - age))
+    return path
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_second_run_on_the_same_output_is_refused(spark, tmp_path):
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 1, 2, 1, 2]], sep=0)
+    out = tmp_path / "o"
+    _write_lock(out, socket.gethostname(), os.getpid())        # a live run on this host
+    with pytest.raises(LockedError, match=f"pid {os.getpid()} on"):
+        build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
+    assert not out.exists()
+    _write_lock(out, "another-host", 1, age=5)                 # alive elsewhere: recent heartbeat
+    with pytest.raises(LockedError):
+        build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
+
+
+@pytest.mark.parametrize("holder", ["dead pid here", "silent other host"])
+def test_a_stale_lock_is_taken_over(spark, tmp_path, holder):
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 1, 2, 1, 2]], sep=0)
+    out = tmp_path / "o"
+    if holder == "dead pid here":
+        _write_lock(out, socket.gethostname(), _dead_pid())
+    else:
+        _write_lock(out, "another-host", 1, age=3600)
+    build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
+    assert (out / "_SUCCESS").exists() and not os.path.exists(lock_path(str(out)))
