@@ -1,0 +1,178 @@
+"""A real Spark standalone cluster on 127.0.0.1: one master, two 1-core workers, started
+with the `spark-class` script that pyspark ships and stopped by process group, also on
+failure. `fgram build` runs against it with --master, through spark-submit with the package
+shipped as a zip (--py-files), and while one worker is killed mid-job; every table must equal
+local mode's, row for row.
+
+Deselect with ``-m "not cluster"``; `.ci/run` runs it.
+"""
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+
+import numpy as np
+import pytest
+
+from helpers import build, result
+from oracle import select, split_flat
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+BIN = os.path.dirname(sys.executable)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _spark_home() -> str:
+    import pyspark
+    return os.path.dirname(pyspark.__file__)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    return dict(os.environ, SPARK_HOME=_spark_home(), SPARK_LOCAL_IP="127.0.0.1",
+                PYSPARK_PYTHON=sys.executable, PATH=BIN + os.pathsep + os.environ["PATH"],
+                SPARK_NO_DAEMONIZE="1")
+
+
+class Cluster:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen] = []
+        self.port, self.ui = _free_port(), _free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+
+    def _start(self, name, *args):
+        log = open(os.path.join(self.tmp, f"{name}.log"), "w")
+        cls = os.path.join(_spark_home(), "bin", "spark-class")
+        p = subprocess.Popen([cls, *args], env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)       # its own group: it and its children
+        self.procs.append(p)
+        return p
+
+    def start(self, workers=2):
+        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                    "--port", str(self.port), "--webui-port", str(self.ui))
+        self.workers = [
+            self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url,
+                        "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                        "--webui-port", "0", "--work-dir", os.path.join(self.tmp, f"w{i}"))
+            for i in range(workers)]
+        deadline = time.time() + 120
+        while self.alive_workers() < workers:
+            assert time.time() < deadline, "the workers did not register"
+            assert all(p.poll() is None for p in self.procs), "a cluster process died"
+            time.sleep(0.5)
+        return self
+
+    def alive_workers(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
+                state = json.load(r)
+        except OSError:
+            return 0
+        return sum(w["state"] == "ALIVE" for w in state.get("workers", []))
+
+    def kill(self, p):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+    def stop(self):
+        for p in self.procs:
+            self.kill(p)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(str(tmp_path_factory.mktemp("cluster")))
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    subprocess.run([os.path.join(BIN, "fgram"), "synth", "-o", str(d / "syn"), "--tokens",
+                    "200000", "--vocab", "300", "--format", "bin"], check=True, capture_output=True)
+    path = glob.glob(str(d / "syn" / "*.bin"))[0]
+    return path, split_flat(np.fromfile(path, dtype=np.uint16).tolist(), 0)
+
+
+ARGS = ["--dtype", "uint16", "--doc-sep", "0", "--size", "3000", "-K", "4",
+        "--unit-tokens", "25000", "--conf", "spark.executor.memory=512m"]
+
+
+def _local(spark, src, out):
+    build(spark, [src], out, dtype="uint16", doc_sep=0, size=3000, max_len=4, unit_tokens=25000)
+    return result(out)
+
+
+def test_build_with_master_equals_local_mode(spark, cluster, corpus, tmp_path):
+    src, docs = corpus
+    res = subprocess.run([os.path.join(BIN, "fgram"), "build", src, "-o", str(tmp_path / "c"),
+                          "--master", cluster.url, *ARGS],
+                         env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert result(tmp_path / "c") == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
+
+
+def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
+    """What a cluster user does: ship the package as a zip (--py-files), submit the job file."""
+    src, docs = corpus
+    shipped = str(tmp_path / "fgram.zip")
+    with zipfile.ZipFile(shipped, "w") as z:
+        for root, dirs, files in os.walk(os.path.join(REPO, "fgram")):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                if f.endswith(".py"):
+                    full = os.path.join(root, f)
+                    z.write(full, os.path.relpath(full, REPO))
+    res = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", cluster.url,
+                          "--py-files", shipped, "--conf", "spark.ui.enabled=false",
+                          os.path.join(REPO, "fgram", "jobs", "build.py"), src,
+                          "-o", str(tmp_path / "s"), *ARGS],
+                         env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert result(tmp_path / "s") == _local(spark, src, tmp_path / "l")
+
+
+def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_path):
+    """Its executor dies with it; Spark reruns the lost tasks on the other worker."""
+    src, docs = corpus
+    c = Cluster(str(tmp_path))
+    try:
+        c.start()
+        out = tmp_path / "k"
+        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", src, "-o", str(out),
+                                 "--master", c.url, *ARGS], env=_env(), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        pass3 = os.path.join(str(tmp_path), ".k.fgram-staging", "_work", "pass3")
+        deadline = time.time() + 300
+        while not glob.glob(os.path.join(pass3, "unit-*.done.json")):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.time() < deadline
+            time.sleep(0.02)
+        c.kill(c.workers[0])                # mid-job: pass 3 is counting
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert c.alive_workers() == 1
+        assert result(out) == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
+    finally:
+        c.stop()
