@@ -278,3 +278,27 @@ def test_task_closures_pickle_small():
     job._SCRATCH.get("probe", 2**20, np.uint64)
     assert len(pickle.dumps(job._SCRATCH)) < 1000
     job._SCRATCH.clear()
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
+                      min_size=1, max_size=6),
+       cut=st.one_of(st.none(), st.floats(0, 1)))
+def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, cut):
+    """Random byte flips and truncations of a Parquet shard: the build either reads it
+    or fails with our one-line error naming the file; no other exception, no hang."""
+    from fgram.pipeline.errors import FgramError
+
+    d = tmp_path_factory.mktemp("fuzz")
+    path = write_parquet(str(d / "a.parquet"), [[1, 2, 3, 1, 2, 3]] * 20)
+    data = bytearray(open(path, "rb").read())
+    for where, value in flips:
+        data[int(where * len(data))] = value
+    if cut is not None:
+        data = data[:int(cut * len(data))]
+    open(path, "wb").write(bytes(data))
+    try:
+        build(None, [path], d / "o", min_count=2, engine="local")
+    except FgramError as exc:
+        assert "a.parquet" in str(exc) and "\n" not in str(exc)

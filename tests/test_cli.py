@@ -151,3 +151,64 @@ def test_show_with_tokenizer_prints_text(runner, tmp_path):
     res = runner.invoke(cli, ["show", str(out), "--tokenizer", str(tmp_path / "tokenizer.json")])
     assert res.exit_code == 0, res.output
     assert "'the cat sat'" in res.output and "'the cat'" in res.output
+
+
+def _listening(pids: set[int]) -> set[str]:
+    """Local addresses of the TCP sockets that processes `pids` listen on (from /proc)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and cols[9] in inodes:      # LISTEN
+                    found.add(cols[1].split(":")[0])
+    return found
+
+
+def _tree(pid: int) -> set[int]:
+    pids, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        pids.add(p)
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return pids
+
+
+LOOPBACK = {"0100007F", "00000000000000000000000001000000",      # 127.0.0.1, ::1
+            "0000000000000000FFFF00000100007F"}                   # ::ffff:127.0.0.1
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
+def test_local_mode_listens_on_loopback_only(tmp_path):
+    """A build in local mode (driver, JVM, Python workers) opens no socket beyond 127.0.0.1."""
+    import subprocess
+    import sys
+    import time
+
+    fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    subprocess.run([fgram, "synth", "-o", str(tmp_path / "syn"), "--tokens", "200000",
+                    "--format", "bin"], check=True, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP",)}
+    proc = subprocess.Popen([fgram, "build", str(tmp_path / "syn"), "-o", str(tmp_path / "o"),
+                             "--dtype", "uint16", "--doc-sep", "0", "--unit-tokens", "20000"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    seen = set()
+    while proc.poll() is None:
+        seen |= _listening(_tree(proc.pid))
+        time.sleep(0.05)
+    assert proc.returncode == 0
+    assert seen, "no listening socket seen: the check itself is broken"
+    assert seen <= LOOPBACK, f"listening beyond loopback: {seen - LOOPBACK}"
