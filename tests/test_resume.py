@@ -137,3 +137,33 @@ def test_a_stale_lock_is_taken_over(spark, tmp_path, holder):
         _write_lock(out, "another-host", 1, age=3600)
     build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
     assert (out / "_SUCCESS").exists() and not os.path.exists(lock_path(str(out)))
+
+
+@pytest.mark.parametrize("fmt", ["bin", "parquet"])
+def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
+    """Same size, same mtime, other content: the fingerprint (Parquet footer / sampled
+    blocks) differs, so --resume refuses the old run's work."""
+    from fgram.jobs import build as job
+    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.inputs import plan_shards
+    from helpers import write_parquet
+
+    docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2]] * 3
+    if fmt == "bin":
+        src = write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+        other = [[3, 2, 1, 3, 2, 1], [2, 3, 1, 2]] * 3       # same length, other tokens
+        kw = {"doc_sep": 0}
+    else:
+        src = write_parquet(str(tmp_path / "a.parquet"), docs)
+        other = [[t + 1 for t in d] for d in docs]            # encodes to the same size
+        kw = {}
+    out = tmp_path / "o"
+    cfg = BuildConfig([src], str(out), min_count=2, **kw)
+    before = job._run_fingerprint(cfg, plan_shards(cfg.inputs, cfg.read_options()))
+    stat = os.stat(src)
+    (write_bin(src, other, sep=0) if fmt == "bin" else write_parquet(src, other))
+    os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.stat(src).st_size == stat.st_size and os.stat(src).st_mtime_ns == stat.st_mtime_ns
+    _leftover(out, run_json=before)
+    with pytest.raises(OutputError, match="other inputs"):
+        build(spark, [src], out, min_count=2, resume=True, **kw)
