@@ -57,26 +57,51 @@ def _shard_options(fn):
     return fn
 
 
+def _build_options(fn):
+    for opt in reversed([
+        click.option("--max-len", "-K", default=5, show_default=True, type=int,
+                     help="Longest n-gram length K (2..8)."),
+        click.option("--min-count", default=5, show_default=True, type=int,
+                     help="Smallest count an f-gram may have."),
+        click.option("--size", "-S", default=None, type=int,
+                     help="Keep the top S n-grams (all lengths ranked together). "
+                          "Default: all >= min-count."),
+        click.option("--broadcast-budget", default="512M", show_default=True,
+                     help="Largest frequent set shipped whole to every task; above it, a "
+                          "distributed join."),
+        click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
+                     help="Tokens per task (flat files are split into ranges of this size)."),
+    ]):
+        fn = opt(fn)
+    return _shard_options(fn)
+
+
+def _build_config(inputs, output, opts: dict, **extra):
+    from fgram.pipeline.config import BuildConfig, parse_size
+
+    return BuildConfig(inputs=list(inputs), output=output, max_len=opts["max_len"],
+                       min_count=opts["min_count"], size=opts["size"], column=opts["column"],
+                       dtype=opts["dtype"], doc_sep=opts["doc_sep"],
+                       broadcast_budget=parse_size(opts["broadcast_budget"]),
+                       unit_tokens=opts["unit_tokens"], engine=opts["engine"],
+                       master=opts["master"], conf=_conf_pairs(opts["conf"]), **extra)
+
+
+def _summary(manifest: dict, where: str) -> str:
+    return (f"{manifest['fgrams']} f-grams from {manifest['totals']['tokens']} tokens "
+            f"({manifest['totals']['documents']} documents), cutoff count "
+            f"{manifest['cutoff_count']}, in {manifest['seconds']:.1f}s -> {where}")
+
+
 @cli.command("build")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, help="Output folder (published atomically).")
-@click.option("--max-len", "-K", default=5, show_default=True, type=int,
-              help="Longest n-gram length K (2..8).")
-@click.option("--min-count", default=5, show_default=True, type=int,
-              help="Smallest count an f-gram may have.")
-@click.option("--size", "-S", default=None, type=int,
-              help="Keep the top S n-grams (all lengths ranked together). Default: all >= min-count.")
-@click.option("--broadcast-budget", default="512M", show_default=True,
-              help="Largest frequent set shipped whole to every task; above it, a distributed join.")
-@click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
-              help="Tokens per task (flat files are split into ranges of this size).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @click.option("--resume", is_flag=True,
               help="Continue an unfinished run on the same OUTPUT, INPUTS and options from its "
                    "last completed pass and counted units (without it, leftovers are removed).")
-@_shard_options
-def build_command(inputs, output, max_len, min_count, size, broadcast_budget, unit_tokens,
-                  overwrite, resume, column, dtype, doc_sep, engine, master, conf):
+@_build_options
+def build_command(inputs, output, overwrite, resume, **opts):
     """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -85,20 +110,76 @@ def build_command(inputs, output, max_len, min_count, size, broadcast_budget, un
     OUTPUT/manifest.json and OUTPUT/_SUCCESS.
     """
     from fgram.jobs.build import run_build
-    from fgram.pipeline.config import BuildConfig, parse_size
 
     try:
-        cfg = BuildConfig(inputs=list(inputs), output=output, max_len=max_len,
-                          min_count=min_count, size=size, column=column, dtype=dtype,
-                          doc_sep=doc_sep, broadcast_budget=parse_size(broadcast_budget),
-                          unit_tokens=unit_tokens, overwrite=overwrite, resume=resume,
-                          engine=engine, master=master, conf=_conf_pairs(conf))
-        manifest = run_build(cfg)
+        manifest = run_build(_build_config(inputs, output, opts, overwrite=overwrite,
+                                           resume=resume))
     except FgramError as exc:
         _fail(str(exc))
-    click.echo(f"{manifest['fgrams']} f-grams from {manifest['totals']['tokens']} tokens "
-               f"({manifest['totals']['documents']} documents), cutoff count "
-               f"{manifest['cutoff_count']}, in {manifest['seconds']:.1f}s -> {os.path.abspath(output)}")
+    click.echo(_summary(manifest, os.path.abspath(output)))
+
+
+@cli.command("refresh")
+@click.argument("out")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--keep", default=3, show_default=True, type=int,
+              help="Versions to keep (the current one always stays).")
+@_build_options
+def refresh_command(out, inputs, keep, **opts):
+    """Publish a new version of the table in OUT for the input list INPUTS (the whole new
+    corpus: old shards, plus new ones, minus removed ones).
+
+    Builds OUT/versions/<id>/ exactly as `fgram build` would and switches OUT/current to
+    it atomically; does nothing if the inputs (size, mtime, content checksum) and options
+    are those of the current version. Read the table through OUT/current (or pass OUT to
+    show, diff, index, annotate).
+    """
+    from fgram.jobs.refresh import run_refresh
+
+    try:
+        res = run_refresh(_build_config(inputs, out, opts), keep=keep)
+    except FgramError as exc:
+        _fail(str(exc))
+    pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
+    if not res["built"]:
+        click.echo(f"up to date: {os.path.join(os.path.abspath(out), 'current')} -> "
+                   f"{res['version']}{pruned}")
+        return
+    click.echo(_summary(res["manifest"], os.path.join(os.path.abspath(out), "versions",
+                                                      res["version"])) +
+               f"; current -> {res['version']} (was {res['previous']}){pruned}")
+
+
+@cli.command("diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--show", default=10, show_default=True, type=int,
+              help="How many of the most frequent added and removed f-grams to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
+def diff_command(old, new, show, as_json):
+    """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
+
+    OLD and NEW are build outputs, versions (OUT/versions/<id>) or refresh folders
+    (their current version).
+    """
+    from fgram.pipeline.diff import diff_tables
+
+    try:
+        rep = diff_tables(old, new, show=show)
+    except FgramError as exc:
+        _fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(rep, indent=2))
+        return
+    click.echo(f"{rep['old']} -> {rep['new']}")
+    click.echo(f"f-grams {rep['fgrams']['old']} -> {rep['fgrams']['new']}: "
+               f"+{rep['added']} added, -{rep['removed']} removed, {rep['kept']} kept "
+               f"({rep['kept_count_changed']} with another count)")
+    click.echo(f"cutoff count {rep['cutoff_count']['old']} -> {rep['cutoff_count']['new']}; "
+               f"tokens {rep['tokens']['old']} -> {rep['tokens']['new']}")
+    for name in ("added", "removed"):
+        for row in rep[f"top_{name}"]:
+            click.echo(f"  {'+' if name == 'added' else '-'} {row['count']:>10}  {row['tokens']}")
 
 
 @cli.command("synth")
@@ -131,9 +212,12 @@ def synth_command(output, tokens, vocab, seed, fmt, files):
               help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 def show_command(output, top, tokenizer, as_json):
-    """Summarise a build OUTPUT: manifest and the top f-grams."""
+    """Summarise a build OUTPUT (or a refresh folder's current version): manifest and the
+    top f-grams."""
     import pyarrow.dataset as ds
 
+    from fgram.pipeline.versions import resolve_table
+    output = resolve_table(output)
     manifest_path = os.path.join(output, "manifest.json")
     if not os.path.exists(os.path.join(output, "_SUCCESS")) or not os.path.exists(manifest_path):
         _fail(f"{output}: not a finished fgram build (no _SUCCESS or manifest.json)")

@@ -159,7 +159,7 @@ def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
         kw = {}
     out = tmp_path / "o"
     cfg = BuildConfig([src], str(out), min_count=2, **kw)
-    before = job._run_fingerprint(cfg, plan_shards(cfg.inputs, cfg.read_options()))
+    before = job.run_fingerprint(cfg, plan_shards(cfg.inputs, cfg.read_options()))
     stat = os.stat(src)
     (write_bin(src, other, sep=0) if fmt == "bin" else write_parquet(src, other))
     os.utime(src, ns=(stat.st_atime_ns, stat.st_mtime_ns))

@@ -276,13 +276,19 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
         return _run_locked(cfg, spark, out, t_start)
 
 
-def _run_fingerprint(cfg: BuildConfig, shards) -> dict:
+def run_fingerprint(cfg: BuildConfig, shards) -> dict:
     """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
     for key in ("output", "overwrite", "resume", "engine", "master", "conf"):
         rec.pop(key, None)
     return {"fgram_version": __version__, "config": rec,
             "inputs": [shard_record(s) for s in shards]}
+
+
+def fingerprint_digest(fingerprint: dict) -> str:
+    import hashlib
+    import json
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def _prepare_staging(cfg: BuildConfig, out: str, fingerprint: dict) -> tuple[str, dict | None]:
@@ -318,7 +324,8 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         shards = plan_shards(cfg.inputs, cfg.read_options())
         units = plan_units(shards, cfg.unit_tokens)
         kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
-        staging, state = _prepare_staging(cfg, out, _run_fingerprint(cfg, shards))
+        fingerprint = run_fingerprint(cfg, shards)
+        staging, state = _prepare_staging(cfg, out, fingerprint)
         plan = Plan(cfg, shards, units, os.path.join(staging, "_work"))
         resumed = _resume_record(plan, state)
         head = _head_start(plan, starting) if state is None or state["next"] == 2 else 0
@@ -331,6 +338,7 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         executor = starting.result()
         manifest = _build(executor, plan, t_start, state or _fresh_state(cfg))
         manifest["head_start_units"] = head
+        manifest["run_fingerprint"] = fingerprint_digest(fingerprint)
         if resumed:
             manifest["resumed"] = resumed
         finish(staging, out, manifest)

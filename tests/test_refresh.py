@@ -1,0 +1,90 @@
+"""Scheduled refresh: versions side by side, `current` switched atomically, diff, prune."""
+import json
+import os
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fgram.cli import cli
+from fgram.pipeline import versions as vs
+from fgram.pipeline.diff import diff_tables
+from fgram.pipeline.errors import OutputError
+from helpers import build, result, write_bin
+from oracle import count_ngrams, select, split_flat
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def runner(spark):
+    return CliRunner()
+
+
+def _docs(path):
+    return split_flat(np.fromfile(path, dtype=np.uint16).tolist(), 0)
+
+
+def test_refresh_versions_equal_full_builds_and_switch_current(runner, spark, tmp_path):
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2], [4, 4, 4, 4]] * 5, sep=0)
+    out = tmp_path / "t"
+    opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "3", "-K", "4"]
+    r1 = runner.invoke(cli, ["refresh", str(out), a, *opts])
+    assert r1.exit_code == 0, r1.output
+    v1 = vs.current(str(out))
+    assert result(out / "current") == select(_docs(a), 4, 3, None)
+
+    again = runner.invoke(cli, ["refresh", str(out), a, *opts])        # nothing changed
+    assert again.exit_code == 0 and "up to date" in again.output
+    assert vs.list_versions(str(out)) == [v1]
+
+    r2 = runner.invoke(cli, ["refresh", str(out), a, b, *opts])        # a new shard lands
+    assert r2.exit_code == 0, r2.output
+    v2 = vs.current(str(out))
+    assert v2 != v1 and vs.list_versions(str(out)) == sorted([v1, v2])
+    build(spark, [a, b], tmp_path / "full", doc_sep=0, min_count=3, max_len=4)
+    assert result(out / "current") == result(tmp_path / "full") == \
+        select(_docs(a) + _docs(b), 4, 3, None)
+    assert result(out / "versions" / v1) == select(_docs(a), 4, 3, None)   # old one intact
+
+    rep = diff_tables(str(out / "versions" / v1), str(out))
+    old = {g for g, c in count_ngrams(_docs(a), 4).items() if c >= 3}
+    new = {g for g, c in count_ngrams(_docs(a) + _docs(b), 4).items() if c >= 3}
+    assert rep["added"] == len(new - old) and rep["removed"] == len(old - new)
+    assert rep["kept"] == len(old & new) > 0 and rep["added"] > 0
+
+    r3 = runner.invoke(cli, ["refresh", str(out), b, *opts, "--keep", "1"])   # a shard removed
+    assert r3.exit_code == 0, r3.output
+    assert vs.list_versions(str(out)) == [vs.current(str(out))]            # pruned to one
+    assert result(out / "current") == select(_docs(b), 4, 3, None)
+    shown = runner.invoke(cli, ["diff", str(tmp_path / "full"), str(out), "--json"])
+    assert shown.exit_code == 0 and json.loads(shown.output)["removed"] > 0
+
+
+def test_a_changed_shard_makes_a_new_version(runner, tmp_path):
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 1, 2, 1, 2]] * 3, sep=0)
+    out = tmp_path / "t"
+    opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "2"]
+    assert runner.invoke(cli, ["refresh", str(out), a, *opts]).exit_code == 0
+    st = os.stat(a)
+    write_bin(a, [[2, 1, 2, 1, 2, 1]] * 3, sep=0)            # same size, same mtime
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = runner.invoke(cli, ["refresh", str(out), a, *opts])
+    assert r.exit_code == 0 and "up to date" not in r.output
+    assert len(vs.list_versions(str(out))) == 2
+
+
+def test_refresh_refuses_a_plain_build_output_and_prune_keeps_current(spark, tmp_path):
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 1, 2, 1, 2]] * 3, sep=0)
+    build(spark, [a], tmp_path / "plain", doc_sep=0, min_count=2)
+    with pytest.raises(OutputError, match="plain `fgram build` output"):
+        vs.check_root(str(tmp_path / "plain"))
+    root = str(tmp_path / "r")
+    vs.check_root(root)
+    for vid in ("20260101T000000Z-a", "20260102T000000Z-b", "20260103T000000Z-c"):
+        build(spark, [a], vs.version_path(root, vid), doc_sep=0, min_count=2)
+    vs.switch_current(root, "20260101T000000Z-a")             # an old one is current
+    assert vs.prune(root, 2) == ["20260102T000000Z-b"]
+    assert vs.list_versions(root) == ["20260101T000000Z-a", "20260103T000000Z-c"]
+    assert os.path.realpath(os.path.join(root, "current")).endswith("20260101T000000Z-a")
