@@ -130,10 +130,16 @@ def test_bad_options(runner, tmp_path, opts, expect):
 
 def test_help_lists_every_subcommand(runner):
     res = runner.invoke(cli, ["--help"])
-    for name in ("build", "synth", "show"):
+    for name in ("build", "synth", "show", "index", "annotate", "coverage", "embed", "lookup",
+                 "refresh", "diff"):
         assert name in res.output
+        sub = runner.invoke(cli, [name, "--help"])
+        assert sub.exit_code == 0 and "Usage:" in sub.output, name
     res = runner.invoke(cli, ["build", "--help"])
     assert "--broadcast-budget" in res.output and "--doc-sep" in res.output
+    assert "--resume" in res.output
+    res = runner.invoke(cli, ["refresh", "--help"])
+    assert "--keep" in res.output and "--size" in res.output
 
 
 def test_show_with_tokenizer_prints_text(runner, tmp_path):

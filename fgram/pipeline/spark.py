@@ -31,10 +31,22 @@ def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | No
     submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
         os.environ.get("SPARK_ENV_LOADED")
     chosen = master or (None if submitted else "local[*]")
-    settings = local_defaults() if not master or master.startswith("local") else {
+    effective = chosen or _submitted_master()
+    # bind to 127.0.0.1 only in local mode: a cluster's executors must reach the driver
+    settings = local_defaults() if effective.startswith("local") else {
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
     settings.update(conf or {})
     return chosen, settings
+
+
+def _submitted_master() -> str:
+    """The master that spark-submit was given ("" when it cannot be read)."""
+    try:
+        from pyspark import SparkConf, SparkContext
+        SparkContext._ensure_initialized()      # under spark-submit: connects to its JVM
+        return SparkConf().get("spark.master", "") or ""
+    except Exception:  # noqa: BLE001 - then treat it as a cluster: no loopback binding
+        return ""
 
 
 def get_context(master: str | None = None, conf: dict[str, str] | None = None,
