@@ -104,7 +104,7 @@ def _token_ceiling(shards: list[Shard]) -> int:
 def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
-    if os.path.exists(wd.unit_done(k, u)):     # counted already (the driver's head start)
+    if os.path.exists(wd.unit_done(k, u)):     # counted already (head start, or a resumed run)
         return load_json(wd.unit_done(k, u))
     unit = plan.units[u]
     stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1,
