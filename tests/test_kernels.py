@@ -104,7 +104,7 @@ def test_bigram_keys_respect_document_boundaries(docs):
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     stream = stream_from_lists(lengths, values)
     pos, keys = kn.ngram_keys(stream.tokens, stream.tokens, 2)
-    first, last = kn.split_key(kn.unmix(keys))
+    first, last = kn.WIDE.decode(keys)
     got = Counter(zip(first.tolist(), last.tolist()))
     expect = Counter((d[i], d[i + 1]) for d in docs for i in range(len(d) - 1))
     assert got == expect

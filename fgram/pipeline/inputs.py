@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from .compiled import separate
 from .errors import ConfigError, InputError
-from .kernels import MAX_TOKEN, SENTINEL
+from .kernels import MAX_TOKEN, SENTINEL, work_array
 
 FLAT_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4"), "int32": np.dtype("<i4")}
 PARQUET_EXT = (".parquet", ".pq")
@@ -175,10 +175,10 @@ def content_checksum(fs, path: str, size: int, fmt: str) -> str:
                 n = min(int.from_bytes(tail[:4], "little"), size - 8)
                 h.update(f.read_at(n + 8, size - 8 - n))
         else:
-            spots = {0, max(size - 65536, 0)}
-            spots |= {i * size // (SAMPLE_BLOCKS + 1) for i in range(1, SAMPLE_BLOCKS + 1)}
+            ends = {0, max(size - 65536, 0)}         # head and tail: 64 KiB each
+            spots = ends | {i * size // (SAMPLE_BLOCKS + 1) for i in range(1, SAMPLE_BLOCKS + 1)}
             for at in sorted(spots):
-                h.update(f.read_at(65536 if at in (0, max(size - 65536, 0)) else 4096, at))
+                h.update(f.read_at(65536 if at in ends else 4096, at))
     return h.hexdigest()[:32]
 
 
@@ -354,8 +354,7 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
     body = arr[head:]
     own = unit.stop - unit.start
     if opts.doc_sep is not None:
-        tokens = np.empty(len(body), np.uint32) if scratch is None else \
-            scratch.get("tokens", len(body), np.uint32)
+        tokens = work_array(scratch, "tokens", len(body), np.uint32)
         sep_before = head == 0 or bool(arr[0] == opts.doc_sep)
         documents, n_tokens, vmin, vmax = separate(body, opts.doc_sep, own, sep_before, tokens)
         check_bounds(vmin, vmax, shard.uri)

@@ -28,27 +28,20 @@ SENTINEL = np.uint32(0xFFFFFFFF)
 INVALID = np.uint32(0xFFFFFFFF)
 MAX_TOKEN = 2**31 - 1
 
-_U32 = np.uint64(32)
-_LO32 = np.uint64(0xFFFFFFFF)
 _C = 0x9E3779B97F4A7C15
 _C_INV = pow(_C, -1, 2**64)
 _M = np.uint64(_C)
-_M_INV = np.uint64(_C_INV)
 
 
 def mix(x: np.ndarray) -> np.ndarray:
-    """A bijection on uint64 that spreads structured keys uniformly. Returns a new array."""
-    return _mix_inplace(np.array(x, dtype=np.uint64))
+    """A bijection on uint64 that spreads structured keys uniformly (`WIDE`'s mix).
+    Returns a new array."""
+    return WIDE.mix_raw(np.array(x, dtype=np.uint64))
 
 
 def unmix(y: np.ndarray) -> np.ndarray:
     """Inverse of `mix`."""
-    y = np.asarray(y, dtype=np.uint64)
-    x = y ^ (y >> np.uint64(29))
-    x ^= x >> np.uint64(58)
-    x *= _M_INV
-    x ^= (x >> np.uint64(31)) ^ (x >> np.uint64(62))
-    return x
+    return WIDE.unmix_raw(np.asarray(y, dtype=np.uint64))
 
 
 @dataclass(frozen=True)
@@ -87,23 +80,32 @@ class KeyCode:
         return (np.uint64(self.last_bits), np.uint64(b // 2 - 1), np.uint64(max(b // 2 - 3, 1)),
                 np.uint64((1 << b) - 1))
 
-    def encode(self, prefix, last) -> np.ndarray:
-        vbits, s1, s2, mask = self.args()
-        x = (np.asarray(prefix).astype(np.uint64) << vbits) | np.asarray(last).astype(np.uint64)
+    def mix_raw(self, x: np.ndarray) -> np.ndarray:
+        """The bijection of bits-bit integers, in place on a uint64 array (returned)."""
+        _, s1, s2, mask = self.args()
         x ^= x >> s1
         x *= _M
         x &= mask
         x ^= x >> s2
-        return x << np.uint64(self.up)
+        return x
+
+    def unmix_raw(self, y: np.ndarray) -> np.ndarray:
+        """Inverse of `mix_raw` (a new array)."""
+        _, s1, s2, mask = self.args()
+        x = _unshift(y, int(s2), self.bits)
+        x *= np.uint64(_C_INV) & mask
+        x &= mask
+        return _unshift(x, int(s1), self.bits)
+
+    def encode(self, prefix, last) -> np.ndarray:
+        vbits = np.uint64(self.last_bits)
+        x = (np.asarray(prefix).astype(np.uint64) << vbits) | np.asarray(last).astype(np.uint64)
+        return self.mix_raw(x) << np.uint64(self.up)
 
     def decode(self, keys) -> tuple[np.ndarray, np.ndarray]:
         """Keys -> (prefix, last) as int64 arrays."""
-        vbits, s1, s2, mask = self.args()
-        x = np.asarray(keys, dtype=np.uint64) >> np.uint64(self.up)
-        x = _unshift(x, int(s2), self.bits)
-        x *= np.uint64(_C_INV) & mask
-        x &= mask
-        x = _unshift(x, int(s1), self.bits)
+        vbits = np.uint64(self.last_bits)
+        x = self.unmix_raw(np.asarray(keys, dtype=np.uint64) >> np.uint64(self.up))
         return (x >> vbits).astype(np.int64), (x & ((np.uint64(1) << vbits) - np.uint64(1))).astype(np.int64)
 
 
@@ -119,14 +121,8 @@ def _unshift(y: np.ndarray, s: int, bits: int) -> np.ndarray:
 WIDE = KeyCode()
 
 
-def split_key(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unmixed key -> (prefix id or first token, last token)."""
-    raw = np.asarray(raw, dtype=np.uint64)
-    return (raw >> _U32).astype(np.int64), (raw & _LO32).astype(np.int64)
-
-
 def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int,
-               code: KeyCode = None) -> tuple[np.ndarray, np.ndarray]:
+               code: KeyCode = WIDE) -> tuple[np.ndarray, np.ndarray]:
     """Mixed keys of the candidate k-grams of one token stream.
 
     ``prev[i]`` is the id of the (k-1)-gram starting at i (for k = 2: the
@@ -135,7 +131,7 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int,
     have ids; then it lies inside one document.
 
     Returns ``(positions, keys)`` in position order: int64 start positions and
-    uint64 keys (``code``, default `WIDE`). (The numpy reference of what `unit_table`'s compiled
+    uint64 keys made by ``code``. (The numpy reference of what `unit_table`'s compiled
     kernels compute; the tests and the kernel benchmark use it.)
     """
     n_pos = len(tokens) - k + 1
@@ -145,14 +141,7 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int,
     ok = a != INVALID
     ok &= prev[1:n_pos + 1] != INVALID
     pos = np.flatnonzero(ok)
-    return pos, (code or WIDE).encode(a[pos], tokens[pos + (k - 1)])
-
-
-def _mix_inplace(x: np.ndarray) -> np.ndarray:
-    x ^= x >> np.uint64(31)
-    x *= _M
-    x ^= x >> np.uint64(29)
-    return x
+    return pos, code.encode(a[pos], tokens[pos + (k - 1)])
 
 
 def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
@@ -193,8 +182,22 @@ class Scratch:
         return buf[:n * dtype.itemsize].view(dtype)
 
 
-def _fresh(name: str, n: int, dtype) -> np.ndarray:   # noqa: ARG001 (the Scratch.get signature)
-    return np.empty(n, dtype)
+def work_array(scratch: Scratch | None, name: str, n: int, dtype) -> np.ndarray:
+    """``scratch``'s buffer ``name`` as n items of dtype, or a fresh array without one."""
+    return np.empty(n, dtype) if scratch is None else scratch.get(name, n, dtype)
+
+
+def _bucket_bounds(hist: np.ndarray) -> np.ndarray:
+    """Where each bucket starts (and, last, where they all end), from their sizes."""
+    bounds = np.zeros(len(hist) + 1, np.int64)
+    np.cumsum(hist, out=bounds[1:])
+    return bounds
+
+
+def _sort_buckets(packed: np.ndarray, hist: np.ndarray, bounds: np.ndarray) -> None:
+    """Sort each bucket of ``packed`` in place: numpy's sort, one cache-sized slice at a time."""
+    for b in np.flatnonzero(hist > 1):
+        packed[bounds[b]:bounds[b + 1]].sort()
 
 
 BUCKET = 1 << 16    # target candidates per bucket: its arrays stay in the core's cache
@@ -230,7 +233,6 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     more bits, more keys whose remaining top bits tie) and ``exact=False``
     (force the indirect path) exist for the tests.
     """
-    new = scratch.get if scratch is not None else _fresh
     n_pos = max(len(tokens) - k + 1, 0)
     if n_pos >= 2**31:
         raise ValueError("a unit holds at most 2**31-1 positions")
@@ -246,25 +248,23 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     shift = np.uint64(code.bits - bits)
     hist = np.zeros(1 << bits, np.int64)
     cc.candidate_histogram(prev, tokens, k, n_pos, args, shift, hist)
-    bounds = np.zeros(len(hist) + 1, np.int64)
-    np.cumsum(hist, out=bounds[1:])
+    bounds = _bucket_bounds(hist)
     n = int(bounds[-1])
-    packed = new("packed", n, np.uint64)
+    packed = work_array(scratch, "packed", n, np.uint64)
     if exact:
         cc.scatter_exact(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds, packed)
     else:
         lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
-        keys = new("keys", n, np.uint64)
-        where = new("where", n, np.int32)
+        keys = work_array(scratch, "keys", n, np.uint64)
+        where = work_array(scratch, "where", n, np.int32)
         cc.scatter_buckets(prev, tokens, k, n_pos, args, shift, np.uint64(code.up), bounds,
                            lo_bits, keys, where, packed)
-    for b in np.flatnonzero(hist > 1):
-        packed[bounds[b]:bounds[b + 1]].sort()
+    _sort_buckets(packed, hist, bounds)
     # untouched tails of these are never resident: no copies of the used heads
-    uniq = new("uniq", n, np.uint64)
-    counts = new("counts", n, np.uint32)
-    starts = new("starts", n + 1, np.int64)
-    order = new("order", n, np.int32)
+    uniq = work_array(scratch, "uniq", n, np.uint64)
+    counts = work_array(scratch, "counts", n, np.uint32)
+    starts = work_array(scratch, "starts", n + 1, np.int64)
+    order = work_array(scratch, "order", n, np.int32)
     if exact:
         u = cc.exact_runs(packed, bounds, shift, np.uint64(pos_bits), np.uint64(code.up), limit,
                           uniq, counts, starts, order)
@@ -272,7 +272,6 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     else:
         u = cc.bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order)
         counted = int(np.count_nonzero(where < limit))
-    del packed
     result = (order, starts[:u + 1]) if want_order else None
     return uniq[:u], counts[:u], result, counted
 
@@ -281,7 +280,7 @@ def ids_at(values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int,
            scratch: Scratch | None = None) -> np.ndarray:
     """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID elsewhere."""
     positions, starts = order
-    out = (scratch.get if scratch is not None else _fresh)("ids", n, np.uint32)
+    out = work_array(scratch, "ids", n, np.uint32)
     out.fill(INVALID)
     cc.spread(np.ascontiguousarray(values, np.uint32), starts, positions, out)
     return out
@@ -341,19 +340,16 @@ def merge_counts_bucketed(parts: list[tuple[np.ndarray, np.ndarray]], code: KeyC
     hist = np.zeros(nb, np.int64)
     for keys, _ in runs:     # sorted runs: bucket sizes from their boundaries
         hist += np.diff(np.searchsorted(keys, edges), prepend=0, append=len(keys))
-    bounds = np.zeros(nb + 1, np.int64)
-    np.cumsum(hist, out=bounds[1:])
-    new = scratch.get if scratch is not None else _fresh
-    packed = new("merge_packed", m, np.uint64)
+    bounds = _bucket_bounds(hist)
+    packed = work_array(scratch, "merge_packed", m, np.uint64)
     cursor = bounds[:-1].copy()
     rest_mask = np.uint64((1 << rest_bits) - 1)
     for keys, counts in runs:
         cc.scatter_counted(keys, np.ascontiguousarray(counts, np.uint32), np.uint64(code.up),
                            np.uint64(top_shift), base, rest_mask, cursor, packed)
-    for b in np.flatnonzero(hist > 1):
-        packed[bounds[b]:bounds[b + 1]].sort()
-    out_keys = new("merge_keys", m, np.uint64)
-    out_counts = new("merge_counts", m, np.int64)
+    _sort_buckets(packed, hist, bounds)
+    out_keys = work_array(scratch, "merge_keys", m, np.uint64)
+    out_counts = work_array(scratch, "merge_counts", m, np.int64)
     u = cc.counted_runs(packed, bounds, base, np.uint64(rest_bits), np.uint64(code.up),
                         out_keys, out_counts)
     return out_keys[:u], out_counts[:u]
