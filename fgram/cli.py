@@ -131,8 +131,8 @@ def refresh_command(out, inputs, keep, **opts):
 
     Builds OUT/versions/<id>/ exactly as `fgram build` would and switches OUT/current to
     it atomically; does nothing if the inputs (size, mtime, content checksum) and options
-    are those of the current version. Read the table through OUT/current (or pass OUT to
-    show, diff, index, annotate).
+    are those of the current version. Read the table through OUT/current (`fgram show` and
+    `fgram diff` also take OUT).
     """
     from fgram.jobs.refresh import run_refresh
 
@@ -145,8 +145,8 @@ def refresh_command(out, inputs, keep, **opts):
         click.echo(f"up to date: {os.path.join(os.path.abspath(out), 'current')} -> "
                    f"{res['version']}{pruned}")
         return
-    click.echo(_summary(res["manifest"], os.path.join(os.path.abspath(out), "versions",
-                                                      res["version"])) +
+    from fgram.pipeline.versions import version_path
+    click.echo(_summary(res["manifest"], version_path(os.path.abspath(out), res["version"])) +
                f"; current -> {res['version']} (was {res['previous']}){pruned}")
 
 
@@ -216,10 +216,10 @@ def show_command(output, top, tokenizer, as_json):
     top f-grams."""
     import pyarrow.dataset as ds
 
-    from fgram.pipeline.versions import resolve_table
+    from fgram.pipeline.versions import is_finished, resolve_table
     output = resolve_table(output)
     manifest_path = os.path.join(output, "manifest.json")
-    if not os.path.exists(os.path.join(output, "_SUCCESS")) or not os.path.exists(manifest_path):
+    if not is_finished(output):
         _fail(f"{output}: not a finished fgram build (no _SUCCESS or manifest.json)")
     with open(manifest_path) as fh:
         manifest = json.load(fh)

@@ -428,12 +428,11 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
     cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
     staging = os.path.dirname(work)
     hists, offsets_by_len = st["hists"], st["offsets"]
-    codes = {k: kn.KeyCode(*v) for k, v in st["codes"].items()}
     k = st["next"]
     while k <= cfg.max_len:
         t0 = time.time()
         floor = threshold = st["threshold"]
-        codes[k] = code = _pass_code(k, shards, st["kept"], st["top_token"])
+        code = _pass_code(k, shards, st["kept"], st["top_token"])
         prev = st["prev"]
         stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c))
         t_count = time.time()
@@ -483,7 +482,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
         k = st["next"]
     totals, passes = st["totals"], st["passes"]
     t0 = time.time()
-    plan.codes = codes
+    plan.codes = {k: kn.KeyCode(*bits) for k, bits in st["codes"].items()}
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     # the decode of length k holds every selected (k-1)-gram's tokens in each task

@@ -30,9 +30,7 @@ def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None) -> dict:
     """Refresh the versioned table at ``cfg.output``; returns a summary (and the new
     version's manifest under "manifest" when one was built)."""
     cfg.validate()
-    if keep < 1:
-        from fgram.pipeline.errors import ConfigError
-        raise ConfigError(f"--keep must be >= 1, got {keep}")
+    vs.check_keep(keep)         # before building, not after
     root = vs.check_root(cfg.output)
     with OutputLock(root):
         previous = vs.current(root)

@@ -7,7 +7,6 @@ per token plus the counts (a 10M-row table of 5-grams: ~0.4 GB).
 """
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -17,14 +16,14 @@ import pyarrow.dataset as ds
 
 from .errors import InputError
 from .versions import is_finished, resolve_table
+from .workdir import load_json
 
 
 def _keyed(path: str) -> tuple[pa.Table, dict]:
     path = resolve_table(path)
     if not is_finished(path):
         raise InputError(path, "not a finished fgram table (no _SUCCESS or manifest.json)")
-    with open(os.path.join(path, "manifest.json")) as fh:
-        manifest = json.load(fh)
+    manifest = load_json(os.path.join(path, "manifest.json"))
     t = ds.dataset(os.path.join(path, "fgrams"), format="parquet").to_table(
         columns=["fgram_id", "tokens", "count"]).combine_chunks()
     tokens = t.column("tokens").chunk(0) if t.num_rows else pa.array([], pa.list_(pa.int32()))

@@ -28,15 +28,19 @@ def check_output(out: str, overwrite: bool) -> str:
     return out
 
 
+def _beside(out: str, what: str) -> str:
+    """A hidden sibling of ``out``: ``.<name>.fgram-<what>``."""
+    parent, name = os.path.split(os.path.abspath(out))
+    return os.path.join(parent, f".{name}.fgram-{what}")
+
+
 def staging_path(out: str) -> str:
     """The one staging folder of an output: a crashed run's work stays there for --resume."""
-    parent, name = os.path.split(os.path.abspath(out))
-    return os.path.join(parent, f".{name}.fgram-staging")
+    return _beside(out, "staging")
 
 
 def lock_path(out: str) -> str:
-    parent, name = os.path.split(os.path.abspath(out))
-    return os.path.join(parent, f".{name}.fgram-lock")
+    return _beside(out, "lock")
 
 
 class OutputLock:
@@ -130,8 +134,7 @@ def _alive(pid: int) -> bool:
 
 
 def staging_dir(out: str) -> str:
-    parent, name = os.path.split(os.path.abspath(out))
-    path = os.path.join(parent, f".{name}.fgram-staging-{uuid.uuid4().hex[:12]}")
+    path = _beside(out, f"staging-{uuid.uuid4().hex[:12]}")
     os.makedirs(path)
     return path
 
@@ -144,8 +147,7 @@ def publish(staging: str, out: str) -> None:
     """
     out = os.path.abspath(out)
     if os.path.exists(out):
-        parent, name = os.path.split(out)
-        old = os.path.join(parent, f".{name}.fgram-old-{uuid.uuid4().hex[:12]}")
+        old = _beside(out, f"old-{uuid.uuid4().hex[:12]}")
         os.rename(out, old)
         os.rename(staging, out)
         shutil.rmtree(old, ignore_errors=True)

@@ -15,7 +15,7 @@ import shutil
 import time
 import uuid
 
-from .errors import OutputError
+from .errors import ConfigError, OutputError
 
 CURRENT = "current"
 VERSIONS = "versions"
@@ -77,11 +77,16 @@ def switch_current(root: str, vid: str) -> None:
     os.replace(tmp, os.path.join(root, CURRENT))
 
 
+def check_keep(keep: int) -> int:
+    if keep < 1:
+        raise ConfigError(f"--keep must be >= 1, got {keep}")
+    return keep
+
+
 def prune(root: str, keep: int) -> list[str]:
     """Delete the oldest finished versions beyond the newest ``keep`` (never the current
     one). Returns the ids deleted."""
-    if keep < 1:
-        raise OutputError("--keep must be at least 1")
+    check_keep(keep)
     cur = current(root)
     old = [v for v in list_versions(root) if v != cur]
     survivors = (1 if cur else 0)
