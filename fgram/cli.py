@@ -129,10 +129,13 @@ def refresh_command(out, inputs, keep, **opts):
     """Publish a new version of the table in OUT for the input list INPUTS (the whole new
     corpus: old shards, plus new ones, minus removed ones).
 
-    Builds OUT/versions/<id>/ exactly as `fgram build` would and switches OUT/current to
-    it atomically; does nothing if the inputs (size, mtime, content checksum) and options
-    are those of the current version. Read the table through OUT/current (`fgram show` and
-    `fgram diff` also take OUT).
+    Writes OUT/versions/<id>/, the table `fgram build` would make of INPUTS (exactly),
+    and switches OUT/current to it atomically; does nothing if the inputs (size, mtime,
+    content checksum) and options are those of the current version. Incremental: per-shard
+    partial counts kept in OUT/store/ are reused, so only new shards are counted (old ones
+    are read again only for n-grams that became frequent); removed or changed shards are
+    subtracted. Other -K/--min-count/--size/reading options start the store afresh. Read
+    the table through OUT/current (`fgram show` and `fgram diff` also take OUT).
     """
     from fgram.jobs.refresh import run_refresh
 
@@ -187,11 +190,14 @@ def diff_command(old, new, show, as_json):
 @click.option("--tokens", default=1_000_000, show_default=True, type=int, help="Corpus size.")
 @click.option("--vocab", default=50_000, show_default=True, type=int, help="Vocabulary size.")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--book-seed", default=None, type=int,
+              help="Seed of the phrase book (default: --seed). The same book with another "
+                   "--seed: new text from the same distribution (new shards of a corpus).")
 @click.option("--format", "fmt", default="parquet", show_default=True,
               type=click.Choice(["parquet", "bin"]),
               help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.")
 @click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
-def synth_command(output, tokens, vocab, seed, fmt, files):
+def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
     """Generate a corpus with heavy-tailed, realistic n-gram statistics."""
     from fgram.pipeline.synth import generate
 
@@ -199,7 +205,8 @@ def synth_command(output, tokens, vocab, seed, fmt, files):
         _fail(f"--tokens must be >= 1, got {tokens}")
     if not 2 <= vocab <= 2**31 - 1:
         _fail(f"--vocab must be in 2..2147483647, got {vocab}")
-    meta = generate(output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files)
+    meta = generate(output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files,
+                    book_seed=book_seed)
     hint = f" (use --dtype {meta['dtype']} --doc-sep 0)" if fmt == "bin" else ""
     click.echo(f"wrote {meta['tokens']} tokens in {meta['documents']} documents to "
                f"{output}{hint}")

@@ -228,6 +228,33 @@ def test_map_batched_runs_every_item_once_in_order(spark):
             assert ex.map_batched(n, lambda i: (i, i * i)) == [(i, i * i) for i in range(n)]
 
 
+def test_head_start_runs_tasks_in_the_driver_until_the_executor_is_up():
+    from fgram.jobs.executors import HeadStart, LocalExecutor, guess_parallelism
+
+    class Starting:
+        def __init__(self, checks):
+            self.left = checks
+
+        def ready(self):
+            self.left -= 1
+            return self.left < 0
+
+        def result(self):
+            return LocalExecutor(2)
+
+    released = []
+    for checks in (0, 2, 5, 100):
+        ex = HeadStart(Starting(checks), "local[3]", release=lambda: released.append(1))
+        assert ex.parallelism == 3
+        assert ex.map(4, lambda i: i * i) == [0, 1, 4, 9]
+        assert ex.map_batched(9, lambda i: -i) == [-i for i in range(9)]
+        assert ex.in_driver == min(checks, 13)
+        assert ex.parallelism == (3 if checks >= 13 else 2)      # the executor's, once up
+    assert len(released) == 3          # once per executor that got work
+    assert guess_parallelism("local[5]") == 5 and guess_parallelism("spark://h:7077") == 2
+    assert guess_parallelism(None) == guess_parallelism("local[*]") == (os.cpu_count() or 1)
+
+
 def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
     """Units the driver counts while the JVM starts are not counted again by the Spark
     tasks (they find the completion markers) and the table is the oracle's."""
@@ -244,7 +271,7 @@ def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
     monkeypatch.setattr(job._Starting, "ready", not_yet)
     m = build(spark, [tmp_path / "a.bin"], tmp_path / "o", min_count=2, max_len=4,
               unit_tokens=10, doc_sep=0)
-    assert m["head_start_units"] == 3 and m["units"] > 3
+    assert m["head_start_tasks"] == 3 and m["units"] > 3
     assert result(tmp_path / "o") == select(split_flat(
         np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist(), 0), 4, 2, None)
 

@@ -53,6 +53,24 @@ def test_synth_is_heavy_tailed(tmp_path):
     assert counts.max() > 200 and np.median(counts) <= 2
 
 
+def test_synth_book_seed_draws_new_text_from_the_same_phrases(tmp_path):
+    from fgram.pipeline.synth import generate
+
+    def top_4grams(seed, book_seed):
+        d = tmp_path / f"{seed}-{book_seed}"
+        generate(str(d), 100_000, vocab=5000, seed=seed, book_seed=book_seed, fmt="bin")
+        f = np.fromfile(d / "part-00000.bin", dtype=np.uint16).astype(np.uint64)
+        keys = f[:-3] << 48 | f[1:-2] << 32 | f[2:-1] << 16 | f[3:]
+        keys, counts = np.unique(keys, return_counts=True)
+        return set(keys[np.argsort(-counts)[:200]].tolist()), f
+
+    base, text = top_4grams(0, None)
+    same, same_text = top_4grams(5, 0)
+    other, _ = top_4grams(5, None)
+    assert not np.array_equal(text, same_text)
+    assert len(base & same) > 100 > len(base & other)
+
+
 def test_existing_output_refused_then_overwrite(runner, tmp_path):
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
     out = tmp_path / "o"

@@ -167,3 +167,23 @@ def test_key_ranges_partition_the_keys():
         assert bounds[0][0] == 0 and bounds[-1][1] == len(keys)
         assert all(bounds[p][1] == bounds[p + 1][0] for p in range(n - 1))
         assert all(b - a > 50 for a, b in bounds)       # the mix balances the ranges
+
+
+@given(rows=st.lists(st.tuples(st.integers(1, 9), st.integers(2, 4)), max_size=60),
+       cutoff=st.integers(1, 9), cut_len=st.integers(0, 4), target=st.integers(1, 20))
+def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len, target):
+    from fgram.pipeline.table import Groups
+    hists: dict = {}
+    for c, k in rows:
+        hists.setdefault(k, {}).setdefault(c, 0)
+        hists[k][c] += 1
+    groups = Groups(hists, cutoff, cut_len)
+    firsts = groups.split(target) if len(groups.size) else np.zeros(1, np.int64)
+    pairs = list(zip(groups.count.tolist(), groups.length.tolist()))
+    for r in range(len(firsts)):
+        g0 = int(firsts[r])
+        g1 = int(firsts[r + 1]) if r + 1 < len(firsts) else len(groups.size)
+        for k in (2, 3, 4):
+            counts = np.array([c for c, kk in rows if kk == k], np.int64)
+            got = groups.rows_in(counts, k, g0, g1).tolist()
+            assert got == [(c, k) in pairs[g0:g1] for c in counts.tolist()]

@@ -39,9 +39,9 @@ import numpy as np
 from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
-from fgram.jobs.executors import _reraise, as_task, make_executor
+from fgram.jobs.executors import HeadStart, as_task, make_executor
 from fgram.pipeline.errors import FgramError, OutputError
-from fgram.pipeline.table import Groups, arrow_table, rank_rows, write_table
+from fgram.pipeline.table import Groups, bucket_order, write_ranked
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, save_array, save_json
@@ -207,6 +207,21 @@ def final_rows(plan: Plan, k: int, p: int, code: kn.KeyCode, offset: int, cutoff
 
 # ---------------------------------------------------------------- driver
 
+def add_length(hists: dict[int, dict[int, int]], k: int, part_hists: list[dict[int, int]],
+               size: int | None, threshold: int) -> int:
+    """Add length k's count histogram (from its key ranges) and raise the threshold to
+    the S-th largest count seen so far (the safe bound of SCONE.md); every length's
+    histogram keeps only counts at or above it. Returns the threshold."""
+    hists[k] = kn.merge_hists(*part_hists)
+    if size is not None:
+        best = kn.kth_largest(kn.merge_hists(*hists.values()), size)
+        if best is not None and best > threshold:
+            threshold = best
+    for length in hists:
+        hists[length] = {c: n for c, n in hists[length].items() if c >= threshold}
+    return threshold
+
+
 def _selection(hists: dict[int, dict[int, int]], size: int | None):
     """Cutoff count, last length taken at the cutoff, number selected and selected per length.
 
@@ -234,29 +249,51 @@ def _selection(hists: dict[int, dict[int, int]], size: int | None):
     return cutoff, cut_len, size, by_len
 
 
+@as_task
+def warm_task(i: int) -> int:
+    """A first task per core: starts the Python worker and loads the kernels."""
+    kn.warm_up()
+    return i
+
+
 class _Starting:
-    """`make_executor` in a background thread; ``result()`` joins it (and re-raises)."""
+    """`make_executor` in a background thread: ``ready()`` once it is made, ``result()``
+    waits for it (and re-raises). `HeadStart` runs tasks in the driver meanwhile.
+
+    A Spark executor's first job of `warm_task`s follows in the same thread: the
+    Python workers start and load the kernels while the driver goes on (its next
+    jobs queue behind that one), not when the driver's next job arrives."""
 
     def __init__(self, cfg: BuildConfig, spark):
         import threading
         self._out: list = []
+        self._made = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(cfg, spark), daemon=True)
         self._thread.start()
 
     def _run(self, cfg, spark):
         try:
-            self._out.append(make_executor(cfg.engine, spark, cfg.master, cfg.conf))
+            ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             self._out.append(exc)
+            self._made.set()
+            return
+        self._out.append(ex)
+        self._made.set()
+        if ex.name == "spark":
+            try:
+                ex.map(ex.parallelism, warm_task)
+            except Exception:  # noqa: BLE001 - only a warm-up: the real jobs report failures
+                pass
 
     def wait(self) -> None:
         self._thread.join()
 
     def ready(self) -> bool:
-        return not self._thread.is_alive()
+        return self._made.is_set()
 
     def result(self):
-        self._thread.join()
+        self._made.wait()
         if isinstance(self._out[0], BaseException):
             raise self._out[0]
         return self._out[0]
@@ -328,16 +365,15 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         staging, state = _prepare_staging(cfg, out, fingerprint)
         plan = Plan(cfg, shards, units, os.path.join(staging, "_work"))
         resumed = _resume_record(plan, state)
-        head = _head_start(plan, starting) if state is None or state["next"] == 2 else 0
     except BaseException as exc:
         starting.wait()     # the input's error is the one to report
         if staging and _fails_the_run(exc):
             discard(staging)
         raise
     try:
-        executor = starting.result()
+        executor = HeadStart(starting, cfg.master, release=_SCRATCH.clear)
         manifest = _build(executor, plan, t_start, state or _fresh_state(cfg))
-        manifest["head_start_units"] = head
+        manifest["head_start_tasks"] = executor.in_driver
         manifest["run_fingerprint"] = fingerprint_digest(fingerprint)
         if resumed:
             manifest["resumed"] = resumed
@@ -366,29 +402,6 @@ def _resume_record(plan: Plan, state: dict | None) -> dict | None:
     done = sum(os.path.exists(wd.unit_done(k, u)) for u in range(len(plan.units))) \
         if k <= plan.cfg.max_len else 0
     return {"from_pass": k, "units_counted_before": done}
-
-
-def _head_start(plan: Plan, starting: _Starting) -> int:
-    """Count pass-2 units in the driver, last first, until the executor is up.
-
-    Only while a JVM starts (the local engine has nothing to wait for); the
-    Spark tasks of those units then find their completion markers and return.
-    """
-    if plan.cfg.engine != "spark":
-        return 0
-    code = _pass_code(2, plan.shards, None, None)
-    done = 0
-    try:
-        for u in reversed(range(len(plan.units))):
-            if starting.ready():
-                break
-            count_task(plan, 2, u, None, code)
-            done += 1
-    except Exception as exc:  # noqa: BLE001 - our errors come back from the task wrapper as markers
-        _reraise(exc)
-    finally:
-        _SCRATCH.clear()      # the driver counts no more: give its work arrays back
-    return done
 
 
 def _pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -> kn.KeyCode:
@@ -448,13 +461,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
                                  merge_task(plan, k, p, n, f, c))
         t_merge = time.time()
         part_hists = [m["hist"] for m in merged]
-        hists[k] = kn.merge_hists(*part_hists)
-        if cfg.size is not None:
-            best = kn.kth_largest(kn.merge_hists(*hists.values()), cfg.size)
-            if best is not None and best > threshold:
-                threshold = best
-        for length in hists:
-            hists[length] = {c: n for c, n in hists[length].items() if c >= threshold}
+        threshold = add_length(hists, k, part_hists, cfg.size, threshold)
         kept_per_part = [sum(n for c, n in h.items() if c >= threshold) for h in part_hists]
         offsets = np.concatenate([[0], np.cumsum(kept_per_part)]).astype(np.int64).tolist()
         offsets_by_len[k] = offsets
@@ -559,7 +566,7 @@ def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups
             raise FgramError(f"internal: a selected {k}-gram's prefix is not selected")
         tokens = np.concatenate([ptoks[rows], last[:, None].astype(np.uint32)], axis=1)
     task = np.searchsorted(task_firsts, groups.index(counts, k), side="right") - 1
-    order = np.argsort(task, kind="stable")
+    order = bucket_order(task, len(task_firsts))
     # one copy, in rank-task order: the rank tasks read slices of it, and the
     # next length's decode maps survivor ids to rows through `sids`
     save_array(wd.decoded(k, p, "sids"), (idx + offsets_by_len[k][p])[order])
@@ -575,13 +582,8 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
               selected: int, out_dir: str) -> int:
     """Number the rows of rank task r (whole groups) and write them as one Parquet file."""
     wd = WorkDir(plan.work)
-    g0 = int(task_firsts[r])
-    g1 = int(task_firsts[r + 1]) if r + 1 < len(task_firsts) else len(groups.size)
-    lo, hi = int(groups.start[g0]), min(int(groups.start[g1]), selected)
-    n = max(hi - lo, 0)
-    lengths = np.zeros(n, dtype=np.int64)
-    counts = np.zeros(n, dtype=np.int64)
-    pieces = []
+    _, _, lo, hi = groups.task_span(task_firsts, r, selected)
+    rows = {}
     for k, nparts in parts_by_len.items():
         toks, cnts = [], []
         for p in range(nparts):
@@ -590,22 +592,9 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
             if b > a:
                 toks.append(np.asarray(load_array(wd.decoded(k, p, "tokens"))[a:b]))
                 cnts.append(np.asarray(load_array(wd.decoded(k, p, "counts"))[a:b]))
-        if not toks:
-            continue
-        ids, t, c = rank_rows(np.concatenate(toks), np.concatenate(cnts), k, groups)
-        keep = ids < hi
-        ids, t, c = ids[keep] - lo, t[keep], c[keep]
-        lengths[ids] = k
-        counts[ids] = c
-        pieces.append((ids, t))
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    flat = np.zeros(int(lengths.sum()), dtype=np.uint32)
-    for ids, t in pieces:
-        for j in range(t.shape[1]):
-            flat[starts[ids] + j] = t[:, j]
-    write_table(arrow_table(np.arange(lo, lo + n), lengths, flat, counts),
-                os.path.join(out_dir, f"part-{r:05d}.parquet"))
-    return n
+        if toks:
+            rows[k] = (np.concatenate(toks), np.concatenate(cnts))
+    return write_ranked(rows, groups, lo, hi, os.path.join(out_dir, f"part-{r:05d}.parquet"))
 
 
 def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
+import re
 
 from fgram.pipeline.errors import FgramError, from_marker_text
 
@@ -114,6 +115,67 @@ class LocalExecutor(Executor):
             _reraise(exc)
         finally:
             _FN = None
+
+
+class HeadStart(Executor):
+    """An executor still starting (``starting``: `build._Starting`, a thread) and the
+    driver meanwhile: each job's tasks run in the driver, one after another, until
+    the executor is ready; it then gets the rest of the job, and every later one.
+
+    A JVM takes seconds to start and its first Python tasks seconds more; the
+    driver, with a core of its own, does useful work instead of waiting. Task
+    results are the same wherever a task ran (tasks write files and return
+    summaries). ``in_driver`` counts the tasks the driver ran.
+    """
+
+    def __init__(self, starting, master: str | None = None, release=None):
+        self._starting = starting
+        self.parallelism = guess_parallelism(master)    # until the executor is up
+        self.in_driver = 0
+        self._release = release     # called once, when the driver hands over
+
+    @property
+    def name(self):
+        return self._starting.result().name
+
+    @property
+    def spark(self):
+        return self._starting.result().spark
+
+    def _split(self, n: int, fn) -> tuple[list, int]:
+        out = []
+        try:
+            while len(out) < n and not self._starting.ready():
+                out.append(fn(len(out)))
+                self.in_driver += 1
+        except Exception as exc:  # noqa: BLE001 - our errors come back from as_task as markers
+            _reraise(exc)
+        return out, len(out)
+
+    def _executor(self):
+        ex = self._starting.result()
+        self.parallelism = ex.parallelism
+        if self._release is not None:
+            self._release()
+            self._release = None
+        return ex
+
+    def map(self, n: int, fn) -> list:
+        out, i = self._split(n, fn)
+        return out + self._executor().map(n - i, lambda j: fn(i + j)) if i < n else out
+
+    def map_batched(self, n: int, fn) -> list:
+        out, i = self._split(n, fn)
+        return out + self._executor().map_batched(n - i, lambda j: fn(i + j)) if i < n else out
+
+
+def guess_parallelism(master: str | None) -> int:
+    """Cores of a master, as far as its name tells: local[N] is N, local[*] (the
+    default) this machine's; a cluster's is known once it is up (2 until then)."""
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master or "local[*]")
+    if m is None:
+        return 2
+    return os.cpu_count() or 1 if m.group(1) in (None, "*") else int(m.group(1))
 
 
 def make_executor(engine: str, spark=None, master: str | None = None,

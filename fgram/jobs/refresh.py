@@ -1,51 +1,507 @@
-"""fgram refresh: publish a new version of a table for a new input list (scheduled refreshes).
+"""fgram refresh: publish a new version of a table for a new input list, incrementally.
 
     fgram refresh OUT INPUT... [build options] [--keep N]
 
 The input list is the whole new corpus (old shards, plus new ones, minus
-removed ones). If it and the options fingerprint the same as the current
-version's (every shard's size, mtime and content checksum), nothing is done.
-Otherwise the table is built into ``OUT/versions/<id>/`` exactly as `fgram
-build` would, ``OUT/current`` is switched to it atomically, and versions
-beyond the newest ``--keep`` are deleted (never the current one).
+removed or changed ones). The new version, ``OUT/versions/<id>/``, holds the
+table that `fgram build` would make of that list, exactly; ``OUT/current`` is
+switched to it atomically and versions beyond the newest ``--keep`` are
+deleted (never the current one). Unchanged inputs and options: nothing is done.
 
-Each new version is a full build today: per-shard partial counts are not yet
-reused, so a refresh costs a rebuild (see the README).
+Cost grows with the change, not the corpus. ``OUT/store/`` keeps, per length
+k, the id table T_k (every k-gram ever frequent, with a stable id), every
+shard's partial counts of the k-grams whose prefix and suffix have ids in
+T_{k-1} (keyed by the shard's fingerprint: path, size, mtime, checksum), and
+their aggregate (a base plus a delta of everything changed since). A refresh,
+length by length:
+
+1. counts only the new shards (the same compiled kernels as `fgram build`);
+2. subtracts the partials of removed shards, adds the new ones to the delta,
+   and reads totals as base + delta (the base is only read, not rewritten,
+   until the delta outgrows a quarter of it);
+3. finds the frequent set with the build's thresholds, and appends the
+   k-grams that became frequent to T_k;
+4. on old shards counts only what their partials lack: (k+1)-grams whose
+   prefix or suffix got its id in step 3 (one compiled pass over the tokens
+   that tests a hash set, then exact checks at the few hits).
+
+Removing a shard subtracts its stored partials; a shard changed in place is
+one removed and one new. Other options than the current version's (length,
+min count, size, reading) start the store afresh. Each version's
+``store.json`` names the objects it uses; objects no version names are
+deleted with the pruned versions.
 """
 from __future__ import annotations
 
-import dataclasses
+import hashlib
+import json
+import math
 import os
 import sys
+import time
+import uuid
+from dataclasses import dataclass
 
-from fgram.jobs.build import fingerprint_digest, run_build, run_fingerprint
+import numpy as np
+
+from fgram import __version__
+from fgram.jobs.build import (RANK_ROWS, _selection, _Starting, add_length, fingerprint_digest,
+                              run_fingerprint)
+from fgram.jobs.executors import HeadStart, as_task
+from fgram.pipeline import kernels as kn
+from fgram.pipeline import partials as pt
 from fgram.pipeline import versions as vs
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.inputs import plan_shards
-from fgram.pipeline.publish import OutputLock
-from fgram.pipeline.workdir import load_json
+from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
+from fgram.pipeline.publish import OutputLock, discard, finish, staging_path
+from fgram.pipeline.table import Groups, write_ranked
+from fgram.pipeline.workdir import WorkDir, load_array, load_json, save_array, save_json
+
+STORE_FORMAT = 2
+MERGE_BYTES = 256 * 2**20       # base volume read by one merge task
+COMPACT = 0.25     # rewrite a length's base when its delta outgrows this share of it
+STORE_OPTIONS = ("max_len", "min_count", "size", "column", "dtype", "doc_sep")
+
+
+# ---------------------------------------------------------------- the store
+
+def objects_dir(root: str) -> str:
+    return os.path.join(root, "store", "objects")
+
+
+def put(root: str, arr: np.ndarray) -> str:
+    """Write an immutable object (a .npy file) into the store; returns its name."""
+    name = f"{uuid.uuid4().hex}.npy"
+    save_array(os.path.join(objects_dir(root), name), arr)
+    return name
+
+
+def get(root: str, name: str, mmap: bool = True) -> np.ndarray:
+    return load_array(os.path.join(objects_dir(root), name), mmap=mmap)
+
+
+def shard_digest(shard: Shard) -> str:
+    return hashlib.sha256(json.dumps(shard_record(shard), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def store_options(cfg: BuildConfig) -> dict:
+    rec = cfg.record()
+    return {"format": STORE_FORMAT, **{k: rec[k] for k in STORE_OPTIONS}}
+
+
+def referenced(store: dict) -> set[str]:
+    """Every object name a version's store.json uses."""
+    names = set()
+    for level in store["levels"].values():
+        for chunk in (level["table"] or {}).get("chunks", []):
+            names.update((chunk["keys"], chunk["ids"], chunk["tokens"]))
+        for piece in level["base"] + level["delta"]:
+            names.update((piece["keys"], piece["counts"]))
+    for entry in store["shards"].values():
+        for runs in entry["partials"].values():
+            for run in runs:
+                names.update((run["keys"], run["counts"]))
+    return {n for n in names if isinstance(n, str)}
+
+
+def collect_garbage(root: str) -> int:
+    """Delete objects that no finished version's store.json names (a crashed or
+    pruned refresh's). Call with the refresh lock held. Returns how many."""
+    keep: set[str] = set()
+    for vid in vs.list_versions(root):
+        path = os.path.join(vs.version_path(root, vid), "store.json")
+        if os.path.exists(path):
+            keep |= referenced(load_json(path))
+    folder = objects_dir(root)
+    doomed = [n for n in os.listdir(folder) if n not in keep] if os.path.isdir(folder) else []
+    for name in doomed:
+        os.remove(os.path.join(folder, name))
+    return len(doomed)
+
+
+# ---------------------------------------------------------------- tasks
+
+@dataclass
+class RPlan:
+    """What every task needs (shipped with the task closure: small)."""
+    cfg: BuildConfig
+    root: str
+    work: str
+    new_shards: list[Shard]
+    new_units: list[Unit]
+    kept_shards: list[Shard]
+    kept_units: list[Unit]
+    tables: dict        # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
+
+
+_TABLES: dict[tuple, pt.IdTable] = {}
+_SCRATCH = kn.Scratch()
+MAX_CHUNKS = 8      # an id table's chunks (one per refresh that added ids) before one is merged
+
+
+def _table(plan: RPlan, k: int) -> pt.IdTable:
+    """T_k as the plan names it, read once per worker process."""
+    t = plan.tables.get(k) or {"chunks": []}
+    key = (plan.root, k, tuple(c["keys"] for c in t["chunks"]))
+    if key not in _TABLES:
+        if len(_TABLES) > 8:
+            _TABLES.clear()
+        _TABLES[key] = pt.IdTable(k, [tuple(get(plan.root, c[w], mmap=False)
+                                            for w in ("keys", "ids", "tokens"))
+                                      for c in t["chunks"]])
+    return _TABLES[key]
+
+
+def _put_chunk(root: str, keys, ids, tokens) -> dict:
+    return {"keys": put(root, keys), "ids": put(root, ids), "tokens": put(root, tokens),
+            "n": len(ids)}
+
+
+def _unit_file(plan: RPlan, k: int, u: int, what: str) -> str:
+    return WorkDir(plan.work).unit(k, u, what)
+
+
+@as_task
+def count_task(plan: RPlan, k: int, u: int) -> dict:
+    """Count new unit u's candidate k-grams (prefix and suffix in T_{k-1})."""
+    t0 = time.time()
+    cfg = plan.cfg
+    unit = plan.new_units[u]
+    stream = read_unit(plan.new_shards[unit.shard], unit, cfg.read_options(),
+                       overlap=cfg.max_len - 1, scratch=_SCRATCH)
+    tokens = stream.tokens
+    if k == 2:
+        prev = tokens
+    else:
+        uniq = load_array(_unit_file(plan, k - 1, u, "uniq"), mmap=False)
+        order = (load_array(_unit_file(plan, k - 1, u, "pos"), mmap=False),
+                 load_array(_unit_file(plan, k - 1, u, "starts"), mmap=False))
+        prev = kn.ids_at(_table(plan, k - 1).lookup(uniq), order, len(tokens), _SCRATCH)
+    last = k == cfg.max_len
+    uniq, counts, order, counted = kn.unit_table(prev, tokens, k, stream.limit, want_order=not last,
+                                                 code=kn.WIDE, scratch=_SCRATCH)
+    if not last:
+        save_array(_unit_file(plan, k, u, "uniq"), uniq)
+        save_array(_unit_file(plan, k, u, "pos"), order[0])
+        save_array(_unit_file(plan, k, u, "starts"), order[1])
+    nz = counts > 0
+    run = {"keys": put(plan.root, uniq[nz]), "counts": put(plan.root, counts[nz]),
+           "n": int(nz.sum())}
+    return {"unit": u, "run": run, "documents": stream.documents, "tokens": stream.n_tokens,
+            "counted": counted, "seconds": time.time() - t0}
+
+
+@as_task
+def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
+    """Count, in kept unit u, the k-grams it lacks: prefix or suffix new in T_{k-1}."""
+    t0 = time.time()
+    cfg = plan.cfg
+    unit = plan.kept_units[u]
+    rows = load_array(os.path.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
+    stream = read_unit(plan.kept_shards[unit.shard], unit, cfg.read_options(),
+                       overlap=cfg.max_len - 1, scratch=_SCRATCH)
+    tables = [_table(plan, j) for j in range(2, k)]
+    keys, counts = pt.scan_unit(stream.tokens, stream.limit, k, pt.window_set(rows), tables,
+                                old_size)
+    run = {"keys": put(plan.root, keys), "counts": put(plan.root, counts), "n": len(keys)} \
+        if len(keys) else None
+    return {"unit": u, "run": run, "seconds": time.time() - t0}
+
+
+def _range(nparts: int, p: int) -> tuple[int, int | None]:
+    bounds = kn.part_bounds(nparts)
+    return int(bounds[p]), (int(bounds[p + 1]) if p + 1 < nparts else None)
+
+
+def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
+    out = []
+    for run in runs:
+        keys, counts = pt.slice_run(get(root, run["keys"]), get(root, run["counts"]), lo, hi)
+        if len(keys):
+            out.append((keys, counts if sign > 0 else -counts.astype(np.int64)))
+    return out
+
+
+@as_task
+def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict,
+               fresh: list[dict], scanned: list[dict], removed: list[dict], compact: bool) -> dict:
+    """Totals of key range p of length k: base + (old delta + new - removed + scanned).
+
+    Writes the range's keys with total >= floor (and their new-shard counts)
+    to the work folder; returns the range's histogram and its new base piece
+    (``compact``) or delta piece."""
+    root = plan.root
+    lo, hi = _range(nparts, p)
+    base = _slices(root, level["base"], lo, hi)
+    if len(base) != 1:      # base pieces of another split: at most a few overlap a range
+        base = (np.concatenate([b[0] for b in base]), np.concatenate([b[1] for b in base])) \
+            if base else (pt.EMPTY_KEYS, pt.EMPTY_COUNTS)
+    else:
+        base = base[0]
+    new_runs = _slices(root, fresh, lo, hi)
+    delta = pt.signed_sum(_slices(root, level["delta"], lo, hi) + new_runs +
+                          _slices(root, scanned, lo, hi) + _slices(root, removed, lo, hi, -1))
+    keys, counts, fresh_counts = pt.combine(base, delta, pt.signed_sum(new_runs), floor)
+    wd = WorkDir(plan.work)
+    save_array(wd.merged(k, p, "keys"), keys)
+    save_array(wd.merged(k, p, "counts"), counts)
+    save_array(wd.merged(k, p, "fresh"), fresh_counts)
+    out = pt.signed_sum([base, delta]) if compact else delta
+    piece = {"keys": put(root, out[0]), "counts": put(root, out[1]), "n": len(out[0]),
+             "lo": lo, "hi": hi} if len(out[0]) else None
+    return {"part": p, "hist": kn.histogram(counts, floor), "piece": piece,
+            "delta": len(delta[0])}
+
+
+@as_task
+def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
+    """Append length k's newly frequent k-grams to T_k; write the rows an old shard
+    must be scanned for at length k+1 (new ids that occur in old shards)."""
+    wd = WorkDir(plan.work)
+    keys, counts, fresh = [], [], []
+    for p in range(nparts):
+        c = load_array(wd.merged(k, p, "counts"), mmap=False)
+        keep = c >= threshold
+        keys.append(load_array(wd.merged(k, p, "keys"), mmap=False)[keep])
+        counts.append(c[keep])
+        fresh.append(load_array(wd.merged(k, p, "fresh"), mmap=False)[keep])
+    frequent, counts, fresh = np.concatenate(keys), np.concatenate(counts), np.concatenate(fresh)
+    table = _table(plan, k)
+    old_size = table.size
+    known = table.lookup(frequent)
+    is_new = known == kn.INVALID
+    new_keys, new_ids, new_rows = table.additions(frequent, None if k == 2 else _table(plan, k - 1),
+                                                  is_new)
+    in_old = (counts - fresh)[is_new] > 0
+    save_array(os.path.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
+    # the frequent k-grams' ids and counts, for the rank tasks
+    known[is_new] = new_ids
+    save_array(wd.decoded(k, 0, "freq_ids"), known)
+    save_array(wd.decoded(k, 0, "freq_counts"), counts)
+    record = plan.tables.get(k) or {"size": 0, "chunks": []}
+    if len(new_keys):
+        chunks = record["chunks"] + [_put_chunk(plan.root, new_keys, new_ids, new_rows)]
+        if len(chunks) > MAX_CHUNKS:
+            merged = pt.IdTable(k, table.chunks + [(new_keys, new_ids, new_rows)]).merged()
+            chunks = [_put_chunk(plan.root, *merged)]
+        record = {"size": old_size + len(new_keys), "chunks": chunks}
+    table = record if record["chunks"] else None
+    return {"table": table, "old_size": old_size, "added": len(new_keys),
+            "scan_rows": int(in_old.sum())}
+
+
+@as_task
+def rank_task(plan: RPlan, r: int, lengths: list[int], groups: Groups, task_firsts: np.ndarray,
+              selected: int, out_dir: str) -> int:
+    """Rank task r's rows (whole groups), from the table tasks' frequent ids and counts
+    and the id tables' tokens, written as one Parquet file."""
+    wd = WorkDir(plan.work)
+    g0, g1, lo, hi = groups.task_span(task_firsts, r, selected)
+    rows = {}
+    for k in lengths:
+        counts = load_array(wd.decoded(k, 0, "freq_counts"))
+        mask = groups.rows_in(counts, k, g0, g1)
+        ids = load_array(wd.decoded(k, 0, "freq_ids"))[mask]
+        rows[k] = (_table(plan, k).tokens()[ids], np.asarray(counts[mask]))
+    return write_ranked(rows, groups, lo, hi, os.path.join(out_dir, f"part-{r:05d}.parquet"))
+
+
+# ---------------------------------------------------------------- driver
+
+def _empty_level() -> dict:
+    return {"table": None, "base": [], "delta": []}
 
 
 def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None) -> dict:
     """Refresh the versioned table at ``cfg.output``; returns a summary (and the new
     version's manifest under "manifest" when one was built)."""
+    t_start = time.time()
     cfg.validate()
     vs.check_keep(keep)         # before building, not after
     root = vs.check_root(cfg.output)
     with OutputLock(root):
-        previous = vs.current(root)
-        digest = fingerprint_digest(run_fingerprint(cfg, plan_shards(cfg.inputs, cfg.read_options())))
-        if previous is not None:
-            old = load_json(os.path.join(vs.version_path(root, previous), "manifest.json"))
-            if old.get("run_fingerprint") == digest:
-                return {"version": previous, "previous": previous, "built": False,
-                        "pruned": vs.prune(root, keep)}
-        vid = vs.new_version_id()
-        manifest = run_build(dataclasses.replace(cfg, output=vs.version_path(root, vid),
-                                                 overwrite=False, resume=False), spark=spark)
-        vs.switch_current(root, vid)
-        return {"version": vid, "previous": previous, "built": True,
-                "pruned": vs.prune(root, keep), "manifest": manifest}
+        return _run_locked(cfg, keep, root, spark, t_start)
+
+
+def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -> dict:
+    vs.clear_leftovers(root)        # of a refresh killed before it could clean up
+    previous = vs.current(root)
+    shards = plan_shards(cfg.inputs, cfg.read_options())
+    digest = fingerprint_digest(run_fingerprint(cfg, shards))
+    old_store = None
+    if previous is not None:
+        vpath = vs.version_path(root, previous)
+        old = load_json(os.path.join(vpath, "manifest.json"))
+        if old.get("run_fingerprint") == digest:
+            return {"version": previous, "previous": previous, "built": False,
+                    "pruned": vs.prune(root, keep), "collected": collect_garbage(root)}
+        if os.path.exists(os.path.join(vpath, "store.json")):
+            old_store = load_json(os.path.join(vpath, "store.json"))
+            if old_store.get("options") != store_options(cfg):
+                old_store = None        # other options: start the store afresh
+    vid = vs.new_version_id()
+    out = vs.version_path(root, vid)
+    staging = staging_path(out)
+    discard(staging)
+    os.makedirs(os.path.join(staging, "_work"))
+    os.makedirs(objects_dir(root), exist_ok=True)
+    # Spark's JVM starts (seconds) while the driver plans and counts new units
+    starting = _Starting(cfg, spark)
+    try:
+        manifest, store = _refresh(cfg, root, os.path.join(staging, "_work"), shards,
+                                   old_store, starting)
+        manifest["run_fingerprint"] = digest
+        manifest["refresh"]["previous"] = previous
+        save_json(os.path.join(staging, "store.json"), store)
+        discard(os.path.join(staging, "_work"))
+        manifest["seconds"] = round(time.time() - t_start, 3)
+        finish(staging, out, manifest)
+    except BaseException:
+        starting.wait()
+        discard(staging)
+        raise
+    vs.switch_current(root, vid)
+    pruned = vs.prune(root, keep)
+    return {"version": vid, "previous": previous, "built": True, "pruned": pruned,
+            "collected": collect_garbage(root), "manifest": manifest}
+
+
+def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_store: dict | None,
+             starting: _Starting) -> tuple[dict, dict]:
+    t_begin = time.time()
+    old_store = old_store or {"levels": {}, "shards": {}}
+    old_levels = {int(k): v for k, v in old_store["levels"].items()}
+    digests = [shard_digest(s) for s in shards]
+    kept_idx = [i for i, d in enumerate(digests) if d in old_store["shards"]]
+    new_idx = [i for i, d in enumerate(digests) if d not in old_store["shards"]]
+    current = set(digests)
+    removed = {d: e for d, e in old_store["shards"].items() if d not in current}
+    kept_shards = [shards[i] for i in kept_idx]
+    new_shards = [shards[i] for i in new_idx]
+    plan = RPlan(cfg, root, work, new_shards, plan_units(new_shards, cfg.unit_tokens),
+                 kept_shards, plan_units(kept_shards, cfg.unit_tokens),
+                 {k: lv["table"] for k, lv in old_levels.items() if lv["table"]})
+    kn.warm_up()
+    ex = HeadStart(starting, cfg.master, release=_SCRATCH.clear)
+    timing = {"plan": round(time.time() - t_begin, 3)}
+    entries = {d: {"record": e["record"], "totals": e["totals"],
+                   "partials": {k: list(v) for k, v in e["partials"].items()}}
+               for d, e in old_store["shards"].items() if d in current}
+    new_entries = {digests[i]: {"record": shard_record(shards[i]),
+                                "totals": {"documents": 0, "tokens": 0}, "partials": {}}
+                   for i in new_idx}
+    threshold = cfg.min_count
+    hists: dict[int, dict[int, int]] = {}
+    levels: dict[int, dict] = {}
+    passes = []
+    old_size, scan_rows, done = 0, 0, False
+    for k in range(2, cfg.max_len + 1):
+        t0 = time.time()
+        level = old_levels.get(k, _empty_level())
+        floor = threshold
+        # one job: the new units' counts (largest first), then the old units' scans
+        todo = [("count", u) for u in range(len(plan.new_units))]
+        n_scanned = len(plan.kept_units) if k > 2 and scan_rows else 0
+        todo += [("scan", u) for u in range(n_scanned)]
+        done_now = ex.map(len(todo), lambda i, k=k, o=old_size, todo=todo: (
+            count_task(plan, k, todo[i][1]) if todo[i][0] == "count"
+            else scan_task(plan, k, todo[i][1], o)))
+        stats = [r for (kind, _), r in zip(todo, done_now) if kind == "count"]
+        fresh = [s["run"] for s in stats if s["run"]["n"]]
+        for s in stats:
+            e = new_entries[digests[new_idx[plan.new_units[s["unit"]].shard]]]
+            e["partials"].setdefault(str(k), []).append(s["run"])
+            if k == 2:
+                e["totals"]["documents"] += s["documents"]
+                e["totals"]["tokens"] += s["tokens"]
+        scanned = []
+        for (kind, u), r in zip(todo, done_now):
+            if kind == "scan" and r["run"]:
+                scanned.append(r["run"])
+                d = digests[kept_idx[plan.kept_units[u].shard]]
+                entries[d]["partials"].setdefault(str(k), []).append(r["run"])
+        t_count = time.time()
+        gone = [r for e in removed.values() for r in e["partials"].get(str(k), [])]
+        base_n = sum(piece["n"] for piece in level["base"])
+        change = sum(r["n"] for r in level["delta"] + fresh + scanned + gone)
+        compact = base_n == 0 or change > COMPACT * base_n
+        rounds = math.ceil((base_n + change) * 16 / MERGE_BYTES / ex.parallelism)
+        nparts = ex.parallelism * max(rounds, 1)       # no lone last round
+        merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor, lv=level, c=compact:
+                                merge_task(plan, k, p, n, f, lv, fresh, scanned, gone, c))
+        pieces = sorted((m["piece"] for m in merged if m["piece"]), key=lambda x: x["lo"])
+        new_level = {"base": pieces, "delta": []} if compact else \
+            {"base": level["base"], "delta": pieces}
+        t_merge = time.time()
+        if not done:
+            threshold = add_length(hists, k, [m["hist"] for m in merged], cfg.size, threshold)
+        kept = sum(hists.get(k, {}).values()) if not done else 0
+        tab = ex.map(1, lambda _, k=k, n=nparts, t=threshold if not done else 2**62:
+                     table_task(plan, k, n, t))[0]
+        new_level["table"] = tab["table"]
+        if tab["table"]:
+            plan.tables[k] = tab["table"]
+        if tab["table"] and tab["table"]["size"] * (24 + 4 * k) > max(cfg.broadcast_budget, 1):
+            raise ConfigError(f"refresh: the id table of {k}-grams ({tab['table']['size']} rows) "
+                              f"exceeds --broadcast-budget; raise it, or use `fgram build`")
+        old_size, scan_rows = tab["old_size"], tab["scan_rows"]
+        levels[k] = new_level
+        passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
+                       "candidates": sum(s["counted"] for s in stats), "kept": kept,
+                       "partitions": nparts, "new_units": len(plan.new_units),
+                       "scanned_units": n_scanned,
+                       "scanned_grams": sum(r["n"] for r in scanned),
+                       "ids_added": tab["added"], "ids": (tab["table"] or {}).get("size", 0),
+                       "delta": sum(m["delta"] for m in merged), "compacted": compact,
+                       "seconds": round(time.time() - t0, 3),
+                       "task_seconds": {kind: round(sum(r["seconds"] for (w, _), r in
+                                                        zip(todo, done_now) if w == kind), 3)
+                                        for kind in ("count", "scan")},
+                       "stages": {"count": round(t_count - t0, 3),
+                                  "merge": round(t_merge - t_count, 3),
+                                  "table": round(time.time() - t_merge, 3)}})
+        done = done or kept == 0
+    entries.update(new_entries)
+    totals = {"documents": sum(e["totals"]["documents"] for e in entries.values()),
+              "tokens": sum(e["totals"]["tokens"] for e in entries.values())}
+    if totals["tokens"] == 0:
+        raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
+    t0 = time.time()
+    cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
+    groups = Groups(hists, cutoff, cut_len)
+    rounds = max(1, math.ceil(selected / (ex.parallelism * RANK_ROWS)))
+    task_firsts = groups.split(max(1, math.ceil(selected / (ex.parallelism * rounds))))
+    lengths = sorted(hists)
+    out_dir = os.path.join(os.path.dirname(work), "fgrams")
+    os.makedirs(out_dir)
+    ex.map(len(task_firsts), lambda r: rank_task(plan, r, lengths, groups, task_firsts, selected,
+                                                 out_dir))
+    store = {"options": store_options(cfg), "fgram_version": __version__,
+             "levels": {str(k): v for k, v in levels.items()},
+             "shards": entries}
+    manifest = {
+        "fgram_version": __version__,
+        "kind": "fgram-table",
+        "engine": ex.name,
+        "config": cfg.record(),
+        "inputs": [shard_record(s) for s in shards],
+        "totals": totals,
+        "passes": passes,
+        "cutoff_count": cutoff if selected else None,
+        "fgrams": selected,
+        "by_length": {str(k): n for k, n in sorted(by_len.items())},
+        "select": {"seconds": round(time.time() - t0, 3), "rank_tasks": len(task_firsts)},
+        "timing": timing,
+        "refresh": {"new_shards": len(new_shards), "kept_shards": len(kept_shards),
+                    "head_start_tasks": ex.in_driver,
+                    "removed_shards": len(removed), "store_reused": bool(old_levels)},
+        "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
+                  "columns": {"fgram_id": "int64", "length": "int8",
+                              "tokens": "list<int32>", "count": "int64"},
+                  "order": "fgram_id = rank by (count desc, length asc, tokens asc)"},
+    }
+    return manifest, store
 
 
 def main(argv=None) -> None:

@@ -520,3 +520,108 @@ def separate(body, sep, own, sep_before, tokens):
             docs += before
         before = False
     return docs, n_tok, vmin, vmax
+
+
+# ------------------------------------------------------------------ refresh scans
+
+@numba.njit(cache=True)
+def hash_rows(rows, out):
+    """out[r] = the window hash of rows[r] (a 2-d uint32 array of token windows):
+    mix(sum of (token + 1) * M**(w-1-j)) >> 1, the hash `windows_in_set` rolls."""
+    for r in range(rows.shape[0]):
+        h = np.uint64(0)
+        for j in range(rows.shape[1]):
+            h = h * _M + np.uint64(rows[r, j]) + np.uint64(1)
+        out[r] = mix1(h) >> np.uint64(1)
+
+
+@numba.njit(cache=True)
+def fill_set(tab, hashes):
+    """Insert hashes into an empty open-addressing set (len a power of two, > len(hashes))."""
+    mask = np.uint64(len(tab) - 1)
+    for i in range(len(hashes)):
+        s = hashes[i] & mask
+        while tab[s] != EMPTY and tab[s] != hashes[i]:
+            s = (s + np.uint64(1)) & mask
+        tab[s] = hashes[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def windows_in_set(tokens, w, tab, bits, out):
+    """out[i] = whether the window tokens[i:i+w] (boundary-free) hashes into the set:
+    a superset of the windows equal to one of the set's rows (callers verify).
+
+    The window hash is rolled (one multiply per token); ``bits``, a cache-sized
+    bitmap of the set's hashes (a power of two of uint64 words), is tested
+    first, so that most windows never probe the table."""
+    mask = np.uint64(len(tab) - 1)
+    bmask = np.uint64(len(bits) * 64 - 1)
+    top = np.uint64(1)
+    for j in range(w - 1):
+        top *= _M
+    h = np.uint64(0)
+    run = 0
+    out[:] = False
+    for i in range(len(tokens)):
+        t = tokens[i]
+        if t == _INVALID32:
+            run = 0
+            h = np.uint64(0)
+            continue
+        if run >= w:
+            h -= top * (np.uint64(tokens[i - w]) + np.uint64(1))
+        h = h * _M + np.uint64(t) + np.uint64(1)
+        run += 1
+        if run >= w:
+            x = mix1(h) >> np.uint64(1)
+            b = (x >> np.uint64(20)) & bmask
+            if (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1):
+                s = x & mask
+                while tab[s] != EMPTY:
+                    if tab[s] == x:
+                        out[i - w + 1] = True
+                        break
+                    s = (s + np.uint64(1)) & mask
+
+
+@numba.njit(cache=True)
+def fill_bits(bits, hashes):
+    """Set each hash's bit in a bitmap for `windows_in_set`."""
+    bmask = np.uint64(len(bits) * 64 - 1)
+    for i in range(len(hashes)):
+        b = (hashes[i] >> np.uint64(20)) & bmask
+        bits[b >> np.uint64(6)] |= np.uint64(1) << (b & np.uint64(63))
+
+
+@numba.njit(cache=True, nogil=True)
+def combine_runs(bk, bc, dk, dc, floor, ok, oc):
+    """Totals of a base run (distinct sorted keys, counts) and a delta run (signed counts)
+    in one merge pass; writes the keys whose total is >= floor into ok/oc.
+    Returns (number written, whether a total went negative)."""
+    i = 0
+    j = 0
+    m = 0
+    nb = len(bk)
+    nd = len(dk)
+    bad = False
+    while i < nb or j < nd:
+        if j >= nd or (i < nb and bk[i] < dk[j]):
+            key = bk[i]
+            t = np.int64(bc[i])
+            i += 1
+        elif i >= nb or dk[j] < bk[i]:
+            key = dk[j]
+            t = np.int64(dc[j])
+            j += 1
+        else:
+            key = bk[i]
+            t = np.int64(bc[i]) + np.int64(dc[j])
+            i += 1
+            j += 1
+        if t < 0:
+            bad = True
+        if t >= floor:
+            ok[m] = key
+            oc[m] = t
+            m += 1
+    return m, bad

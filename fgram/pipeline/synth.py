@@ -57,10 +57,13 @@ class PhraseBook:
 
 
 def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
-             fmt: str = "parquet", doc_len: int = 512, files: int | None = None) -> dict:
+             fmt: str = "parquet", doc_len: int = 512, files: int | None = None,
+             book_seed: int | None = None) -> dict:
     """Write a corpus of `tokens` tokens to out_dir. Returns its description (also meta.json).
 
-    Flat format: one uint16 (vocab <= 65536) or uint32 `.bin` file per shard, documents
+    The phrase book comes from ``book_seed`` (default: ``seed``), the text drawn
+    from it from ``seed``: one book and two seeds make two corpora of one
+    distribution. Flat format: one uint16 (vocab <= 65536) or uint32 `.bin` file per shard, documents
     separated by id 0, which is never used inside a document. Parquet: columns
     doc_id int64, tokens list<int32>, one document per row.
     """
@@ -72,7 +75,7 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
     if tokens < 0 or vocab < 2:
         raise ValueError("tokens must be >= 0 and vocab >= 2")
     os.makedirs(out_dir, exist_ok=True)
-    book = PhraseBook(vocab, seed)
+    book = PhraseBook(vocab, seed if book_seed is None else book_seed)
     rng = np.random.default_rng(seed + 1)
     nfiles = files or max(1, min(64, tokens // (64 * CHUNK) + 1))
     per_file = [tokens // nfiles + (1 if i < tokens % nfiles else 0) for i in range(nfiles)]
@@ -117,7 +120,8 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
             if writer is not None:
                 writer.close()
         os.replace(tmp, path)
-    meta = {"tokens": tokens, "documents": n_docs, "vocab": vocab, "seed": seed, "format": fmt,
+    meta = {"tokens": tokens, "documents": n_docs, "vocab": vocab, "seed": seed,
+            "book_seed": seed if book_seed is None else book_seed, "format": fmt,
             "files": names, "dtype": np.dtype(dtype).name if fmt == "bin" else "int32",
             "doc_sep": 0 if fmt == "bin" else None}
     with open(os.path.join(out_dir, "meta.json"), "w") as fh:

@@ -38,6 +38,25 @@ class Groups:
         length = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
         return np.searchsorted(self._code, self.code(count, length))
 
+    def rows_in(self, count: np.ndarray, length: int, g0: int, g1: int) -> np.ndarray:
+        """Mask of rows (count, length) that belong to groups g0 .. g1-1."""
+        mask = np.zeros(len(count), bool)
+        if g1 <= g0:
+            return mask
+        near = np.flatnonzero((count >= self.count[g1 - 1]) & (count <= self.count[g0]))
+        code = self.code(count[near], np.full(len(near), length))
+        at = np.searchsorted(self._code, code)
+        ok = (at >= g0) & (at < g1)
+        ok[ok] = self._code[at[ok]] == code[ok]
+        mask[near[ok]] = True
+        return mask
+
+    def task_span(self, task_firsts: np.ndarray, r: int, selected: int):
+        """Groups [g0, g1) and fgram_ids [lo, hi) of rank task r."""
+        g0 = int(task_firsts[r])
+        g1 = int(task_firsts[r + 1]) if r + 1 < len(task_firsts) else len(self.size)
+        return g0, g1, int(self.start[g0]), min(int(self.start[g1]), selected)
+
     def split(self, target_rows: int) -> np.ndarray:
         """First group of each rank task: contiguous groups of about target_rows rows."""
         firsts, acc = [0], 0
@@ -47,6 +66,12 @@ class Groups:
                 acc = 0
             acc += int(n)
         return np.array(firsts, dtype=np.int64)
+
+
+def bucket_order(task: np.ndarray, n_tasks: int) -> np.ndarray:
+    """Stable order of rows by their rank task (small integers: numpy's radix sort)."""
+    small = np.uint16 if n_tasks <= 2**16 else np.uint32
+    return np.argsort(task.astype(small), kind="stable")
 
 
 def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -88,6 +113,31 @@ def rank_rows(tokens: np.ndarray, counts: np.ndarray, length: int,
     gidx = groups.index(counts, length)
     ids = groups.start[gidx] + (np.arange(len(counts)) - first_row)
     return ids, tokens, counts
+
+
+def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path: str) -> int:
+    """Number rows of whole groups (``rows``: length -> (tokens, counts)) and write the
+    ones with ids in [lo, hi) as one Parquet file, in id order. Returns how many."""
+    n = max(hi - lo, 0)
+    lengths = np.zeros(n, dtype=np.int64)
+    counts = np.zeros(n, dtype=np.int64)
+    pieces = []
+    for k, (toks, cnts) in rows.items():
+        if not len(cnts):
+            continue
+        ids, t, c = rank_rows(toks, cnts, k, groups)
+        keep = ids < hi
+        ids, t, c = ids[keep] - lo, t[keep], c[keep]
+        lengths[ids] = k
+        counts[ids] = c
+        pieces.append((ids, t))
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    flat = np.zeros(int(lengths.sum()), dtype=np.uint32)
+    for ids, t in pieces:
+        for j in range(t.shape[1]):
+            flat[starts[ids] + j] = t[:, j]
+    write_table(arrow_table(np.arange(lo, lo + n), lengths, flat, counts), path)
+    return n
 
 
 def arrow_table(ids: np.ndarray, lengths: np.ndarray, flat_tokens: np.ndarray,

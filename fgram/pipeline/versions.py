@@ -77,6 +77,17 @@ def switch_current(root: str, vid: str) -> None:
     os.replace(tmp, os.path.join(root, CURRENT))
 
 
+def clear_leftovers(root: str) -> list[str]:
+    """Remove what a killed refresh left in versions/ (its staging folder, a version
+    half deleted): hidden entries, never a finished version. Call with the lock held."""
+    folder = os.path.join(root, VERSIONS)
+    gone = [n for n in os.listdir(folder) if n.startswith(".")] if os.path.isdir(folder) else []
+    for name in gone:
+        path = os.path.join(folder, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    return gone
+
+
 def check_keep(keep: int) -> int:
     if keep < 1:
         raise ConfigError(f"--keep must be >= 1, got {keep}")

@@ -1,0 +1,226 @@
+"""Incremental refresh: every version equals the brute-force oracle (and `fgram build`),
+whatever shards come and go; old shards are read again only for what they lack."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fgram.jobs.refresh as rf
+from fgram.pipeline import kernels as kn
+from fgram.pipeline import partials as pt
+from fgram.pipeline import versions as vs
+from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.errors import FgramError
+from fgram.pipeline.inputs import stream_from_lists
+from fgram.pipeline.workdir import load_json
+from helpers import result, write_bin, write_parquet
+from oracle import count_ngrams, select
+
+shard_st = st.lists(st.lists(st.integers(1, 5), max_size=25), min_size=1, max_size=6)
+
+
+def _refresh(root, paths, unit=17, **kw):
+    cfg = BuildConfig(inputs=paths, output=str(root), engine="local", unit_tokens=unit,
+                      dtype="uint16", doc_sep=0, **kw)
+    return rf.run_refresh(cfg, keep=2)
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                  HealthCheck.too_slow])
+@given(shards=st.lists(shard_st, min_size=2, max_size=4),
+       steps=st.lists(st.lists(st.booleans(), min_size=4, max_size=4), min_size=2, max_size=4),
+       k=st.integers(2, 5), min_count=st.integers(1, 3),
+       size=st.one_of(st.none(), st.integers(1, 30)), compact=st.sampled_from([0.25, 1e9]),
+       chunks=st.sampled_from([1, 8]), unit=st.integers(3, 40))
+def test_every_version_equals_the_oracle(tmp_path_factory, monkeypatch, shards, steps, k,
+                                         min_count, size, compact, chunks, unit):
+    """Shards added, removed and added back in any order; the delta kept or compacted,
+    the id tables' chunks merged or not."""
+    monkeypatch.setattr(rf, "COMPACT", compact)
+    monkeypatch.setattr(rf, "MAX_CHUNKS", chunks)
+    d = tmp_path_factory.mktemp("r")
+    paths = [write_bin(str(d / f"s{i}.bin"), docs, sep=0) for i, docs in enumerate(shards)]
+    for step in steps:
+        chosen = [i for i, on in enumerate(step[:len(shards)]) if on] or [0]
+        docs = [doc for i in chosen for doc in shards[i]]
+        before = vs.current(str(d / "out"))
+        if not any(docs):       # like `fgram build`: an error, and nothing published
+            with pytest.raises(FgramError, match="no tokens"):
+                _refresh(d / "out", [paths[i] for i in chosen], unit=unit, max_len=k,
+                         min_count=min_count, size=size)
+            assert vs.current(str(d / "out")) == before
+            continue
+        res = _refresh(d / "out", [paths[i] for i in chosen], unit=unit, max_len=k,
+                       min_count=min_count, size=size)
+        assert result(d / "out" / "current") == select(docs, k, min_count, size)
+        if res["built"]:
+            m = res["manifest"]
+            assert m["totals"]["tokens"] == sum(len(doc) for doc in docs)
+    shutil.rmtree(d)
+
+
+def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_path):
+    rng = np.random.default_rng(3)
+    old = [rng.integers(1, 8, 40).tolist() for _ in range(30)]
+    new = [[1, 2, 3, 4, 5, 6, 7] * 3] * 12       # makes new frequent n-grams
+    a = write_bin(str(tmp_path / "a.bin"), old, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), new, sep=0)
+    first = _refresh(tmp_path / "out", [a], unit=400, max_len=4, min_count=4, size=60)
+    units_a = first["manifest"]["passes"][0]["new_units"]
+    second = _refresh(tmp_path / "out", [a, b], unit=400, max_len=4, min_count=4, size=60)
+    m = second["manifest"]
+    assert m["refresh"] == {"new_shards": 1, "kept_shards": 1, "removed_shards": 0,
+                            "store_reused": True, "previous": first["version"],
+                            "head_start_tasks": 0}      # the local engine has no JVM to wait for
+    assert units_a > 1 and all(p["new_units"] == 1 for p in m["passes"])   # b only
+    assert any(p["scanned_grams"] > 0 for p in m["passes"])      # a, for the new ids only
+    assert result(tmp_path / "out" / "current") == select(old + new, 4, 4, 60)
+    # the store keeps exactly what the versions still name
+    _refresh(tmp_path / "out", [b], unit=400, max_len=4, min_count=4, size=60)
+    root = str(tmp_path / "out")
+    assert len(vs.list_versions(root)) == 2       # --keep 2
+    named = set()
+    for vid in vs.list_versions(root):
+        named |= rf.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
+    assert set(os.listdir(rf.objects_dir(root))) == named
+
+
+def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
+    docs = [[1, 2, 3, 1, 2, 3], [2, 3, 4, 2, 3, 4, 1, 2]] * 4
+    a = write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=2)
+    b = write_parquet(str(tmp_path / "b.parquet"), docs[:3], rows_per_group=1)
+    cfg = dict(engine="local", unit_tokens=5)
+    rf.run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), min_count=2, **cfg))
+    r = rf.run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), min_count=3, **cfg))
+    assert r["manifest"]["refresh"]["store_reused"] is False
+    assert r["manifest"]["refresh"]["new_shards"] == 2
+    assert result(tmp_path / "o" / "current") == select(docs + docs[:3], 5, 3, None)
+
+
+# ---------------------------------------------------------------- the kernels
+
+def _stream(docs):
+    return stream_from_lists(np.array([len(x) for x in docs]),
+                             np.array([t for x in docs for t in x], dtype=np.int64))
+
+
+@given(docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
+       k=st.integers(3, 5), seed=st.integers(0, 2**16))
+def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
+    """T_j = random subsets of the j-grams present (j < k); 'new' = the last ids of T_{k-1}."""
+    rng = np.random.default_rng(seed)
+    counts = count_ngrams(docs, k)
+    tables, rows_of = [], {}
+    ids = {}
+    for j in range(2, k):
+        grams = sorted(g for g in counts if len(g) == j and (j == 2 or g[:-1] in ids))
+        grams = [g for g in grams if rng.random() < 0.7]
+        for i, g in enumerate(grams):
+            ids[g] = i
+        keys = kn.WIDE.encode(np.array([g[0] if j == 2 else ids[g[:-1]] for g in grams],
+                                       np.int64), np.array([g[-1] for g in grams], np.int64))
+        ids_ = np.arange(len(grams), dtype=np.uint32)
+        rows = np.array(grams, np.uint32).reshape(-1, j)
+        cut = len(grams) // 2           # two chunks, as after a refresh that added ids
+        chunks = []
+        for sl in (slice(0, cut), slice(cut, None)):
+            order = np.argsort(keys[sl])
+            chunks.append((keys[sl][order], ids_[sl][order], rows[sl]))
+        tables.append(pt.IdTable(j, chunks))
+        rows_of[j] = grams
+    last = rows_of[k - 1]
+    old_size = int(rng.integers(0, len(last) + 1))
+    new_rows = np.array(last[old_size:], np.uint32).reshape(-1, k - 1)
+    s = _stream(docs)
+    keys, got = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size)
+    want = {}
+    for g, c in counts.items():
+        if len(g) == k and g[:-1] in ids and g[1:] in ids and \
+                max(ids[g[:-1]], ids[g[1:]]) >= old_size and len(g[:-1]) == k - 1:
+            want[int(kn.WIDE.encode(np.array([ids[g[:-1]]]), np.array([g[-1]]))[0])] = c
+    assert dict(zip(keys.tolist(), got.tolist())) == want
+    assert list(keys) == sorted(keys)
+
+
+@given(base=st.dictionaries(st.integers(0, 50), st.integers(1, 9)),
+       delta=st.dictionaries(st.integers(0, 50), st.integers(-3, 9)),
+       fresh=st.dictionaries(st.integers(0, 50), st.integers(1, 3)), floor=st.integers(1, 8),
+       chunk=st.sampled_from([1, 3, 1 << 22]))
+def test_combine_equals_a_dict_sum(base, delta, fresh, floor, chunk):
+    delta = {k: v for k, v in delta.items() if v != 0 and base.get(k, 0) + v >= 0}
+
+    def run(d):
+        keys = np.array(sorted(d), np.uint64)
+        return keys, np.array([d[int(k)] for k in keys], np.int64)
+    with pytest.MonkeyPatch.context() as mp:      # base merged in chunks of `chunk` entries
+        mp.setattr(pt, "COMBINE_CHUNK", chunk)
+        keys, counts, fr = pt.combine(run(base), run(delta), run(fresh), floor)
+    total = {k: base.get(k, 0) + delta.get(k, 0) for k in set(base) | set(delta)}
+    want = {k: c for k, c in total.items() if c >= floor}
+    assert dict(zip(keys.tolist(), counts.tolist())) == want
+    assert fr.tolist() == [fresh.get(int(k), 0) for k in keys]
+    assert keys.tolist() == sorted(keys.tolist())
+
+
+def test_combine_refuses_a_negative_total():
+    one = (np.array([5], np.uint64), np.array([2], np.int64))
+    with pytest.raises(ValueError, match="negative"):
+        pt.combine(one, (one[0], np.array([-3], np.int64)), one, 1)
+
+
+def test_a_shard_changed_in_place_is_subtracted_and_recounted(tmp_path):
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3]] * 5, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), [[2, 3, 4, 2, 3, 4]] * 5, sep=0)
+    _refresh(tmp_path / "out", [a, b], min_count=2, max_len=4)
+    st = os.stat(a)
+    write_bin(a, [[3, 2, 1, 3, 2, 1]] * 5, sep=0)            # same size, same mtime
+    os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = _refresh(tmp_path / "out", [a, b], min_count=2, max_len=4)
+    assert (r["manifest"]["refresh"]["new_shards"], r["manifest"]["refresh"]["removed_shards"],
+            r["manifest"]["refresh"]["kept_shards"]) == (1, 1, 1)
+    assert result(tmp_path / "out" / "current") == select(
+        [[3, 2, 1, 3, 2, 1]] * 5 + [[2, 3, 4, 2, 3, 4]] * 5, 4, 2, None)
+
+
+def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_path, monkeypatch):
+    docs = [[1, 2, 3, 1, 2, 3, 4]] * 6
+    a = write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, sep=0)
+    root = str(tmp_path / "out")
+    first = _refresh(root, [a], min_count=2, max_len=4)["version"]
+    real = rf.table_task
+
+    def fail_at_3(plan, k, *args):
+        if k == 3:
+            raise RuntimeError("boom")
+        return real(plan, k, *args)
+    monkeypatch.setattr(rf, "table_task", fail_at_3)
+    with pytest.raises(RuntimeError, match="boom"):
+        _refresh(root, [a, b], min_count=2, max_len=4)
+    assert vs.current(root) == first and vs.list_versions(root) == [first]
+    assert result(os.path.join(root, "current")) == select(docs, 4, 2, None)
+    assert not [n for n in os.listdir(os.path.join(root, "versions")) if n.startswith(".")]
+    named = rf.referenced(load_json(os.path.join(vs.version_path(root, first), "store.json")))
+    assert set(os.listdir(rf.objects_dir(root))) > named       # the failed run's leftovers
+    monkeypatch.setattr(rf, "table_task", real)
+    r = _refresh(root, [a, b], min_count=2, max_len=4)
+    assert r["collected"] > 0 and result(os.path.join(root, "current")) == select(
+        docs + [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, 4, 2, None)
+    named = set()
+    for vid in vs.list_versions(root):
+        named |= rf.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
+    assert set(os.listdir(rf.objects_dir(root))) == named
+
+
+def test_leftovers_of_a_killed_refresh_are_removed(tmp_path):
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 1, 2, 1, 2]] * 3, sep=0)
+    root = str(tmp_path / "out")
+    _refresh(root, [a], min_count=2)
+    crash = os.path.join(root, "versions", ".20991231T000000Z-dead00.fgram-staging")
+    os.makedirs(os.path.join(crash, "_work"))
+    (tmp_path / "b.bin").write_bytes(open(a, "rb").read()[::-1])
+    _refresh(root, [a, str(tmp_path / "b.bin")], min_count=2)
+    assert not os.path.exists(crash) and len(vs.list_versions(root)) == 2
