@@ -257,12 +257,10 @@ def warm_task(i: int) -> int:
 
 
 class _Starting:
-    """`make_executor` in a background thread: ``ready()`` once it is made, ``result()``
-    waits for it (and re-raises). `HeadStart` runs tasks in the driver meanwhile.
-
-    A Spark executor's first job of `warm_task`s follows in the same thread: the
-    Python workers start and load the kernels while the driver goes on (its next
-    jobs queue behind that one), not when the driver's next job arrives."""
+    """`make_executor` in a background thread, then (Spark) a first job of `warm_task`s
+    that starts the Python workers and loads the kernels: ``ready()`` once both are
+    done; ``result()`` waits only for the executor (and re-raises). `HeadStart` runs
+    tasks in the driver meanwhile."""
 
     def __init__(self, cfg: BuildConfig, spark):
         import threading
@@ -290,7 +288,9 @@ class _Starting:
         self._thread.join()
 
     def ready(self) -> bool:
-        return self._made.is_set()
+        """Made and warm: until then the driver's own tasks beat queueing behind the
+        warm-up job (measured: a refresh 21-22 s against 24-26 s side by side)."""
+        return not self._thread.is_alive()
 
     def result(self):
         self._made.wait()
@@ -378,6 +378,7 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         if resumed:
             manifest["resumed"] = resumed
         finish(staging, out, manifest)
+        starting.wait()     # a warm-up job still running would be cut off at exit, noisily
         return manifest
     except BaseException as exc:
         if _fails_the_run(exc):

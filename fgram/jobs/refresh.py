@@ -357,6 +357,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
         discard(os.path.join(staging, "_work"))
         manifest["seconds"] = round(time.time() - t_start, 3)
         finish(staging, out, manifest)
+        starting.wait()     # a warm-up job still running would be cut off at exit, noisily
     except BaseException:
         starting.wait()
         discard(staging)

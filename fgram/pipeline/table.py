@@ -77,26 +77,38 @@ def bucket_order(task: np.ndarray, n_tasks: int) -> np.ndarray:
 def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Order of distinct rows of one length by (count desc, tokens asc).
 
-    Tokens are packed into as few uint64 words as their width allows and the
-    counts replaced by their dense descending rank: one argsort when rank and
-    tokens fit one word, else a lexsort of a few words (a lexsort over every
-    token column is ~2x slower).
+    The counts become their dense descending rank; the rank and as many leading
+    tokens as fit make one uint64 word, the other tokens a few more. One
+    argsort of the first word orders the rows except where it ties (same count
+    and leading tokens); only those rows are then lexsorted by every word.
+    (A lexsort of all rows by every word took 8x longer for 5-grams.)
     """
     n, k = tokens.shape
     vbits = max(int(tokens.max(initial=0)).bit_length(), 1)
-    per = 64 // vbits
+    distinct, rank = np.unique(-np.asarray(counts, np.int64), return_inverse=True)
+    rbits = max(int(len(distinct) - 1).bit_length(), 1)
+    lead = min(k, (64 - rbits) // vbits)
+    head = rank.astype(np.uint64) << np.uint64(lead * vbits)
+    for j in range(lead):
+        head |= tokens[:, j].astype(np.uint64) << np.uint64((lead - 1 - j) * vbits)
+    order = np.argsort(head)
+    if lead == k:
+        return order
     words = []
-    for s in range(0, k, per):
+    per = 64 // vbits
+    for s in range(lead, k, per):
         w = np.zeros(n, np.uint64)
         for j in range(s, min(s + per, k)):
             w <<= np.uint64(vbits)
             w |= tokens[:, j].astype(np.uint64)
         words.append(w)
-    distinct, rank = np.unique(-np.asarray(counts, np.int64), return_inverse=True)
-    rbits = max(int(len(distinct) - 1).bit_length(), 1)
-    if len(words) == 1 and rbits + k * vbits <= 64:
-        return np.argsort((rank.astype(np.uint64) << np.uint64(k * vbits)) | words[0])
-    return np.lexsort(words[::-1] + [rank])
+    sorted_head = head[order]
+    tie = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
+    if len(tie):        # the rows of tied runs sit at these positions, runs in order
+        at = np.union1d(tie, tie + 1)
+        rows = order[at]
+        order[at] = rows[np.lexsort([w[rows] for w in words[::-1]] + [head[rows]])]
+    return order
 
 
 def rank_rows(tokens: np.ndarray, counts: np.ndarray, length: int,
