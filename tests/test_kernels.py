@@ -187,3 +187,16 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
             counts = np.array([c for c, kk in rows if kk == k], np.int64)
             got = groups.rows_in(counts, k, g0, g1).tolist()
             assert got == [(c, k) in pairs[g0:g1] for c in counts.tolist()]
+
+
+@given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
+    """Against a lexsort of every column: wide and narrow tokens, ties on leading tokens."""
+    from fgram.pipeline.table import _rank_order
+    rng = np.random.default_rng(seed)
+    top = 3 if small else 2**31 - 1
+    toks = np.unique(rng.integers(0, top + 1, (n, k)).astype(np.uint32), axis=0)
+    counts = rng.integers(1, 4 if small else 1000, len(toks)).astype(np.int64)
+    want = np.lexsort([toks[:, j] for j in range(k - 1, -1, -1)] + [-counts])
+    assert _rank_order(toks, counts).tolist() == want.tolist()
