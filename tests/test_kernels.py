@@ -178,7 +178,7 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
         hists.setdefault(k, {}).setdefault(c, 0)
         hists[k][c] += 1
     groups = Groups(hists, cutoff, cut_len)
-    firsts = groups.split(target) if len(groups.size) else np.zeros(1, np.int64)
+    firsts = groups.split(target)
     pairs = list(zip(groups.count.tolist(), groups.length.tolist()))
     for r in range(len(firsts)):
         g0 = int(firsts[r])
@@ -200,3 +200,17 @@ def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
     counts = rng.integers(1, 4 if small else 1000, len(toks)).astype(np.int64)
     want = np.lexsort([toks[:, j] for j in range(k - 1, -1, -1)] + [-counts])
     assert _rank_order(toks, counts).tolist() == want.tolist()
+
+
+@given(sizes=st.lists(st.integers(1, 50), min_size=1, max_size=40), tasks=st.integers(1, 12),
+       cut=st.integers(0, 2000))
+def test_groups_split_cuts_near_equal_shares(sizes, tasks, cut):
+    from fgram.pipeline.table import Groups
+    hists = {2: {c + 1: n for c, n in enumerate(sizes)}}
+    groups = Groups(hists, 0, 0)
+    rows = min(cut, int(groups.start[-1])) or int(groups.start[-1])
+    firsts = groups.split(tasks, rows)
+    assert firsts[0] == 0 and len(firsts) <= tasks and (np.diff(firsts) > 0).all()
+    assert (groups.start[firsts] < rows).all()          # no task past the selection
+    per = np.diff(np.minimum(np.append(groups.start[firsts], rows), rows))
+    assert per.sum() == rows and per.max() <= rows / tasks + max(sizes)

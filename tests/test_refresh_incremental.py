@@ -224,3 +224,19 @@ def test_leftovers_of_a_killed_refresh_are_removed(tmp_path):
     (tmp_path / "b.bin").write_bytes(open(a, "rb").read()[::-1])
     _refresh(root, [a, str(tmp_path / "b.bin")], min_count=2)
     assert not os.path.exists(crash) and len(vs.list_versions(root)) == 2
+
+
+@given(n=st.integers(0, 3000), nq=st.integers(0, 400), split=st.floats(0, 1),
+       seed=st.integers(0, 2**16))
+def test_id_table_lookup_by_binary_search_or_merge_equals_a_dict(n, nq, split, seed):
+    rng = np.random.default_rng(seed)
+    keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64))
+    ids = rng.permutation(len(keys)).astype(np.uint32)
+    cut = int(len(keys) * split)
+    chunks = [(keys[:cut], ids[:cut], np.zeros((cut, 2), np.uint32)),
+              (keys[cut:], ids[cut:], np.zeros((len(keys) - cut, 2), np.uint32))]
+    queries = np.sort(np.concatenate([rng.choice(keys, min(nq, len(keys))) if len(keys) else
+                                      pt.EMPTY_KEYS, rng.integers(0, 2**64 - 1, nq, np.uint64)]))
+    table = dict(zip(keys.tolist(), ids.tolist()))
+    got = pt.IdTable(2, chunks).lookup(queries).tolist()
+    assert got == [table.get(q, int(kn.INVALID)) for q in queries.tolist()]

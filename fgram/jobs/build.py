@@ -603,7 +603,7 @@ def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, c
     """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
     # rank tasks of about RANK_ROWS rows, as many as a multiple of the cores (no lone last round)
     rounds = max(1, math.ceil(selected / (ex.parallelism * RANK_ROWS)))
-    task_firsts = groups.split(max(1, math.ceil(selected / (ex.parallelism * rounds))))
+    task_firsts = groups.split(ex.parallelism * rounds, selected)
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
     t0 = time.time()
     for k in sorted(offsets_by_len):

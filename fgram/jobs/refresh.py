@@ -472,7 +472,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     rounds = max(1, math.ceil(selected / (ex.parallelism * RANK_ROWS)))
-    task_firsts = groups.split(max(1, math.ceil(selected / (ex.parallelism * rounds))))
+    task_firsts = groups.split(ex.parallelism * rounds, selected)
     lengths = sorted(hists)
     out_dir = os.path.join(os.path.dirname(work), "fgrams")
     os.makedirs(out_dir)

@@ -104,8 +104,12 @@ class IdTable:
         """Ids (INVALID where absent) of sorted keys: one merge-join per chunk."""
         out = np.full(len(sorted_queries), int(INVALID), np.uint32)
         for keys, ids, _ in self.chunks:
-            at = lookup_sorted(keys, sorted_queries)
-            hit = at >= 0
+            if len(sorted_queries) * 20 < len(keys):    # few queries: binary searches
+                at = np.minimum(np.searchsorted(keys, sorted_queries), len(keys) - 1)
+                hit = keys[at] == sorted_queries if len(keys) else np.zeros(len(at), bool)
+            else:                                       # else one merge pass over the chunk
+                at = lookup_sorted(keys, sorted_queries)
+                hit = at >= 0
             out[hit] = ids[at[hit]]
         return out
 

@@ -57,15 +57,20 @@ class Groups:
         g1 = int(task_firsts[r + 1]) if r + 1 < len(task_firsts) else len(self.size)
         return g0, g1, int(self.start[g0]), min(int(self.start[g1]), selected)
 
-    def split(self, target_rows: int) -> np.ndarray:
-        """First group of each rank task: contiguous groups of about target_rows rows."""
-        firsts, acc = [0], 0
-        for g, n in enumerate(self.size):
-            if acc and acc + n > target_rows:
-                firsts.append(g)
-                acc = 0
-            acc += int(n)
-        return np.array(firsts, dtype=np.int64)
+    def split(self, tasks: int, rows: int | None = None) -> np.ndarray:
+        """First group of each of at most ``tasks`` rank tasks: contiguous groups, cut at
+        the group boundaries nearest to equal shares of the first ``rows`` rows (the
+        selection; default all). Fewer tasks only where one group outweighs a share."""
+        total = int(self.start[-1]) if rows is None else min(rows, int(self.start[-1]))
+        if not len(self.size) or tasks <= 1 or total == 0:
+            return np.zeros(1, np.int64)
+        ideal = np.arange(1, tasks) * (total / tasks)
+        right = np.minimum(np.searchsorted(self.start, ideal), len(self.size))
+        left = np.maximum(right - 1, 0)
+        near = np.where(np.abs(self.start[left] - ideal) <= np.abs(self.start[right] - ideal),
+                        left, right)
+        near = near[(near > 0) & (near < len(self.size)) & (self.start[near] < total)]
+        return np.unique(np.concatenate([[0], near])).astype(np.int64)
 
 
 def bucket_order(task: np.ndarray, n_tasks: int) -> np.ndarray:
