@@ -90,19 +90,14 @@ def store_options(cfg: BuildConfig) -> dict:
     return {"format": STORE_FORMAT, **{k: rec[k] for k in STORE_OPTIONS}}
 
 
-def referenced(store: dict) -> set[str]:
-    """Every object name a version's store.json uses."""
-    names = set()
-    for level in store["levels"].values():
-        for chunk in (level["table"] or {}).get("chunks", []):
-            names.update((chunk["keys"], chunk["ids"], chunk["tokens"]))
-        for piece in level["base"] + level["delta"]:
-            names.update((piece["keys"], piece["counts"]))
-    for entry in store["shards"].values():
-        for runs in entry["partials"].values():
-            for run in runs:
-                names.update((run["keys"], run["counts"]))
-    return {n for n in names if isinstance(n, str)}
+def referenced(store) -> set[str]:
+    """Every object name a version's store.json uses (any ``*.npy`` string in it, so
+    that a store of another format keeps its objects too)."""
+    if isinstance(store, dict):
+        return set().union(*(referenced(v) for v in store.values())) if store else set()
+    if isinstance(store, list):
+        return set().union(*(referenced(v) for v in store)) if store else set()
+    return {store} if isinstance(store, str) and store.endswith(".npy") else set()
 
 
 def collect_garbage(root: str) -> int:
