@@ -148,6 +148,12 @@ def _table(plan: RPlan, k: int) -> pt.IdTable:
     return _TABLES[key]
 
 
+def _release_driver() -> None:
+    """The driver runs no more tasks: give back its work arrays and cached id tables."""
+    _SCRATCH.clear()
+    _TABLES.clear()
+
+
 def _put_chunk(root: str, keys, ids, tokens) -> dict:
     return {"keys": put(root, keys), "ids": put(root, ids), "tokens": put(root, tokens),
             "n": len(ids)}
@@ -379,7 +385,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
                  kept_shards, plan_units(kept_shards, cfg.unit_tokens),
                  {k: lv["table"] for k, lv in old_levels.items() if lv["table"]})
     kn.warm_up()
-    ex = HeadStart(starting, cfg.master, release=_SCRATCH.clear)
+    ex = HeadStart(starting, cfg.master, release=_release_driver)
     timing = {"plan": round(time.time() - t_begin, 3)}
     entries = {d: {"record": e["record"], "totals": e["totals"],
                    "partials": {k: list(v) for k, v in e["partials"].items()}}
