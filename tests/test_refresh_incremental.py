@@ -240,3 +240,19 @@ def test_id_table_lookup_by_binary_search_or_merge_equals_a_dict(n, nq, split, s
     table = dict(zip(keys.tolist(), ids.tolist()))
     got = pt.IdTable(2, chunks).lookup(queries).tolist()
     assert got == [table.get(q, int(kn.INVALID)) for q in queries.tolist()]
+
+
+def test_parquet_shards_old_ones_scanned_for_new_ids(tmp_path):
+    """Old Parquet shards (several row groups, units of 2 groups) are read again for the
+    n-grams that became frequent; the versions equal the oracle."""
+    rng = np.random.default_rng(11)
+    old = [rng.integers(1, 6, rng.integers(0, 30)).tolist() for _ in range(40)]
+    new = [[1, 2, 3, 4, 5, 1, 2, 3, 4, 5]] * 3 + old[:10]
+    a = write_parquet(str(tmp_path / "a.parquet"), old, rows_per_group=4)
+    b = write_parquet(str(tmp_path / "b.parquet"), new, rows_per_group=4)
+    cfg = dict(engine="local", unit_tokens=2, max_len=5, min_count=3, size=40)
+    rf.run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), **cfg))
+    r = rf.run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), **cfg))
+    assert r["manifest"]["refresh"]["kept_shards"] == 1
+    assert sum(p["scanned_grams"] for p in r["manifest"]["passes"]) > 0
+    assert result(tmp_path / "o" / "current") == select(old + new, 5, 3, 40)
