@@ -159,11 +159,9 @@ def test_histogram_and_kth_largest():
 
 def test_key_ranges_partition_the_keys():
     """The merge tasks' key ranges cover every key exactly once, in order."""
-    from fgram.jobs.build import _range, _slice
-
     keys = np.sort(kn.mix(np.arange(1000, dtype=np.uint64)))
     for n in (1, 2, 3, 7):
-        bounds = [_slice(keys, *_range(n, p)) for p in range(n)]
+        bounds = [kn.key_slice(keys, *kn.part_range(n, p)) for p in range(n)]
         assert bounds[0][0] == 0 and bounds[-1][1] == len(keys)
         assert all(bounds[p][1] == bounds[p + 1][0] for p in range(n - 1))
         assert all(b - a > 50 for a, b in bounds)       # the mix balances the ranges

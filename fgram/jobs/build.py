@@ -130,28 +130,17 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
     return stats
 
 
-def _range(nparts: int, p: int) -> tuple[np.uint64, np.uint64 | None]:
-    bounds = kn.part_bounds(nparts)
-    return bounds[p], (bounds[p + 1] if p + 1 < nparts else None)
-
-
-def _slice(keys: np.ndarray, lo, hi) -> tuple[int, int]:
-    a = int(np.searchsorted(keys, lo))
-    b = len(keys) if hi is None else int(np.searchsorted(keys, hi))
-    return a, b
-
-
 @as_task
 def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.KeyCode) -> dict:
     wd = WorkDir(plan.work)
-    lo, hi = _range(nparts, p)
+    lo, hi = kn.part_range(nparts, p)
     runs = []
     for u in range(len(plan.units)):
         keys = load_array(wd.unit(k, u, "keys"))
-        a, b = _slice(keys, lo, hi)
+        a, b = kn.key_slice(keys, lo, hi)
         if b > a:
             runs.append((np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b])))
-    keys, counts = kn.merge_counts_bucketed(runs, code, int(lo), 2**64 if hi is None else int(hi),
+    keys, counts = kn.merge_counts_bucketed(runs, code, lo, 2**64 if hi is None else hi,
                                             scratch=_SCRATCH)
     save_array(wd.merged(k, p, "keys"), keys)
     save_array(wd.merged(k, p, "counts"), counts)
@@ -169,12 +158,12 @@ def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: i
     save_array(wd.frequent(k, p, "keys"), fkeys)
     save_array(wd.frequent(k, p, "counts"), counts[keep])
     if answer:
-        lo, hi = _range(nparts, p)
+        lo, hi = kn.part_range(nparts, p)
         offsets = np.zeros(len(plan.units) + 1, dtype=np.int64)
         chunks = []
         for u in range(len(plan.units)):
             ukeys = load_array(wd.unit(k, u, "keys"))
-            a, b = _slice(ukeys, lo, hi)
+            a, b = kn.key_slice(ukeys, lo, hi)
             idx = kn.lookup_sorted(fkeys, np.asarray(ukeys[a:b]))
             chunks.append(np.where(idx >= 0, idx + offset, kn.INVALID).astype(np.uint32))
             offsets[u + 1] = offsets[u] + (b - a)

@@ -210,11 +210,6 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     return {"unit": u, "run": run, "seconds": time.time() - t0}
 
 
-def _range(nparts: int, p: int) -> tuple[int, int | None]:
-    bounds = kn.part_bounds(nparts)
-    return int(bounds[p]), (int(bounds[p + 1]) if p + 1 < nparts else None)
-
-
 def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
     out = []
     for run in runs:
@@ -233,7 +228,7 @@ def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict
     to the work folder; returns the range's histogram and its new base piece
     (``compact``) or delta piece."""
     root = plan.root
-    lo, hi = _range(nparts, p)
+    lo, hi = kn.part_range(nparts, p)
     base = _slices(root, level["base"], lo, hi)
     if len(base) != 1:      # base pieces of another split: at most a few overlap a range
         base = (np.concatenate([b[0] for b in base]), np.concatenate([b[1] for b in base])) \

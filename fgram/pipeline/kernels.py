@@ -386,6 +386,19 @@ def part_bounds(nparts: int) -> np.ndarray:
     return np.array(edges, dtype=np.uint64)
 
 
+def part_range(nparts: int, p: int) -> tuple[int, int | None]:
+    """Key range p of `part_bounds(nparts)`: [lo, hi) as ints, hi None for the last."""
+    bounds = part_bounds(nparts)
+    return int(bounds[p]), (int(bounds[p + 1]) if p + 1 < nparts else None)
+
+
+def key_slice(keys: np.ndarray, lo: int, hi: int | None) -> tuple[int, int]:
+    """Index bounds [a, b) of the keys of a sorted array in [lo, hi) (hi None: to the end)."""
+    a = int(np.searchsorted(keys, np.uint64(lo)))
+    b = len(keys) if hi is None else int(np.searchsorted(keys, np.uint64(hi)))
+    return a, b
+
+
 def warm_up() -> None:
     """Run every compiled counting kernel once on tiny data.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import compiled as cc
-from .kernels import INVALID, WIDE, lookup_sorted, merge_counts
+from .kernels import INVALID, WIDE, key_slice, lookup_sorted, merge_counts
 
 EMPTY_KEYS = np.zeros(0, np.uint64)
 EMPTY_COUNTS = np.zeros(0, np.int64)
@@ -29,8 +29,7 @@ EMPTY_COUNTS = np.zeros(0, np.int64)
 def slice_run(keys: np.ndarray, counts: np.ndarray, lo: int, hi: int | None):
     """The entries of a sorted run with keys in [lo, hi) (hi None: to the end): views
     (of a memory map: nothing is read but the two binary searches' pages)."""
-    a = int(np.searchsorted(keys, np.uint64(lo)))
-    b = len(keys) if hi is None else int(np.searchsorted(keys, np.uint64(hi)))
+    a, b = key_slice(keys, lo, hi)
     return keys[a:b], counts[a:b]
 
 
