@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fgram import __version__
-from fgram.jobs.build import (RANK_ROWS, _selection, _Starting, add_length, fingerprint_digest,
-                              run_fingerprint)
+from fgram.jobs.build import (RANK_ROWS, _SCRATCH, _selection, _Starting, add_length,
+                              fingerprint_digest, run_fingerprint)
 from fgram.jobs.executors import HeadStart, as_task
 from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
@@ -131,7 +131,6 @@ class RPlan:
 
 
 _TABLES: dict[tuple, pt.IdTable] = {}
-_SCRATCH = kn.Scratch()
 MAX_CHUNKS = 8      # an id table's chunks (one per refresh that added ids) before one is merged
 
 
@@ -152,6 +151,11 @@ def _release_driver() -> None:
     """The driver runs no more tasks: give back its work arrays and cached id tables."""
     _SCRATCH.clear()
     _TABLES.clear()
+
+
+def _put_run(root: str, keys, counts, **extra) -> dict:
+    """A sorted (keys, counts) run written as two objects, with its length."""
+    return {"keys": put(root, keys), "counts": put(root, counts), "n": len(keys), **extra}
 
 
 def _put_chunk(root: str, keys, ids, tokens) -> dict:
@@ -187,8 +191,7 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
         save_array(_unit_file(plan, k, u, "pos"), order[0])
         save_array(_unit_file(plan, k, u, "starts"), order[1])
     nz = counts > 0
-    run = {"keys": put(plan.root, uniq[nz]), "counts": put(plan.root, counts[nz]),
-           "n": int(nz.sum())}
+    run = _put_run(plan.root, uniq[nz], counts[nz])
     return {"unit": u, "run": run, "documents": stream.documents, "tokens": stream.n_tokens,
             "counted": counted, "seconds": time.time() - t0}
 
@@ -205,8 +208,7 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     tables = [_table(plan, j) for j in range(2, k)]
     keys, counts = pt.scan_unit(stream.tokens, stream.limit, k, pt.window_set(rows), tables,
                                 old_size)
-    run = {"keys": put(plan.root, keys), "counts": put(plan.root, counts), "n": len(keys)} \
-        if len(keys) else None
+    run = _put_run(plan.root, keys, counts) if len(keys) else None
     return {"unit": u, "run": run, "seconds": time.time() - t0}
 
 
@@ -244,8 +246,7 @@ def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict
     save_array(wd.merged(k, p, "counts"), counts)
     save_array(wd.merged(k, p, "fresh"), fresh_counts)
     out = pt.signed_sum([base, delta]) if compact else delta
-    piece = {"keys": put(root, out[0]), "counts": put(root, out[1]), "n": len(out[0]),
-             "lo": lo, "hi": hi} if len(out[0]) else None
+    piece = _put_run(root, *out, lo=lo, hi=hi) if len(out[0]) else None
     return {"part": p, "hist": kn.histogram(counts, floor), "piece": piece,
             "delta": len(delta[0])}
 
@@ -267,8 +268,8 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
     old_size = table.size
     known = table.lookup(frequent)
     is_new = known == kn.INVALID
-    new_keys, new_ids, new_rows = table.additions(frequent, None if k == 2 else _table(plan, k - 1),
-                                                  is_new)
+    new_keys, new_ids, new_rows = table.additions(frequent, is_new,
+                                                  None if k == 2 else _table(plan, k - 1))
     in_old = (counts - fresh)[is_new] > 0
     save_array(os.path.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
     # the frequent k-grams' ids and counts, for the rank tasks

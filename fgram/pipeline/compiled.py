@@ -535,6 +535,13 @@ def hash_rows(rows, out):
         out[r] = mix1(h) >> np.uint64(1)
 
 
+@numba.njit(cache=True, inline="always")
+def _bit_of(h, bmask):
+    """A window hash's bit in the bitmap of `fill_bits` / `windows_in_set` (one place,
+    so that filling and testing can never disagree)."""
+    return (h >> np.uint64(20)) & bmask
+
+
 @numba.njit(cache=True)
 def fill_set(tab, hashes):
     """Insert hashes into an empty open-addressing set (len a power of two, > len(hashes))."""
@@ -574,7 +581,7 @@ def windows_in_set(tokens, w, tab, bits, out):
         run += 1
         if run >= w:
             x = mix1(h) >> np.uint64(1)
-            b = (x >> np.uint64(20)) & bmask
+            b = _bit_of(x, bmask)
             if (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1):
                 s = x & mask
                 while tab[s] != EMPTY:
@@ -589,7 +596,7 @@ def fill_bits(bits, hashes):
     """Set each hash's bit in a bitmap for `windows_in_set`."""
     bmask = np.uint64(len(bits) * 64 - 1)
     for i in range(len(hashes)):
-        b = (hashes[i] >> np.uint64(20)) & bmask
+        b = _bit_of(hashes[i], bmask)
         bits[b >> np.uint64(6)] |= np.uint64(1) << (b & np.uint64(63))
 
 

@@ -127,12 +127,11 @@ class IdTable:
                 np.concatenate(parts) if parts else np.zeros((0, self.k), np.uint32)
         return self._tokens
 
-    def additions(self, frequent: np.ndarray, prefix: "IdTable | None",
-                  absent: np.ndarray | None = None):
-        """The frequent keys (sorted) that T_k lacks as a new chunk (keys, ids, tokens),
-        ids after the existing ones. ``prefix``: T_{k-1} (None for k = 2: prefixes are
-        tokens); ``absent``: the mask of frequent keys not in T_k, if known."""
-        new_keys = frequent[self.lookup(frequent) == INVALID if absent is None else absent]
+    def additions(self, frequent: np.ndarray, absent: np.ndarray, prefix: "IdTable | None"):
+        """The frequent keys (sorted) that T_k lacks (``absent``: where `lookup` found
+        none) as a new chunk (keys, ids, tokens), ids after the existing ones.
+        ``prefix``: T_{k-1} (None for k = 2: prefixes are tokens)."""
+        new_keys = frequent[absent]
         first, last = WIDE.decode(new_keys)
         rows = first[:, None].astype(np.uint32) if prefix is None else prefix.tokens()[first]
         rows = np.concatenate([rows, last[:, None].astype(np.uint32)], axis=1)
