@@ -44,7 +44,8 @@ from fgram.pipeline.errors import FgramError, OutputError
 from fgram.pipeline.table import Groups, bucket_order, write_ranked
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
-from fgram.pipeline.workdir import WorkDir, load_array, load_json, save_array, save_json
+from fgram.pipeline.workdir import (Sweeper, WorkDir, load_array, load_json, read_into, save_array,
+                                    save_json)
 
 MERGE_BYTES = 64 * 2**20   # target volume of one merge task
 
@@ -113,8 +114,8 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
     if k == 2:
         ids = tokens
     else:   # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
-        order = (load_array(wd.unit(k - 1, u, "pos"), mmap=False),
-                 load_array(wd.unit(k - 1, u, "starts"), mmap=False))
+        order = (read_into(wd.unit(k - 1, u, "pos"), _SCRATCH, "prev_pos"),
+                 read_into(wd.unit(k - 1, u, "starts"), _SCRATCH, "prev_starts"))
         ids = kn.ids_at(_unit_answers(plan, wd, k - 1, u, prev), order, len(tokens), _SCRATCH)
     last = k == cfg.max_len
     uniq, counts, order, counted = kn.unit_table(ids, tokens, k, stream.limit, want_order=not last,
@@ -436,6 +437,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
     staging = os.path.dirname(work)
     hists, offsets_by_len = st["hists"], st["offsets"]
     k = st["next"]
+    sweeper = Sweeper()
     while k <= cfg.max_len:
         t0 = time.time()
         floor = threshold = st["threshold"]
@@ -479,8 +481,9 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
         st["codes"][k] = [code.prefix_bits, code.last_bits]
         _save_state(work, st)      # pass k is a completed unit: a rerun continues after it
         if k > 2:   # the previous pass's per-unit files were consumed by this one
-            _remove_unit_files(plan, k - 1)
+            sweeper.sweep(_unit_files(plan, k - 1))
         k = st["next"]
+    sweeper.wait()
     totals, passes = st["totals"], st["passes"]
     t0 = time.time()
     plan.codes = {k: kn.KeyCode(*bits) for k, bits in st["codes"].items()}
@@ -519,11 +522,10 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
     }
 
 
-def _remove_unit_files(plan: Plan, k: int) -> None:
+def _unit_files(plan: Plan, k: int) -> list[str]:
     folder = WorkDir(plan.work).pass_dir(k)
-    for name in os.listdir(folder):
-        if name.startswith(("unit-", "merged-", "answers-")):
-            os.remove(os.path.join(folder, name))
+    return [os.path.join(folder, name) for name in os.listdir(folder)
+            if name.startswith(("unit-", "merged-", "answers-"))]
 
 
 RANK_ROWS = 4_000_000   # rows per rank task (a single larger group stays whole)

@@ -56,7 +56,7 @@ from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, discard, finish, staging_path
 from fgram.pipeline.table import Groups, write_ranked
-from fgram.pipeline.workdir import WorkDir, load_array, load_json, save_array, save_json
+from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
 STORE_FORMAT = 2
 MERGE_BYTES = 256 * 2**20       # base volume read by one merge task
@@ -180,8 +180,8 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
         prev = tokens
     else:
         uniq = load_array(_unit_file(plan, k - 1, u, "uniq"), mmap=False)
-        order = (load_array(_unit_file(plan, k - 1, u, "pos"), mmap=False),
-                 load_array(_unit_file(plan, k - 1, u, "starts"), mmap=False))
+        order = (read_into(_unit_file(plan, k - 1, u, "pos"), _SCRATCH, "prev_pos"),
+                 read_into(_unit_file(plan, k - 1, u, "starts"), _SCRATCH, "prev_starts"))
         prev = kn.ids_at(_table(plan, k - 1).lookup(uniq), order, len(tokens), _SCRATCH)
     last = k == cfg.max_len
     uniq, counts, order, counted = kn.unit_table(prev, tokens, k, stream.limit, want_order=not last,

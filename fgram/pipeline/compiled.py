@@ -423,9 +423,12 @@ def counted_runs(packed, bounds, base, rest_bits, up, out_keys, out_counts):
 
 @numba.njit(cache=True, nogil=True)
 def spread(values, starts, order, out):
-    """out[order[e]] = values[r] for every e in starts[r]:starts[r+1]."""
+    """out[order[e]] = values[r] for every e in starts[r]:starts[r+1], except where
+    values[r] is INVALID (what ``out`` holds already)."""
     for r in range(len(values)):
         v = values[r]
+        if v == _INVALID32:
+            continue
         for e in range(starts[r], starts[r + 1]):
             out[order[e]] = v
 

@@ -223,7 +223,7 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
 
     Returns ``(keys, counts, order, counted)``: the unit's distinct keys
     (sorted; the overlap included with count 0) and their counts; if asked,
-    ``order = (positions, starts)``: the candidates' positions (int32) grouped
+    ``order = (positions, starts)``: the candidates' positions (both int32) grouped
     by key in key order, key r's being ``positions[starts[r]:starts[r+1]]``
     (`ids_at` turns it and per-key values into a per-position array).
 
@@ -263,7 +263,7 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     # untouched tails of these are never resident: no copies of the used heads
     uniq = work_array(scratch, "uniq", n, np.uint64)
     counts = work_array(scratch, "counts", n, np.uint32)
-    starts = work_array(scratch, "starts", n + 1, np.int64)
+    starts = work_array(scratch, "starts", n + 1, np.int32)    # n < 2**31
     order = work_array(scratch, "order", n, np.int32)
     if exact:
         u = cc.exact_runs(packed, bounds, shift, np.uint64(pos_bits), np.uint64(code.up), limit,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 
 import numpy as np
@@ -21,6 +22,23 @@ def save_array(path: str, arr: np.ndarray) -> None:
 
 def load_array(path: str, mmap: bool = True) -> np.ndarray:
     return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def read_into(path: str, scratch, name: str) -> np.ndarray:
+    """A 1-d array file read into ``scratch``'s buffer ``name`` (a `kernels.Scratch`):
+    a worker reading one such file per unit reuses the same pages (a fresh
+    array's first touch costs more than the copy)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        if len(shape) != 1 or dtype.hasobject:
+            raise ValueError(f"{path}: not a 1-d array of numbers")
+        out = scratch.get(name, shape[0], dtype)
+        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+            raise ValueError(f"{path}: truncated")
+    return out
 
 
 def save_json(path: str, obj, durable: bool = True) -> None:
@@ -68,3 +86,32 @@ class WorkDir:
 
     def answers(self, k: int, p: int, what: str) -> str:
         return os.path.join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
+
+
+class Sweeper:
+    """Removes consumed intermediates in a background thread, one batch at a time.
+
+    Unlinking frees every block of a file: a pass's consumed files (GBs at 500M
+    tokens) took the driver 1-2 s between passes while the cores idled.
+    """
+
+    def __init__(self):
+        self._thread: threading.Thread | None = None
+
+    def sweep(self, paths: list[str]) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=_remove_files, args=(paths,), daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+def _remove_files(paths: list[str]) -> None:
+    for path in paths:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
