@@ -1,0 +1,51 @@
+"""The session builder: what a fresh machine's driver JVM gets."""
+import os
+import subprocess
+import sys
+
+from fgram.pipeline import spark as sp
+
+
+def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path))
+    final = sp.class_archive()
+    assert os.path.dirname(final) == str(tmp_path) and final.endswith(".jsa")
+    orphan = f"{final}.999999999.tmp"       # a killed run's: no such process
+    mine = f"{final}.{os.getpid()}.tmp"     # a live run's
+    for path in (orphan, mine):
+        open(path, "w").close()
+    settings = {sp.JAVA_OPTS: "-XX:+UseSerialGC"}
+    tmp = sp._with_class_archive(settings)
+    assert tmp == mine and f"-XX:ArchiveClassesAtExit={tmp}" in settings[sp.JAVA_OPTS]
+    assert settings[sp.JAVA_OPTS].startswith("-XX:+UseSerialGC ")
+    assert not os.path.exists(orphan) and os.path.exists(mine)
+    open(final, "w").close()
+    settings = {sp.JAVA_OPTS: ""}
+    assert sp._with_class_archive(settings) is None
+    assert f"-XX:SharedArchiveFile={final}" in settings[sp.JAVA_OPTS]
+    os.remove(final)
+    open(final + ".none", "w").close()      # this JVM could not write one: no retry
+    settings = {sp.JAVA_OPTS: ""}
+    assert sp._with_class_archive(settings) is None and settings[sp.JAVA_OPTS] == ""
+
+
+def test_first_context_publishes_the_archive_and_the_next_one_uses_it(tmp_path):
+    """Two fresh processes: the first launches its JVM recording the classes it loads
+    and publishes the archive at exit; the second starts from it; both run a job."""
+    script = ("from fgram.pipeline import spark as sp\n"
+              "sc = sp.get_context('local[2]')\n"
+              "print(sc.getConf().get('spark.driver.extraJavaOptions'))\n"
+              "print('sum', sc.parallelize(range(5), 2).sum())\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+    env["FGRAM_CACHE_DIR"] = str(tmp_path / "cache")
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "sum 10" in run.stdout
+    names = os.listdir(tmp_path / "cache")
+    assert len(names) == 1 and names[0].endswith(".jsa"), names     # no .tmp left behind
+    archive = str(tmp_path / "cache" / names[0])
+    assert os.path.getsize(archive) > 1_000_000
+    assert "-XX:ArchiveClassesAtExit=" in runs[0].stdout
+    assert f"-XX:SharedArchiveFile={archive}" in runs[1].stdout
