@@ -254,6 +254,8 @@ class _Starting:
 
     def __init__(self, cfg: BuildConfig, spark):
         import threading
+        self._t0 = time.time()
+        self.seconds: dict[str, float] = {}     # executor made, first job done (after start)
         self._out: list = []
         self._made = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(cfg, spark), daemon=True)
@@ -270,12 +272,14 @@ class _Starting:
             self._made.set()
             return
         self._out.append(ex)
+        self.seconds["made"] = round(time.time() - self._t0, 3)
         self._made.set()
         if ex.name == "spark":
             try:
                 ex.map(ex.parallelism, warm_task)
             except Exception:  # noqa: BLE001 - only a warm-up: the real jobs report failures
                 pass
+            self.seconds["warm"] = round(time.time() - self._t0, 3)
 
     def wait(self) -> None:
         if self._thread.ident is not None:
@@ -368,6 +372,7 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         executor = HeadStart(starting, cfg.master, release=_SCRATCH.clear)
         manifest = _build(executor, plan, t_start, state or _fresh_state(cfg))
         manifest["head_start_tasks"] = executor.in_driver
+        manifest["executor_start_seconds"] = starting.seconds
         manifest["run_fingerprint"] = fingerprint_digest(fingerprint)
         if resumed:
             manifest["resumed"] = resumed

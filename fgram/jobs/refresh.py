@@ -493,6 +493,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
         "timing": timing,
         "refresh": {"new_shards": len(new_shards), "kept_shards": len(kept_shards),
                     "head_start_tasks": ex.in_driver,
+                    "executor_start_seconds": starting.seconds,
                     "removed_shards": len(removed), "store_reused": bool(old_levels)},
         "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
                   "columns": {"fgram_id": "int64", "length": "int8",
