@@ -30,9 +30,11 @@ def read_into(path: str, scratch, name: str) -> np.ndarray:
     array's first touch costs more than the copy)."""
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):     # np.save writes these: anything else, plainly
+            return load_array(path, mmap=False)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
             np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(f)
+        shape, _, dtype = read_header(f)
         if len(shape) != 1 or dtype.hasobject:
             raise ValueError(f"{path}: not a 1-d array of numbers")
         out = scratch.get(name, shape[0], dtype)
@@ -113,5 +115,5 @@ def _remove_files(paths: list[str]) -> None:
     for path in paths:
         try:
             os.remove(path)
-        except FileNotFoundError:
+        except OSError:     # gone already, or not ours to remove: the staging folder goes anyway
             pass

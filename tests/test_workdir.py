@@ -1,0 +1,42 @@
+"""Work-file helpers: reading into reused buffers, removing consumed files in the background."""
+import os
+
+import numpy as np
+import pytest
+
+from fgram.pipeline.kernels import Scratch
+from fgram.pipeline.workdir import Sweeper, read_into, save_array
+
+
+def test_read_into_reuses_the_buffer(tmp_path):
+    scratch = Scratch()
+    big, small = np.arange(1000, dtype=np.int32), np.arange(7, 0, -1, dtype=np.int32)
+    save_array(str(tmp_path / "big.npy"), big)
+    save_array(str(tmp_path / "small.npy"), small)
+    a = read_into(str(tmp_path / "big.npy"), scratch, "pos")
+    assert np.array_equal(a, big) and a.dtype == np.int32
+    b = read_into(str(tmp_path / "small.npy"), scratch, "pos")
+    assert np.array_equal(b, small)
+    assert b.__array_interface__["data"][0] == a.__array_interface__["data"][0]   # same pages
+    c = read_into(str(tmp_path / "big.npy"), scratch, "other")     # another name: its own buffer
+    assert np.array_equal(c, big) and np.array_equal(b, small)
+
+
+def test_read_into_refuses_a_truncated_file(tmp_path):
+    path = str(tmp_path / "t.npy")
+    save_array(path, np.arange(100, dtype=np.uint64))
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 8)
+    with pytest.raises(ValueError, match="truncated"):
+        read_into(path, Scratch(), "x")
+
+
+def test_sweeper_removes_in_the_background_and_tolerates_missing_files(tmp_path):
+    paths = [str(tmp_path / f"f{i}") for i in range(5)]
+    for p in paths:
+        open(p, "w").close()
+    sweeper = Sweeper()
+    sweeper.sweep(paths[:3] + [str(tmp_path / "never-there")])
+    sweeper.sweep(paths[3:])       # waits for the first batch, then starts the next
+    sweeper.wait()
+    assert os.listdir(tmp_path) == []
