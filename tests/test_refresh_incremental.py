@@ -72,6 +72,7 @@ def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_pat
     units_a = first["manifest"]["passes"][0]["new_units"]
     second = _refresh(tmp_path / "out", [a, b], unit=400, max_len=4, min_count=4, size=60)
     m = second["manifest"]
+    assert set(m["refresh"].pop("executor_start_seconds")) == {"made"}     # no JVM to warm
     assert m["refresh"] == {"new_shards": 1, "kept_shards": 1, "removed_shards": 0,
                             "store_reused": True, "previous": first["version"],
                             "head_start_tasks": 0}      # the local engine has no JVM to wait for
