@@ -276,6 +276,55 @@ def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
         np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist(), 0), 4, 2, None)
 
 
+def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
+    """`_Starting.wait` at the end of a run does not wait for the workers to warm up:
+    it cancels the warm-up job (a small build ended seconds before they were warm)."""
+    import threading
+    import time
+
+    from fgram.jobs import build as job
+    from fgram.pipeline.config import BuildConfig
+
+    class Context:
+        def __init__(self):
+            self.group, self.cancels, self.stop = None, 0, threading.Event()
+
+        def setJobGroup(self, group, description, interruptOnCancel=False):
+            self.group = group
+
+        def cancelJobGroup(self, group):
+            assert group == self.group == job.WARM_GROUP
+            self.cancels += 1
+            self.stop.set()
+
+    class Executor:
+        name, parallelism = "spark", 2
+
+        def __init__(self):
+            self.sc = Context()
+
+        def map(self, n, fn):
+            if not self.sc.stop.wait(30):       # a warm-up that outlasts the run
+                return [fn(i) for i in range(n)]
+            raise RuntimeError("job cancelled")
+
+    ex = Executor()
+    monkeypatch.setattr(job, "make_executor", lambda *a, **k: ex)
+    starting = job._Starting(BuildConfig(inputs=["x"], output="y"), None)
+    assert starting.result() is ex
+    t0 = time.time()
+    starting.wait()
+    assert time.time() - t0 < 10 and ex.sc.cancels >= 1
+    assert "made" in starting.seconds and "warm" not in starting.seconds
+
+    slow = threading.Event()        # the executor is still being made when the run ends:
+    monkeypatch.setattr(job, "make_executor", lambda *a, **k: slow.wait(0.5) or Executor())
+    starting = job._Starting(BuildConfig(inputs=["x"], output="y"), None)
+    t0 = time.time()
+    starting.wait()                 # no warm-up job is started at all
+    assert time.time() - t0 < 10 and starting.result().sc.group is None
+
+
 def test_count_task_returns_its_marker_when_done(tmp_path):
     """A unit with a completion marker is not read again (head start, reruns)."""
     from fgram.jobs import build as job

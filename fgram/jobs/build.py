@@ -246,6 +246,9 @@ def warm_task(i: int) -> int:
     return i
 
 
+WARM_GROUP = "fgram-warm-up"
+
+
 class _Starting:
     """`make_executor` in a background thread, then (Spark) a first job of `warm_task`s
     that starts the Python workers and loads the kernels: ``ready()`` once both are
@@ -257,6 +260,8 @@ class _Starting:
         self._t0 = time.time()
         self.seconds: dict[str, float] = {}     # executor made, first job done (after start)
         self._out: list = []
+        self._lock = threading.Lock()
+        self._stop = False          # wait() was called: no warm-up to start (or finish)
         self._made = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(cfg, spark), daemon=True)
         if cfg.engine == "local":       # nothing to wait for: the driver runs no task
@@ -275,15 +280,30 @@ class _Starting:
         self.seconds["made"] = round(time.time() - self._t0, 3)
         self._made.set()
         if ex.name == "spark":
+            with self._lock:
+                if self._stop:
+                    return
+                ex.sc.setJobGroup(WARM_GROUP, "start the Python workers", interruptOnCancel=False)
             try:
                 ex.map(ex.parallelism, warm_task)
+                self.seconds["warm"] = round(time.time() - self._t0, 3)
             except Exception:  # noqa: BLE001 - only a warm-up: the real jobs report failures
                 pass
-            self.seconds["warm"] = round(time.time() - self._t0, 3)
 
     def wait(self) -> None:
-        if self._thread.ident is not None:
-            self._thread.join()
+        """Wait for the background start to end. A warm-up job still running is
+        cancelled: the run is over (a small build ended ~3 s before the workers
+        were warm, and waited for them)."""
+        if self._thread.ident is None:
+            return
+        with self._lock:
+            self._stop = True
+            warming = self._made.is_set() and not isinstance(self._out[0], BaseException) \
+                and self._out[0].name == "spark"
+        while self._thread.is_alive():
+            if warming:     # again until it ends: the job may not be submitted yet
+                self._out[0].sc.cancelJobGroup(WARM_GROUP)
+            self._thread.join(0.2)
 
     def ready(self) -> bool:
         """Made and warm: until then the driver's own tasks beat queueing behind the
