@@ -183,8 +183,9 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
         g1 = int(firsts[r + 1]) if r + 1 < len(firsts) else len(groups.size)
         for k in (2, 3, 4):
             counts = np.array([c for c, kk in rows if kk == k], np.int64)
-            got = groups.rows_in(counts, k, g0, g1).tolist()
-            assert got == [(c, k) in pairs[g0:g1] for c in counts.tolist()]
+            for table_max in (1 << 22, 2, -1):      # a count table, or binary searches
+                got = groups.rows_in(counts, k, g0, g1, table_max).tolist()
+                assert got == [(c, k) in pairs[g0:g1] for c in counts.tolist()]
 
 
 @given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(),

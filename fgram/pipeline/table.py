@@ -38,12 +38,24 @@ class Groups:
         length = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
         return np.searchsorted(self._code, self.code(count, length))
 
-    def rows_in(self, count: np.ndarray, length: int, g0: int, g1: int) -> np.ndarray:
-        """Mask of rows (count, length) that belong to groups g0 .. g1-1."""
+    def rows_in(self, count: np.ndarray, length: int, g0: int, g1: int,
+                table_max: int = 1 << 22) -> np.ndarray:
+        """Mask of rows (count, length) that belong to groups g0 .. g1-1.
+
+        The counts of those groups of this length become a dense table when their
+        range is at most ``table_max`` (one gather per row); else each row's group
+        is found by binary search."""
         mask = np.zeros(len(count), bool)
-        if g1 <= g0:
+        mine = self.count[g0:g1][self.length[g0:g1] == length]
+        if not len(mine):
             return mask
-        near = np.flatnonzero((count >= self.count[g1 - 1]) & (count <= self.count[g0]))
+        lo, hi = int(mine.min()), int(mine.max())
+        count = np.asarray(count, np.int64)
+        if hi - lo <= table_max:     # slot 0: below lo, slot hi-lo+2: above hi
+            table = np.zeros(hi - lo + 3, bool)
+            table[mine - lo + 1] = True
+            return table[np.clip(count - (lo - 1), 0, hi - lo + 2)]
+        near = np.flatnonzero((count >= lo) & (count <= hi))
         code = self.code(count[near], np.full(len(near), length))
         at = np.searchsorted(self._code, code)
         ok = (at >= g0) & (at < g1)
