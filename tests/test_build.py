@@ -255,6 +255,67 @@ def test_head_start_runs_tasks_in_the_driver_until_the_executor_is_up():
     assert guess_parallelism(None) == guess_parallelism("local[*]") == (os.cpu_count() or 1)
 
 
+def test_overlapped_job_driver_from_the_end_executor_from_the_start():
+    """`HeadStart.map(overlap=True)`: before the executor is made the driver runs tasks
+    in order; then the executor gets the rest while the driver runs them from the
+    last one down; markers make every task's result the same wherever it ran."""
+    import threading
+    import time
+
+    from fgram.jobs.executors import HeadStart
+
+    class Starting:
+        def __init__(self, ex):
+            self.ex, self.checks = ex, 0
+
+        def ready(self):
+            return False
+
+        def made(self):
+            self.checks += 1
+            return self.checks > 2
+
+        def result(self):
+            return self.ex
+
+    class SlowExecutor:         # runs its tasks in order, one at a time, slowly
+        name, parallelism = "spark", 2
+
+        def map(self, n, fn):
+            out = []
+            for j in range(n):
+                time.sleep(0.02)
+                out.append(fn(j))
+            return out
+
+    for n in (1, 2, 3, 10, 40):
+        markers, runs, lock = {}, [], threading.Lock()
+
+        def task(i):
+            with lock:
+                if i in markers:
+                    return markers[i]
+            runs.append((threading.current_thread().name, i))
+            time.sleep(0.01)
+            with lock:
+                markers[i] = i * i
+            return i * i
+
+        released = []
+        ex = HeadStart(Starting(SlowExecutor()), "local[2]", release=lambda: released.append(1))
+        assert ex.map(n, task, overlap=True) == [i * i for i in range(n)]
+        main = [i for who, i in runs if who == "MainThread"]
+        assert main[:2] == list(range(min(n, 2)))       # in order, until made
+        tail = main[2:]
+        assert tail == sorted(tail, reverse=True)       # then from the last one down
+        assert ex.in_driver >= len(main) and released == ([1] if n > 2 else [])
+        counted = [i for _, i in runs]
+        assert sorted(set(counted)) == list(range(n))
+        assert len(counted) - len(set(counted)) <= 1    # at most one ran twice (one slot)
+        if n == 40:
+            assert tail and len(main) < n               # both sides did part of it
+
+
 def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
     """Units the driver counts while the JVM starts are not counted again by the Spark
     tasks (they find the completion markers) and the table is the oracle's."""
@@ -269,9 +330,12 @@ def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
         return calls["n"] > 3
 
     monkeypatch.setattr(job._Starting, "ready", not_yet)
+    monkeypatch.setattr(job._Starting, "made", not_yet)
     m = build(spark, [tmp_path / "a.bin"], tmp_path / "o", min_count=2, max_len=4,
               unit_tokens=10, doc_sep=0)
-    assert m["head_start_tasks"] == 3 and m["units"] > 3
+    # the first three before the executor is made; then more from the last unit down,
+    # while the Spark job runs (its tasks for those find the markers)
+    assert m["head_start_tasks"] >= 3 and m["units"] > 3
     assert result(tmp_path / "o") == select(split_flat(
         np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist(), 0), 4, 2, None)
 

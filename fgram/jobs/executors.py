@@ -125,7 +125,8 @@ class HeadStart(Executor):
     A JVM takes seconds to start and its first Python tasks seconds more; the
     driver, with a core of its own, does useful work instead of waiting. Task
     results are the same wherever a task ran (tasks write files and return
-    summaries). ``in_driver`` counts the tasks the driver ran.
+    summaries). ``in_driver`` counts the tasks the driver ran (in an overlapped
+    job, some of them may have found their marker).
     """
 
     def __init__(self, starting, master: str | None = None, release=None):
@@ -160,9 +161,55 @@ class HeadStart(Executor):
             self._release = None
         return ex
 
-    def map(self, n: int, fn) -> list:
+    def map(self, n: int, fn, overlap: bool = False) -> list:
+        """``overlap``: the tasks are idempotent and each leaves a completion marker that
+        a later run of it returns at once (the build's count tasks). Then the rest of
+        the job goes to the executor as soon as it is made, not warm, and the driver
+        keeps running tasks, from the last one down, until that job ends: the
+        executor's tasks for those find their markers (at most a task per executor
+        slot runs twice, with the same result)."""
+        if overlap and not self._starting.ready():
+            return self._overlapped(n, fn)
         out, i = self._split(n, fn)
         return out + self._executor().map(n - i, lambda j: fn(i + j)) if i < n else out
+
+    def _overlapped(self, n: int, fn) -> list:
+        import threading
+
+        out: list = []
+        try:
+            while len(out) < n and not self._starting.made():
+                out.append(fn(len(out)))
+                self.in_driver += 1
+        except Exception as exc:  # noqa: BLE001
+            _reraise(exc)
+        i = len(out)
+        if i == n:
+            return out
+        ex, box = self._starting.result(), {}
+
+        def job():
+            try:
+                box["out"] = ex.map(n - i, lambda j: fn(i + j))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                box["exc"] = exc
+
+        thread = threading.Thread(target=job, daemon=True)
+        thread.start()
+        try:
+            for j in range(n - 1, i - 1, -1):
+                if not thread.is_alive():
+                    break
+                fn(j)
+                self.in_driver += 1
+        except Exception as exc:  # noqa: BLE001 - the job fails on the same input too
+            thread.join()
+            _reraise(exc)
+        thread.join()
+        self._executor()        # the driver is done: give back its work arrays
+        if "exc" in box:
+            raise box["exc"]
+        return out + box["out"]
 
     def map_batched(self, n: int, fn) -> list:
         out, i = self._split(n, fn)
