@@ -472,7 +472,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
         code = _pass_code(k, shards, st["kept"], st["top_token"])
         prev = st["prev"]
         stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c),
-                       overlap=isinstance(ex, HeadStart))
+                       overlap=True)
         t_count = time.time()
         if k == 2:
             st["totals"] = {"documents": sum(s["documents"] for s in stats),

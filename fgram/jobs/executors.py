@@ -41,7 +41,10 @@ def _reraise(exc: BaseException):
 class Executor:
     parallelism = 1
 
-    def map(self, n: int, fn) -> list:
+    def map(self, n: int, fn, overlap: bool = False) -> list:
+        """Run ``fn(0) .. fn(n-1)``; results in order. ``overlap`` says the tasks are
+        idempotent and leave completion markers (see `HeadStart`); an executor that
+        is up from the start has no use for it."""
         raise NotImplementedError
 
     def map_batched(self, n: int, fn) -> list:
@@ -74,7 +77,7 @@ class SparkExecutor(Executor):
             self._spark = session()
         return self._spark
 
-    def map(self, n: int, fn) -> list:
+    def map(self, n: int, fn, overlap: bool = False) -> list:
         if n == 0:
             return []
         try:
@@ -98,7 +101,7 @@ class LocalExecutor(Executor):
     def __init__(self, processes: int | None = None):
         self.parallelism = processes or os.cpu_count() or 1
 
-    def map(self, n: int, fn) -> list:
+    def map(self, n: int, fn, overlap: bool = False) -> list:
         global _FN
         if n == 0:
             return []
@@ -143,10 +146,13 @@ class HeadStart(Executor):
     def spark(self):
         return self._starting.result().spark
 
-    def _split(self, n: int, fn) -> tuple[list, int]:
+    def _split(self, n: int, fn, up=None) -> tuple[list, int]:
+        """The driver runs tasks 0, 1, .. until ``up()`` (default: the executor is
+        ready) or the job is done: (their results, how many)."""
+        up = up or self._starting.ready
         out = []
         try:
-            while len(out) < n and not self._starting.ready():
+            while len(out) < n and not up():
                 out.append(fn(len(out)))
                 self.in_driver += 1
         except Exception as exc:  # noqa: BLE001 - our errors come back from as_task as markers
@@ -176,14 +182,7 @@ class HeadStart(Executor):
     def _overlapped(self, n: int, fn) -> list:
         import threading
 
-        out: list = []
-        try:
-            while len(out) < n and not self._starting.made():
-                out.append(fn(len(out)))
-                self.in_driver += 1
-        except Exception as exc:  # noqa: BLE001
-            _reraise(exc)
-        i = len(out)
+        out, i = self._split(n, fn, self._starting.made)
         if i == n:
             return out
         ex, box = self._starting.result(), {}
