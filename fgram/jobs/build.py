@@ -41,7 +41,7 @@ from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
 from fgram.jobs.executors import HeadStart, as_task, make_executor
 from fgram.pipeline.errors import FgramError, OutputError
-from fgram.pipeline.table import Groups, bucket_order, write_ranked
+from fgram.pipeline.table import Groups, bucket_order, table_record, write_ranked
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
 from fgram.pipeline.workdir import (Sweeper, WorkDir, load_array, load_json, read_into, save_array,
@@ -544,10 +544,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
         "by_length": {str(k): n for k, n in sorted(by_len.items())},
         "select": {"decode": final, "seconds": round(time.time() - t0, 3), **select_stages},
         "seconds": round(time.time() - t_start, 3),
-        "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
-                  "columns": {"fgram_id": "int64", "length": "int8",
-                              "tokens": "list<int32>", "count": "int64"},
-                  "order": "fgram_id = rank by (count desc, length asc, tokens asc)"},
+        "table": table_record(),
     }
 
 
@@ -558,6 +555,13 @@ def _unit_files(plan: Plan, k: int) -> list[str]:
 
 
 RANK_ROWS = 4_000_000   # rows per rank task (a single larger group stays whole)
+
+
+def rank_split(groups: Groups, parallelism: int, selected: int) -> np.ndarray:
+    """First group of each rank task: tasks of about RANK_ROWS rows, as many as a
+    multiple of the cores (no lone last round)."""
+    rounds = max(1, math.ceil(selected / (parallelism * RANK_ROWS)))
+    return groups.split(parallelism * rounds, selected)
 _DECODED_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
@@ -625,9 +629,7 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
 def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,
                        selected, staging) -> dict:
     """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
-    # rank tasks of about RANK_ROWS rows, as many as a multiple of the cores (no lone last round)
-    rounds = max(1, math.ceil(selected / (ex.parallelism * RANK_ROWS)))
-    task_firsts = groups.split(ex.parallelism * rounds, selected)
+    task_firsts = rank_split(groups, ex.parallelism, selected)
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
     t0 = time.time()
     for k in sorted(offsets_by_len):

@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fgram import __version__
-from fgram.jobs.build import (RANK_ROWS, _SCRATCH, _selection, _Starting, add_length,
-                              fingerprint_digest, run_fingerprint)
+from fgram.jobs.build import (_SCRATCH, _selection, _Starting, add_length, fingerprint_digest,
+                              rank_split, run_fingerprint)
 from fgram.jobs.executors import HeadStart, as_task
 from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
@@ -55,7 +55,7 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, discard, finish, staging_path
-from fgram.pipeline.table import Groups, write_ranked
+from fgram.pipeline.table import Groups, table_record, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
 STORE_FORMAT = 2
@@ -468,8 +468,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
     t0 = time.time()
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
-    rounds = max(1, math.ceil(selected / (ex.parallelism * RANK_ROWS)))
-    task_firsts = groups.split(ex.parallelism * rounds, selected)
+    task_firsts = rank_split(groups, ex.parallelism, selected)
     lengths = sorted(hists)
     out_dir = os.path.join(os.path.dirname(work), "fgrams")
     os.makedirs(out_dir)
@@ -495,10 +494,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
                     "head_start_tasks": ex.in_driver,
                     "executor_start_seconds": starting.seconds,
                     "removed_shards": len(removed), "store_reused": bool(old_levels)},
-        "table": {"path": "fgrams", "format": "parquet", "compression": "zstd",
-                  "columns": {"fgram_id": "int64", "length": "int8",
-                              "tokens": "list<int32>", "count": "int64"},
-                  "order": "fgram_id = rank by (count desc, length asc, tokens asc)"},
+        "table": table_record(),
     }
     return manifest, store
 

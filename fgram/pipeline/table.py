@@ -15,6 +15,14 @@ SCHEMA = pa.schema([("fgram_id", pa.int64()), ("length", pa.int8()),
                     ("tokens", pa.list_(pa.int32())), ("count", pa.int64())])
 
 
+def table_record() -> dict:
+    """The manifest's description of the table (a build's and a refresh's version)."""
+    return {"path": "fgrams", "format": "parquet", "compression": "zstd",
+            "columns": {"fgram_id": "int64", "length": "int8",
+                        "tokens": "list<int32>", "count": "int64"},
+            "order": "fgram_id = rank by (count desc, length asc, tokens asc)"}
+
+
 class Groups:
     """The (count, length) groups of the selection in rank order, with their first ids."""
 
