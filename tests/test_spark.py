@@ -15,8 +15,8 @@ def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
     for path in (orphan, mine):
         open(path, "w").close()
     settings = {sp.JAVA_OPTS: "-XX:+UseSerialGC"}
-    tmp = sp._with_class_archive(settings)
-    assert tmp == mine and f"-XX:ArchiveClassesAtExit={tmp}" in settings[sp.JAVA_OPTS]
+    assert sp._with_class_archive(settings) == final
+    assert f"-XX:ArchiveClassesAtExit={mine}" in settings[sp.JAVA_OPTS]
     assert settings[sp.JAVA_OPTS].startswith("-XX:+UseSerialGC ")
     assert not os.path.exists(orphan) and os.path.exists(mine)
     open(final, "w").close()

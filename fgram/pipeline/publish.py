@@ -102,7 +102,7 @@ class OutputLock:
         except FileNotFoundError:
             return True
         if holder.get("host") == socket.gethostname():
-            return not _alive(int(holder.get("pid", -1)))
+            return not process_alive(int(holder.get("pid", -1)))
         return age > self.stale
 
     def _remove_stale(self) -> None:
@@ -121,7 +121,8 @@ class OutputLock:
                 pass
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (a stale lock's, a killed run's)."""
     if pid <= 0:
         return False
     try:

@@ -53,10 +53,16 @@ def class_archive() -> str | None:
     return os.path.join(folder, f"spark-classes-{key}.jsa")
 
 
+def _being_written(archive: str, pid: int | None = None) -> str:
+    """Where process ``pid`` (default: this one) has its JVM write ``archive``."""
+    return f"{archive}.{os.getpid() if pid is None else pid}.tmp"
+
+
 def _with_class_archive(settings: dict) -> str | None:
     """Add the class archive to the driver JVM's options (``settings``, in place): use it
-    when it exists, else have this JVM write it at exit. Returns the path being written,
-    or None. Only for a JVM that pyspark is about to launch in local mode."""
+    when it exists, else have this JVM write it at exit. Returns the archive being
+    written (its final path), or None. Only for a JVM that pyspark is about to launch
+    in local mode."""
     try:
         final = class_archive()
         if final is None:
@@ -73,33 +79,30 @@ def _with_class_archive(settings: dict) -> str | None:
     if os.path.exists(final + ".none"):     # this JVM could not write one: do not retry
         return None
     _remove_orphans(os.path.dirname(final))
-    tmp = f"{final}.{os.getpid()}.tmp"
-    settings[JAVA_OPTS] += f" -XX:ArchiveClassesAtExit={tmp}{quiet}"
-    return tmp
+    settings[JAVA_OPTS] += f" -XX:ArchiveClassesAtExit={_being_written(final)}{quiet}"
+    return final
 
 
 def _remove_orphans(folder: str) -> None:
     """Archives being written by runs that are gone (killed before their JVM exited)."""
+    from .publish import process_alive
+
     for name in os.listdir(folder):
         parts = name.split(".")
-        if name.startswith("spark-classes-") and parts[-1] == "tmp" and parts[-2].isdigit():
+        if name.startswith("spark-classes-") and parts[-1] == "tmp" and parts[-2].isdigit() \
+                and not process_alive(int(parts[-2])):
             try:
-                os.kill(int(parts[-2]), 0)
-            except ProcessLookupError:
-                try:
-                    os.remove(os.path.join(folder, name))
-                except OSError:
-                    pass
+                os.remove(os.path.join(folder, name))
             except OSError:
                 pass
 
 
-def _keep_class_archive(sc, tmp: str) -> None:
+def _keep_class_archive(sc, final: str) -> None:
     """At exit of the run that launched the JVM with ``ArchiveClassesAtExit``: stop it,
     let it write the archive, and publish a complete one (rename: never a partial)."""
     import atexit
 
-    final = tmp[:tmp.rindex(".", 0, tmp.rindex("."))]      # without ".<pid>.tmp"
+    tmp = _being_written(final)
 
     def save():
         proc = getattr(sc._gateway, "proc", None)
