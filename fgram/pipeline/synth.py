@@ -75,7 +75,8 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
     if tokens < 0 or vocab < 2:
         raise ValueError("tokens must be >= 0 and vocab >= 2")
     os.makedirs(out_dir, exist_ok=True)
-    book = PhraseBook(vocab, seed if book_seed is None else book_seed)
+    book_seed = seed if book_seed is None else book_seed
+    book = PhraseBook(vocab, book_seed)
     rng = np.random.default_rng(seed + 1)
     nfiles = files or max(1, min(64, tokens // (64 * CHUNK) + 1))
     per_file = [tokens // nfiles + (1 if i < tokens % nfiles else 0) for i in range(nfiles)]
@@ -121,7 +122,7 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
                 writer.close()
         os.replace(tmp, path)
     meta = {"tokens": tokens, "documents": n_docs, "vocab": vocab, "seed": seed,
-            "book_seed": seed if book_seed is None else book_seed, "format": fmt,
+            "book_seed": book_seed, "format": fmt,
             "files": names, "dtype": np.dtype(dtype).name if fmt == "bin" else "int32",
             "doc_sep": 0 if fmt == "bin" else None}
     with open(os.path.join(out_dir, "meta.json"), "w") as fh:

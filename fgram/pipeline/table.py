@@ -53,16 +53,16 @@ class Groups:
         The counts of those groups of this length become a dense table when their
         range is at most ``table_max`` (one gather per row); else each row's group
         is found by binary search."""
-        mask = np.zeros(len(count), bool)
         mine = self.count[g0:g1][self.length[g0:g1] == length]
         if not len(mine):
-            return mask
+            return np.zeros(len(count), bool)
         lo, hi = int(mine.min()), int(mine.max())
         count = np.asarray(count, np.int64)
         if hi - lo <= table_max:     # slot 0: below lo, slot hi-lo+2: above hi
             table = np.zeros(hi - lo + 3, bool)
             table[mine - lo + 1] = True
             return table[np.clip(count - (lo - 1), 0, hi - lo + 2)]
+        mask = np.zeros(len(count), bool)
         near = np.flatnonzero((count >= lo) & (count <= hi))
         code = self.code(count[near], np.full(len(near), length))
         at = np.searchsorted(self._code, code)
