@@ -283,7 +283,7 @@ class _Starting:
             with self._lock:
                 if self._stop:
                     return
-                ex.sc.setJobGroup(WARM_GROUP, "start the Python workers", interruptOnCancel=False)
+                ex.sc.setJobGroup(WARM_GROUP, "start the Python workers", interruptOnCancel=True)
             try:
                 ex.map(ex.parallelism, warm_task)
                 self.seconds["warm"] = round(time.time() - self._t0, 3)
