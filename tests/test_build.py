@@ -365,12 +365,16 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
         name, parallelism = "spark", 2
 
         def __init__(self):
-            self.sc = Context()
+            self.sc, self.idle_waits = Context(), []
 
         def map(self, n, fn):
             if not self.sc.stop.wait(30):       # a warm-up that outlasts the run
                 return [fn(i) for i in range(n)]
             raise RuntimeError("job cancelled")
+
+        def wait_idle(self, limit):
+            self.idle_waits.append(limit)
+            return True
 
     ex = Executor()
     monkeypatch.setattr(job, "make_executor", lambda *a, **k: ex)
@@ -380,6 +384,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
     starting.wait()
     assert time.time() - t0 < 10 and ex.sc.cancels >= 1
     assert "made" in starting.seconds and "warm" not in starting.seconds
+    assert ex.idle_waits == [job.KILL_WAIT]    # and waits for its tasks to end
 
     slow = threading.Event()        # the executor is still being made when the run ends:
     monkeypatch.setattr(job, "make_executor", lambda *a, **k: slow.wait(0.5) or Executor())
@@ -387,6 +392,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
     t0 = time.time()
     starting.wait()                 # no warm-up job is started at all
     assert time.time() - t0 < 10 and starting.result().sc.group is None
+    assert starting.result().idle_waits == []
 
 
 def test_count_task_returns_its_marker_when_done(tmp_path):

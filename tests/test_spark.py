@@ -49,3 +49,38 @@ def test_first_context_publishes_the_archive_and_the_next_one_uses_it(tmp_path):
     assert os.path.getsize(archive) > 1_000_000
     assert "-XX:ArchiveClassesAtExit=" in runs[0].stdout
     assert f"-XX:SharedArchiveFile={archive}" in runs[1].stdout
+
+
+def test_wait_idle_outlasts_the_tasks_of_a_cancelled_job(spark):
+    """A cancelled job ends before its tasks do (PySpark kills their workers seconds
+    later); `wait_idle` returns only when none runs, so a context stopped after it
+    cuts no task off (Spark's ERROR "Block broadcast_0 does not exist" at exit)."""
+    import threading
+    import time
+
+    from fgram.jobs.executors import SparkExecutor
+
+    ex = SparkExecutor(spark.sparkContext)
+    assert ex.wait_idle(0)
+    ended = {}
+
+    def job():
+        ex.sc.setJobGroup("slow", "tasks that outlast their job", interruptOnCancel=True)
+        try:
+            ex.sc.parallelize(range(2), 2).map(lambda i: time.sleep(60)).collect()
+        except Exception as exc:  # noqa: BLE001 - the cancellation
+            ended["exc"] = exc
+
+    thread = threading.Thread(target=job, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while ex.wait_idle(0) and time.time() < deadline:     # until the tasks run
+        time.sleep(0.05)
+    assert not ex.wait_idle(0.1)
+    ex.sc.cancelJobGroup("slow")
+    thread.join(30)
+    assert "exc" in ended
+    assert not ex.wait_idle(0)      # the job is over, its tasks are not
+    t0 = time.time()
+    assert ex.wait_idle(30)
+    assert time.time() - t0 < 30

@@ -247,6 +247,7 @@ def warm_task(i: int) -> int:
 
 
 WARM_GROUP = "fgram-warm-up"
+KILL_WAIT = 30.0    # seconds to wait for the cancelled warm-up job's tasks to end
 
 
 class _Starting:
@@ -304,6 +305,10 @@ class _Starting:
             if warming:     # again until it ends: the job may not be submitted yet
                 self._out[0].sc.cancelJobGroup(WARM_GROUP)
             self._thread.join(0.2)
+        if warming and "warm" not in self.seconds:
+            # the cancelled job has ended, its tasks may not: one still running when the
+            # context stops at exit finds its broadcast gone and Spark logs an ERROR
+            self._out[0].wait_idle(KILL_WAIT)
 
     def ready(self) -> bool:
         """Made and warm: until then the driver's own tasks beat queueing behind the

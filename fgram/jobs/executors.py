@@ -85,6 +85,27 @@ class SparkExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
             _reraise(exc)
 
+    def wait_idle(self, limit: float) -> bool:
+        """Wait until no task runs, e.g. those of a cancelled job, which end seconds
+        after the job (PySpark kills their workers); one still running when the
+        context stops finds its broadcast gone, and Spark logs an ERROR. A task
+        leaves the scheduler's count when its end is reported, after its completion
+        listeners ran (the status tracker's executor counts miss the driver's tasks
+        in local mode). False if still busy after ``limit`` seconds."""
+        import time
+        scheduler = self.sc._jsc.sc().taskScheduler()
+        end = time.time() + limit
+        while True:
+            counts = scheduler.runningTasksByExecutors().values().iterator()
+            while counts.hasNext():
+                if counts.next():
+                    break
+            else:
+                return True
+            if time.time() > end:
+                return False
+            time.sleep(0.02)
+
 
 _FN = None
 
