@@ -201,6 +201,17 @@ def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
     assert _rank_order(toks, counts).tolist() == want.tolist()
 
 
+@given(counts=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 2**40)), max_size=60))
+def test_dense_rank_desc_equals_the_rank_among_distinct_counts(counts):
+    """A count table over a narrow range, np.unique over a wide one: the same ranks."""
+    from fgram.pipeline.table import dense_rank_desc
+    c = np.array(counts, np.int64)
+    distinct = sorted(set(counts), reverse=True)
+    rank, n = dense_rank_desc(c)
+    assert n == len(distinct)
+    assert rank.tolist() == [distinct.index(x) for x in counts]
+
+
 @given(sizes=st.lists(st.integers(1, 50), min_size=1, max_size=40), tasks=st.integers(1, 12),
        cut=st.integers(0, 2000))
 def test_groups_split_cuts_near_equal_shares(sizes, tasks, cut):

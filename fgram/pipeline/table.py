@@ -99,6 +99,25 @@ def bucket_order(task: np.ndarray, n_tasks: int) -> np.ndarray:
     return np.argsort(task.astype(small), kind="stable")
 
 
+def dense_rank_desc(counts: np.ndarray) -> tuple[np.ndarray, int]:
+    """(rank of each count among the distinct counts, largest first; how many distinct).
+
+    Counts in a range of at most a few times their number (the usual case: a
+    rank task's groups) are ranked through a table over the range, O(n); others
+    by `np.unique` (a sort)."""
+    c = np.asarray(counts, np.int64)
+    if not len(c):
+        return np.zeros(0, np.int64), 0
+    lo, hi = int(c.min()), int(c.max())
+    if hi - lo > max(4 * len(c), 1 << 16):
+        distinct, rank = np.unique(-c, return_inverse=True)
+        return rank.reshape(-1), len(distinct)
+    present = np.zeros(hi - lo + 1, np.int64)
+    present[c - lo] = 1
+    above = np.cumsum(present[::-1])[::-1]      # distinct counts >= lo + i
+    return above[c - lo] - 1, int(above[0])
+
+
 def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Order of distinct rows of one length by (count desc, tokens asc).
 
@@ -110,8 +129,8 @@ def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """
     n, k = tokens.shape
     vbits = max(int(tokens.max(initial=0)).bit_length(), 1)
-    distinct, rank = np.unique(-np.asarray(counts, np.int64), return_inverse=True)
-    rbits = max(int(len(distinct) - 1).bit_length(), 1)
+    rank, distinct = dense_rank_desc(counts)
+    rbits = max(int(distinct - 1).bit_length(), 1)
     lead = min(k, (64 - rbits) // vbits)
     head = rank.astype(np.uint64) << np.uint64(lead * vbits)
     for j in range(lead):
@@ -171,8 +190,9 @@ def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path: str) -> int
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     flat = np.zeros(int(lengths.sum()), dtype=np.uint32)
     for ids, t in pieces:
+        at = starts[ids]
         for j in range(t.shape[1]):
-            flat[starts[ids] + j] = t[:, j]
+            flat[at + j] = t[:, j]
     write_table(arrow_table(np.arange(lo, lo + n), lengths, flat, counts), path)
     return n
 
