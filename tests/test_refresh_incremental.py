@@ -89,6 +89,39 @@ def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_pat
     assert set(os.listdir(rf.objects_dir(root))) == named
 
 
+def test_old_units_are_scanned_at_their_rare_bigrams_or_whole_without_them(tmp_path):
+    """A unit's positions of bigrams without an id, kept with its partials, are all a
+    3-gram scan visits; a store without them (an older one) scans whole units: the
+    same table either way."""
+    import json
+    rng = np.random.default_rng(5)
+    old = [rng.integers(1, 31, 50).tolist() for _ in range(40)]     # most bigrams rare
+    new = [[1, 2, 3, 4, 5, 6, 7, 8] * 3] * 10
+    a = write_bin(str(tmp_path / "a.bin"), old, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), new, sep=0)
+    tables, grams = {}, {}
+    for strip in (False, True):
+        root = tmp_path / f"out{strip}"
+        first = _refresh(root, [a], unit=300, max_len=4, min_count=4, size=80)
+        store_json = os.path.join(vs.version_path(str(root), first["version"]), "store.json")
+        store = load_json(store_json)
+        rare = store["shards"][next(iter(store["shards"]))]["rare"]
+        assert len(rare) == first["manifest"]["passes"][0]["new_units"] > 1
+        if strip:
+            for e in store["shards"].values():
+                del e["rare"]
+            with open(store_json, "w") as f:
+                json.dump(store, f)
+        m = _refresh(root, [a, b], unit=300, max_len=4, min_count=4, size=80)["manifest"]
+        p3 = m["passes"][1]
+        assert p3["scanned_units"] == len(rare) and p3["scanned_grams"] > 0
+        assert p3["scanned_at_rare"] == (0 if strip else len(rare))
+        tables[strip] = result(root / "current")
+        grams[strip] = [p["scanned_grams"] for p in m["passes"]]
+    assert grams[False] == grams[True]
+    assert tables[False] == tables[True] == select(old + new, 4, 4, 80)
+
+
 def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 4, 2, 3, 4, 1, 2]] * 4
     a = write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=2)
@@ -144,6 +177,18 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
             want[int(kn.WIDE.encode(np.array([ids[g[:-1]]]), np.array([g[-1]]))[0])] = c
     assert dict(zip(keys.tolist(), got.tolist())) == want
     assert list(keys) == sorted(keys)
+    if k == 3:      # only at the bigrams that had no id before the new ones: the same counts
+        t = s.tokens.tolist()
+        before = [ids.get((a, b), old_size) < old_size if kn.INVALID not in (a, b) else False
+                  for a, b in zip(t, t[1:])] + [False]
+        at = np.array([ids[(a, b)] if old else kn.INVALID for (a, b), old in
+                       zip(zip(t, t[1:] + [0]), before)], np.uint32)
+        rare = rf.rare_bigrams(s.tokens, at)
+        assert len(rare) == sum(1 for a, b, old in zip(t, t[1:], before)
+                                if not old and kn.INVALID not in (a, b))
+        keys2, got2 = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables,
+                                   old_size, rare)
+        assert dict(zip(keys2.tolist(), got2.tolist())) == want
 
 
 @given(base=st.dictionaries(st.integers(0, 50), st.integers(1, 9)),

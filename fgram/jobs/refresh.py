@@ -23,7 +23,10 @@ length by length:
    k-grams that became frequent to T_k;
 4. on old shards counts only what their partials lack: (k+1)-grams whose
    prefix or suffix got its id in step 3 (one compiled pass over the tokens
-   that tests a hash set, then exact checks at the few hits).
+   that tests a hash set, then exact checks at the few hits). For 3-grams the
+   pass visits only the positions of the unit's bigrams that had no id when it
+   was counted (~7% of them, kept in the store with its partials): a bigram
+   that gets an id later can occur nowhere else.
 
 Removing a shard subtracts its stored partials; a shard changed in place is
 one removed and one new. Other options than the current version's (length,
@@ -128,6 +131,7 @@ class RPlan:
     kept_shards: list[Shard]
     kept_units: list[Unit]
     tables: dict        # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
+    kept_rare: list     # per kept unit: its rare-bigram positions' object (or None)
 
 
 _TABLES: dict[tuple, pt.IdTable] = {}
@@ -183,6 +187,7 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
         order = (read_into(_unit_file(plan, k - 1, u, "pos"), _SCRATCH, "prev_pos"),
                  read_into(_unit_file(plan, k - 1, u, "starts"), _SCRATCH, "prev_starts"))
         prev = kn.ids_at(_table(plan, k - 1).lookup(uniq), order, len(tokens), _SCRATCH)
+    rare = put(plan.root, rare_bigrams(tokens, prev)) if k == 3 else None
     last = k == cfg.max_len
     uniq, counts, order, counted = kn.unit_table(prev, tokens, k, stream.limit, want_order=not last,
                                                  code=kn.WIDE, scratch=_SCRATCH)
@@ -193,7 +198,16 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
     nz = counts > 0
     run = _put_run(plan.root, uniq[nz], counts[nz])
     return {"unit": u, "run": run, "documents": stream.documents, "tokens": stream.n_tokens,
-            "counted": counted, "seconds": time.time() - t0}
+            "counted": counted, "rare": rare, "seconds": time.time() - t0}
+
+
+def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Where a unit's bigrams have no id (``ids``: bigram ids by position): the only
+    places where a bigram can occur that gets an id later (id tables only grow), so
+    a later refresh scans just these for new bigram ids, not the whole unit."""
+    t = tokens
+    return np.flatnonzero((ids[:len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID)
+                          & (t[1:] != kn.INVALID)).astype(np.uint32)
 
 
 @as_task
@@ -206,10 +220,11 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     stream = read_unit(plan.kept_shards[unit.shard], unit, cfg.read_options(),
                        overlap=cfg.max_len - 1, scratch=_SCRATCH)
     tables = [_table(plan, j) for j in range(2, k)]
+    rare = plan.kept_rare[u] if k == 3 else None
     keys, counts = pt.scan_unit(stream.tokens, stream.limit, k, pt.window_set(rows), tables,
-                                old_size)
+                                old_size, None if rare is None else get(plan.root, rare))
     run = _put_run(plan.root, keys, counts) if len(keys) else None
-    return {"unit": u, "run": run, "seconds": time.time() - t0}
+    return {"unit": u, "run": run, "at_rare": rare is not None, "seconds": time.time() - t0}
 
 
 def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
@@ -377,14 +392,19 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
     removed = {d: e for d, e in old_store["shards"].items() if d not in current}
     kept_shards = [shards[i] for i in kept_idx]
     new_shards = [shards[i] for i in new_idx]
+    kept_units = plan_units(kept_shards, cfg.unit_tokens)
+    rare = [{(a, b): name for a, b, name in old_store["shards"][digests[i]].get("rare", [])}
+            for i in kept_idx]
     plan = RPlan(cfg, root, work, new_shards, plan_units(new_shards, cfg.unit_tokens),
-                 kept_shards, plan_units(kept_shards, cfg.unit_tokens),
-                 {k: lv["table"] for k, lv in old_levels.items() if lv["table"]})
+                 kept_shards, kept_units,
+                 {k: lv["table"] for k, lv in old_levels.items() if lv["table"]},
+                 [rare[u.shard].get((u.start, u.stop)) for u in kept_units])
     kn.warm_up()
     ex = HeadStart(starting, cfg.master, release=_release_driver)
     timing = {"plan": round(time.time() - t_begin, 3)}
     entries = {d: {"record": e["record"], "totals": e["totals"],
-                   "partials": {k: list(v) for k, v in e["partials"].items()}}
+                   "partials": {k: list(v) for k, v in e["partials"].items()},
+                   **({"rare": e["rare"]} if "rare" in e else {})}
                for d, e in old_store["shards"].items() if d in current}
     new_entries = {digests[i]: {"record": shard_record(shards[i]),
                                 "totals": {"documents": 0, "tokens": 0}, "partials": {}}
@@ -409,8 +429,11 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
         stats = [r for (kind, _), r in zip(todo, done_now) if kind == "count"]
         fresh = [s["run"] for s in stats if s["run"]["n"]]
         for s in stats:
-            e = new_entries[digests[new_idx[plan.new_units[s["unit"]].shard]]]
+            unit = plan.new_units[s["unit"]]
+            e = new_entries[digests[new_idx[unit.shard]]]
             e["partials"].setdefault(str(k), []).append(s["run"])
+            if s["rare"]:
+                e.setdefault("rare", []).append([unit.start, unit.stop, s["rare"]])
             if k == 2:
                 e["totals"]["documents"] += s["documents"]
                 e["totals"]["tokens"] += s["tokens"]
@@ -450,6 +473,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
                        "candidates": sum(s["counted"] for s in stats), "kept": kept,
                        "partitions": nparts, "new_units": len(plan.new_units),
                        "scanned_units": n_scanned,
+                       "scanned_at_rare": sum(r.get("at_rare", False) for r in done_now),
                        "scanned_grams": sum(r["n"] for r in scanned),
                        "ids_added": tab["added"], "ids": (tab["table"] or {}).get("size", 0),
                        "delta": sum(m["delta"] for m in merged), "compacted": compact,

@@ -582,16 +582,44 @@ def windows_in_set(tokens, w, tab, bits, out):
             h -= top * (np.uint64(tokens[i - w]) + np.uint64(1))
         h = h * _M + np.uint64(t) + np.uint64(1)
         run += 1
-        if run >= w:
-            x = mix1(h) >> np.uint64(1)
-            b = _bit_of(x, bmask)
-            if (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1):
-                s = x & mask
-                while tab[s] != EMPTY:
-                    if tab[s] == x:
-                        out[i - w + 1] = True
-                        break
-                    s = (s + np.uint64(1)) & mask
+        if run >= w and _in_set(mix1(h) >> np.uint64(1), tab, mask, bits, bmask):
+            out[i - w + 1] = True
+
+
+@numba.njit(cache=True, inline="always")
+def _in_set(x, tab, mask, bits, bmask):
+    """Whether window hash x is in the set (`fill_set` / `fill_bits`): its bit first."""
+    b = _bit_of(x, bmask)
+    if not (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1):
+        return False
+    s = x & mask
+    while tab[s] != EMPTY:
+        if tab[s] == x:
+            return True
+        s = (s + np.uint64(1)) & mask
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def windows_at_in_set(tokens, w, starts, tab, bits, out):
+    """`windows_in_set` for the windows at ``starts`` only: out[j] = whether window
+    starts[j] (boundary-free, within tokens) hashes into the set."""
+    mask = np.uint64(len(tab) - 1)
+    bmask = np.uint64(len(bits) * 64 - 1)
+    for j in range(len(starts)):
+        p = np.int64(starts[j])
+        out[j] = False
+        if p + w > len(tokens):
+            continue
+        h = np.uint64(0)
+        whole = True
+        for i in range(p, p + w):
+            if tokens[i] == _INVALID32:
+                whole = False
+                break
+            h = h * _M + np.uint64(tokens[i]) + np.uint64(1)
+        if whole:
+            out[j] = _in_set(mix1(h) >> np.uint64(1), tab, mask, bits, bmask)
 
 
 @numba.njit(cache=True)

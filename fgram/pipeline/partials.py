@@ -182,23 +182,31 @@ def window_set(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def scan_unit(tokens: np.ndarray, limit: int, k: int, new_set: tuple[np.ndarray, np.ndarray],
-              tables: list[IdTable], old_size: int):
+              tables: list[IdTable], old_size: int, starts: np.ndarray | None = None):
     """Counts, in one unit of a kept shard, of the candidate k-grams it was never
     counted for: those whose (k-1)-prefix or (k-1)-suffix got its id in this refresh
     (id >= ``old_size``, its window in ``new_set``), the other one having an id too.
 
-    One compiled pass marks the windows that hash into the set; only the few
-    marked positions are then checked exactly by chained id lookups
+    One compiled pass marks the windows that hash into the set (only those at
+    ``starts`` when given: a superset of where the set's windows occur); only
+    the few marked positions are then checked exactly by chained id lookups
     (``tables`` = T_2..T_{k-1}). Returns sorted (keys, counts)."""
     w = k - 1
     n_pos = len(tokens) - k + 1
     if n_pos <= 0 or len(tables) < w - 1:
         return EMPTY_KEYS, EMPTY_COUNTS
     tokens = np.ascontiguousarray(tokens, np.uint32)
-    marked = np.zeros(len(tokens) - w + 1, bool)
-    cc.windows_in_set(tokens, w, new_set[0], new_set[1], marked)
-    pos = np.flatnonzero(marked[:n_pos] | marked[1:n_pos + 1])
-    pos = pos[pos < limit]
+    if starts is None:
+        marked = np.zeros(len(tokens) - w + 1, bool)
+        cc.windows_in_set(tokens, w, new_set[0], new_set[1], marked)
+        hits = np.flatnonzero(marked)
+    else:
+        marked = np.zeros(len(starts), bool)
+        cc.windows_at_in_set(tokens, w, starts, new_set[0], new_set[1], marked)
+        hits = starts[marked].astype(np.int64)
+    # a k-gram at p has its prefix window at p or its suffix window at p + 1
+    pos = np.union1d(hits, hits - 1)
+    pos = pos[(pos >= 0) & (pos < min(n_pos, limit))]
     if not len(pos):
         return EMPTY_KEYS, EMPTY_COUNTS
     span = pos[:, None] + np.arange(k)
