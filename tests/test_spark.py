@@ -29,6 +29,28 @@ def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
     assert sp._with_class_archive(settings) is None and settings[sp.JAVA_OPTS] == ""
 
 
+def test_only_the_most_recently_used_archives_are_kept(monkeypatch, tmp_path):
+    """Each JDK / Spark install (each new virtual environment) has its own ~180 MB
+    archive: before another is written, all but the KEEP_ARCHIVES most recently used
+    others are deleted; using one marks it used."""
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path))
+    final = sp.class_archive()
+    names = [f"spark-classes-{i:016x}.jsa" for i in range(sp.KEEP_ARCHIVES + 2)]
+    for age, name in enumerate(names):
+        path = tmp_path / name
+        path.write_bytes(b"x")
+        os.utime(path, (1e9 - age * 1000, 1e9 - age * 1000))     # names[0] the newest
+    open(tmp_path / "other.txt", "w").close()
+    os.rename(tmp_path / names[-1], final)       # the oldest is this install's: using it ...
+    assert sp._with_class_archive({sp.JAVA_OPTS: ""}) is None
+    assert os.stat(final).st_mtime > 1e9         # ... makes it the most recently used
+    os.remove(final)                             # gone: the next run writes it afresh
+    assert sp._with_class_archive({sp.JAVA_OPTS: ""}) == final
+    left = sorted(n for n in os.listdir(tmp_path) if n.endswith(".jsa"))
+    assert left == sorted(names[:sp.KEEP_ARCHIVES])
+    assert os.path.exists(tmp_path / "other.txt")
+
+
 def test_first_context_publishes_the_archive_and_the_next_one_uses_it(tmp_path):
     """Two fresh processes: the first launches its JVM recording the classes it loads
     and publishes the archive at exit; the second starts from it; both run a job."""

@@ -75,12 +75,38 @@ def _with_class_archive(settings: dict) -> str | None:
     quiet = " -Xlog:cds=off -Xlog:cds+dynamic=off"      # an unusable archive is skipped silently
     if os.path.exists(final):
         settings[JAVA_OPTS] += f" -XX:SharedArchiveFile={final}{quiet}"
+        try:
+            os.utime(final)     # its time is its last use: see _remove_stale
+        except OSError:
+            pass
         return None
     if os.path.exists(final + ".none"):     # this JVM could not write one: do not retry
         return None
     _remove_orphans(os.path.dirname(final))
+    _remove_stale(os.path.dirname(final), KEEP_ARCHIVES)
     settings[JAVA_OPTS] += f" -XX:ArchiveClassesAtExit={_being_written(final)}{quiet}"
     return final
+
+
+KEEP_ARCHIVES = 3   # archives of other JDKs / Spark installs (venvs) kept besides a new one
+
+
+def _remove_stale(folder: str, keep: int) -> None:
+    """Before another archive is written (~180 MB each; one per JDK and Spark install,
+    so each new virtual environment adds one): delete all but the ``keep`` most
+    recently used ones."""
+    archives = []
+    for name in os.listdir(folder):
+        if name.startswith("spark-classes-") and name.endswith(".jsa"):
+            try:
+                archives.append((os.stat(os.path.join(folder, name)).st_mtime, name))
+            except OSError:
+                pass
+    for _, name in sorted(archives, reverse=True)[keep:]:
+        try:
+            os.remove(os.path.join(folder, name))
+        except OSError:
+            pass
 
 
 def _remove_orphans(folder: str) -> None:
