@@ -206,8 +206,9 @@ def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
     places where a bigram can occur that gets an id later (id tables only grow), so
     a later refresh scans just these for new bigram ids, not the whole unit."""
     t = tokens
-    return np.flatnonzero((ids[:len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID)
-                          & (t[1:] != kn.INVALID)).astype(np.uint32)
+    at = np.flatnonzero((ids[:len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID)
+                        & (t[1:] != kn.INVALID))
+    return at.astype(np.uint32 if len(t) <= 2**32 else np.int64)   # 4 bytes unless huge units
 
 
 @as_task
