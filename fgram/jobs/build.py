@@ -567,6 +567,8 @@ def rank_split(groups: Groups, parallelism: int, selected: int) -> np.ndarray:
     multiple of the cores (no lone last round)."""
     rounds = max(1, math.ceil(selected / (parallelism * RANK_ROWS)))
     return groups.split(parallelism * rounds, selected)
+
+
 _DECODED_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 

@@ -11,6 +11,7 @@ import functools
 import multiprocessing as mp
 import os
 import re
+import time
 
 from fgram.pipeline.errors import FgramError, from_marker_text
 
@@ -92,7 +93,6 @@ class SparkExecutor(Executor):
         leaves the scheduler's count when its end is reported, after its completion
         listeners ran (the status tracker's executor counts miss the driver's tasks
         in local mode). False if still busy after ``limit`` seconds."""
-        import time
         scheduler = self.sc._jsc.sc().taskScheduler()
         end = time.time() + limit
         while True:

@@ -76,14 +76,13 @@ def _with_class_archive(settings: dict) -> str | None:
     if os.path.exists(final):
         settings[JAVA_OPTS] += f" -XX:SharedArchiveFile={final}{quiet}"
         try:
-            os.utime(final)     # its time is its last use: see _remove_stale
+            os.utime(final)     # its time is its last use: see _tidy
         except OSError:
             pass
         return None
     if os.path.exists(final + ".none"):     # this JVM could not write one: do not retry
         return None
-    _remove_orphans(os.path.dirname(final))
-    _remove_stale(os.path.dirname(final), KEEP_ARCHIVES)
+    _tidy(os.path.dirname(final), KEEP_ARCHIVES)
     settings[JAVA_OPTS] += f" -XX:ArchiveClassesAtExit={_being_written(final)}{quiet}"
     return final
 
@@ -91,36 +90,31 @@ def _with_class_archive(settings: dict) -> str | None:
 KEEP_ARCHIVES = 3   # archives of other JDKs / Spark installs (venvs) kept besides a new one
 
 
-def _remove_stale(folder: str, keep: int) -> None:
-    """Before another archive is written (~180 MB each; one per JDK and Spark install,
-    so each new virtual environment adds one): delete all but the ``keep`` most
-    recently used ones."""
-    archives = []
+def _tidy(folder: str, keep: int) -> None:
+    """Before another archive is written: delete the archives being written by runs
+    that are gone (killed before their JVM exited), and all but the ``keep`` most
+    recently used archives (~180 MB each; one per JDK and Spark install, so each new
+    virtual environment adds one)."""
+    from .publish import process_alive
+
+    doomed, archives = [], []
     for name in os.listdir(folder):
-        if name.startswith("spark-classes-") and name.endswith(".jsa"):
+        if not name.startswith("spark-classes-"):
+            continue
+        parts = name.split(".")
+        if parts[-1] == "tmp" and parts[-2].isdigit() and not process_alive(int(parts[-2])):
+            doomed.append(name)
+        elif name.endswith(".jsa"):
             try:
                 archives.append((os.stat(os.path.join(folder, name)).st_mtime, name))
             except OSError:
                 pass
-    for _, name in sorted(archives, reverse=True)[keep:]:
+    doomed += [name for _, name in sorted(archives, reverse=True)[keep:]]
+    for name in doomed:
         try:
             os.remove(os.path.join(folder, name))
         except OSError:
             pass
-
-
-def _remove_orphans(folder: str) -> None:
-    """Archives being written by runs that are gone (killed before their JVM exited)."""
-    from .publish import process_alive
-
-    for name in os.listdir(folder):
-        parts = name.split(".")
-        if name.startswith("spark-classes-") and parts[-1] == "tmp" and parts[-2].isdigit() \
-                and not process_alive(int(parts[-2])):
-            try:
-                os.remove(os.path.join(folder, name))
-            except OSError:
-                pass
 
 
 def _keep_class_archive(sc, final: str) -> None:
