@@ -122,6 +122,45 @@ def test_old_units_are_scanned_at_their_rare_bigrams_or_whole_without_them(tmp_p
     assert tables[False] == tables[True] == select(old + new, 4, 4, 80)
 
 
+def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path, monkeypatch):
+    """Counts only grow when shards are only added, so the current version's cutoff
+    bounds the new one: more text of the same kind needs no scan of old shards for
+    n-grams that crossed min-count (the first version's lower thresholds left ids to
+    spare), and n-grams exactly at the cutoff stay in. With a shard removed, no bound."""
+    rng = np.random.default_rng(1)
+    book = [rng.integers(1, 40, 5).tolist() for _ in range(12)]
+
+    def doc():      # phrases of the book between random tokens
+        return [t for _ in range(6) for t in (book[rng.integers(0, 12)] if rng.random() < 0.5
+                                              else rng.integers(1, 40, 3).tolist())]
+    old, more, tiny = [doc() for _ in range(40)], [doc() for _ in range(4)], [[9]] * 3
+    a, b, c = (write_bin(str(tmp_path / f"{n}.bin"), docs, sep=0)
+               for n, docs in (("a", old), ("b", more), ("c", tiny)))
+    opts = dict(unit=300, max_len=4, min_count=2, size=100)
+    first = _refresh(tmp_path / "out", [a], **opts)["manifest"]
+    cutoff = first["cutoff_count"]
+    assert first["fgrams"] == 100 and cutoff > first["passes"][1]["threshold"] == 2
+    # no n-gram added (c's documents are one token long): the same cutoff, its ties kept
+    m = _refresh(tmp_path / "out", [a, c], **opts)["manifest"]
+    assert m["passes"][0]["count_threshold"] == cutoff == m["cutoff_count"]
+    assert result(tmp_path / "out" / "current") == select(old + tiny, 4, 2, 100)
+    m = _refresh(tmp_path / "out", [a, c, b], **opts)["manifest"]
+    assert m["passes"][0]["count_threshold"] == cutoff
+    assert sum(p["scanned_units"] for p in m["passes"]) == 0
+    assert result(tmp_path / "out" / "current") == select(old + tiny + more, 4, 2, 100)
+    m = _refresh(tmp_path / "out", [a, b], **opts)["manifest"]        # c removed
+    assert m["passes"][0]["count_threshold"] == 2
+    assert result(tmp_path / "out" / "current") == select(old + more, 4, 2, 100)
+    # the same addition without the bound: a's units are scanned, the same table
+    real = rf._refresh
+    monkeypatch.setattr(rf, "_refresh", lambda *args: real(*args[:6], None))
+    _refresh(tmp_path / "unbound", [a], **opts)
+    m = _refresh(tmp_path / "unbound", [a, b], **opts)["manifest"]
+    assert m["passes"][0]["count_threshold"] == 2
+    assert sum(p["scanned_units"] for p in m["passes"]) > 0
+    assert result(tmp_path / "unbound" / "current") == select(old + more, 4, 2, 100)
+
+
 def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 4, 2, 3, 4, 1, 2]] * 4
     a = write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=2)

@@ -20,7 +20,11 @@ length by length:
    and reads totals as base + delta (the base is only read, not rewritten,
    until the delta outgrows a quarter of it);
 3. finds the frequent set with the build's thresholds, and appends the
-   k-grams that became frequent to T_k;
+   k-grams that became frequent to T_k; a refresh that only adds shards
+   starts its thresholds at the current version's cutoff count (every count
+   can only grow, so the S f-grams it has keep at least that count): T_k gets
+   only k-grams that can still be f-grams, and the margin the first version's
+   lower thresholds left in the id tables spares most scans of old shards;
 4. on old shards counts only what their partials lack: (k+1)-grams whose
    prefix or suffix got its id in step 3 (one compiled pass over the tokens
    that tests a hash set, then exact checks at the few hits). For 3-grams the
@@ -362,8 +366,9 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
     # Spark's JVM starts (seconds) while the driver plans and counts new units
     starting = _Starting(cfg, spark)
     try:
+        bound = old.get("cutoff_count") if old_store and old.get("fgrams") == cfg.size else None
         manifest, store = _refresh(cfg, root, os.path.join(staging, "_work"), shards,
-                                   old_store, starting)
+                                   old_store, starting, bound)
         manifest["run_fingerprint"] = digest
         manifest["refresh"]["previous"] = previous
         save_json(os.path.join(staging, "store.json"), store)
@@ -382,7 +387,9 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
 
 
 def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_store: dict | None,
-             starting: _Starting) -> tuple[dict, dict]:
+             starting: _Starting, old_cutoff: int | None = None) -> tuple[dict, dict]:
+    """``old_cutoff``: the cutoff count of the version ``old_store`` belongs to, when that
+    version held S f-grams (None otherwise)."""
     t_begin = time.time()
     old_store = old_store or {"levels": {}, "shards": {}}
     old_levels = {int(k): v for k, v in old_store["levels"].items()}
@@ -410,7 +417,9 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
     new_entries = {digests[i]: {"record": shard_record(shards[i]),
                                 "totals": {"documents": 0, "tokens": 0}, "partials": {}}
                    for i in new_idx}
-    threshold = cfg.min_count
+    # only shards added: the current version's S f-grams keep at least its cutoff count, so
+    # the new cutoff is at least that, and nothing counted less can be an f-gram
+    threshold = max(cfg.min_count, old_cutoff or 0) if not removed else cfg.min_count
     hists: dict[int, dict[int, int]] = {}
     levels: dict[int, dict] = {}
     passes = []
