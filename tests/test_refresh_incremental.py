@@ -161,6 +161,25 @@ def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path, monkeyp
     assert result(tmp_path / "unbound" / "current") == select(old + more, 4, 2, 100)
 
 
+def test_the_store_keys_16_bit_tokens_narrowly_and_wider_tokens_start_it_afresh(tmp_path):
+    """16-bit flat shards: keys of 32 + 16 bits (tokens up to 65535 kept apart from
+    the prefix id); a Parquet shard (any width) starts a store of 64-bit keys."""
+    rng = np.random.default_rng(4)
+    words = [1, 2, 65535, 65534, 40000, 32768, 255, 256]
+    docs = [[words[i] for i in rng.integers(0, len(words), 30)] for _ in range(20)]
+    a = write_bin(str(tmp_path / "a.bin"), docs[:10], sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), docs[10:], sep=0)
+    c = write_parquet(str(tmp_path / "c.parquet"), docs[:5])
+    root = tmp_path / "out"
+    opts = dict(unit=70, max_len=4, min_count=2, size=120)
+    for paths, want in (([a], docs[:10]), ([a, b], docs), ([a, b, c], docs + docs[:5])):
+        r = _refresh(root, paths, **opts)
+        store = load_json(os.path.join(vs.version_path(str(root), r["version"]), "store.json"))
+        assert store["options"]["key_bits"] == [32, 32 if c in paths else 16]
+        assert r["manifest"]["refresh"]["store_reused"] == (paths == [a, b])
+        assert result(root / "current") == select(want, 4, 2, 120)
+
+
 def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 4, 2, 3, 4, 1, 2]] * 4
     a = write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=2)

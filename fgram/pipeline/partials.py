@@ -4,7 +4,7 @@ The refresh store (see `jobs/refresh.py`) keeps, per n-gram length k:
 
 - the id table T_k: every k-gram that was ever frequent in a version, with a
   stable id (new ones are appended, never renumbered), its key
-  ``WIDE.encode(id of its (k-1)-prefix, last token)`` and its tokens;
+  ``code.encode(id of its (k-1)-prefix, last token)`` and its tokens;
 - every shard's partial counts of its candidate k-grams: those whose
   (k-1)-prefix and (k-1)-suffix both have an id in T_{k-1} (the invariant that
   makes reuse exact), as sorted (key, count) runs;
@@ -12,15 +12,17 @@ The refresh store (see `jobs/refresh.py`) keeps, per n-gram length k:
   ranges) plus a delta (the sum of what changed since the base was written,
   counts may be negative), so that a refresh reads and writes only what changed.
 
-All keys are `kernels.WIDE` keys: a fixed 64-bit bijection of (prefix id << 32 |
-last token), sorted ascending, uniform over the key space (ranges split evenly).
+All keys are made by one `kernels.KeyCode` per store (`store_code`): a fixed
+bijection of (prefix id << last_bits | last token), 32 + 16 bits when every
+shard holds 16-bit tokens (its count sorts one word per position), else 32 +
+32 (`WIDE`); sorted ascending, uniform over the key space (ranges split evenly).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import compiled as cc
-from .kernels import INVALID, WIDE, key_slice, lookup_sorted, merge_counts
+from .kernels import INVALID, WIDE, KeyCode, key_slice, lookup_sorted, merge_counts
 
 EMPTY_KEYS = np.zeros(0, np.uint64)
 EMPTY_COUNTS = np.zeros(0, np.int64)
@@ -93,9 +95,11 @@ class IdTable:
     refresh's additions (ids ``start .. start+n-1``), so a refresh writes only what
     it adds. Keys are distinct across chunks."""
 
-    def __init__(self, k: int, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
+    def __init__(self, k: int, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+                 code: KeyCode = WIDE):
         self.k = k
         self.chunks = chunks
+        self.code = code
         self.size = sum(len(c[1]) for c in chunks)
         self._tokens = None
 
@@ -132,7 +136,7 @@ class IdTable:
         none) as a new chunk (keys, ids, tokens), ids after the existing ones.
         ``prefix``: T_{k-1} (None for k = 2: prefixes are tokens)."""
         new_keys = frequent[absent]
-        first, last = WIDE.decode(new_keys)
+        first, last = self.code.decode(new_keys)
         rows = first[:, None].astype(np.uint32) if prefix is None else prefix.tokens()[first]
         rows = np.concatenate([rows, last[:, None].astype(np.uint32)], axis=1)
         ids = np.arange(self.size, self.size + len(new_keys), dtype=np.uint32)
@@ -157,7 +161,8 @@ def chain_ids(windows: np.ndarray, tables: list[IdTable]) -> np.ndarray:
     ids = windows[:, 0].astype(np.int64)
     valid = windows[:, 0] != INVALID
     for j in range(1, w):
-        found = tables[j - 1].lookup_any(WIDE.encode(np.where(valid, ids, 0), windows[:, j]))
+        found = tables[j - 1].lookup_any(tables[j - 1].code.encode(np.where(valid, ids, 0),
+                                                                   windows[:, j]))
         valid &= (found != INVALID) & (windows[:, j] != INVALID)
         ids = np.where(valid, found, 0).astype(np.int64)
     return np.where(valid, ids, int(INVALID)).astype(np.uint32)
@@ -214,6 +219,6 @@ def scan_unit(tokens: np.ndarray, limit: int, k: int, new_set: tuple[np.ndarray,
     a = chain_ids(grams[:, :w], tables)
     b = chain_ids(grams[:, 1:], tables)
     ok = (a != INVALID) & (b != INVALID) & ((a >= old_size) | (b >= old_size))
-    keys = WIDE.encode(a[ok], grams[ok, w])
+    keys = tables[-1].code.encode(a[ok], grams[ok, w])
     keys, counts = np.unique(keys, return_counts=True)
     return keys, counts.astype(np.int64)
