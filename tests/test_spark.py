@@ -106,3 +106,16 @@ def test_wait_idle_outlasts_the_tasks_of_a_cancelled_job(spark):
     t0 = time.time()
     assert ex.wait_idle(30)
     assert time.time() - t0 < 30
+
+
+def test_local_workers_import_the_installed_pyspark_not_the_source_zip(spark):
+    """Spark puts pyspark's source zip first on the workers' path; compiling it at every
+    daemon and worker start cost ~1 s of CPU. Local mode's daemon imports the installed,
+    byte-compiled pyspark (the driver's own)."""
+    import pyspark
+
+    def where(_):
+        import pyspark as p
+        return p.__file__
+    got = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
+    assert set(got) == {pyspark.__file__} and ".zip" not in pyspark.__file__, got
