@@ -134,8 +134,9 @@ def refresh_command(out, inputs, keep, **opts):
     content checksum) and options are those of the current version. Incremental: per-shard
     partial counts kept in OUT/store/ are reused, so only new shards are counted (old ones
     are read again only for n-grams that became frequent); removed or changed shards are
-    subtracted. Other -K/--min-count/--size/reading options start the store afresh. Read
-    the table through OUT/current (`fgram show` and `fgram diff` also take OUT).
+    subtracted. Other -K/--min-count/--size/reading options start the store afresh, as
+    does a shard of wider tokens joining 16-bit flat shards. Read the table through
+    OUT/current (`fgram show` and `fgram diff` also take OUT).
     """
     from fgram.jobs.refresh import run_refresh
 
