@@ -119,3 +119,14 @@ def test_local_workers_import_the_installed_pyspark_not_the_source_zip(spark):
         return p.__file__
     got = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
     assert set(got) == {pyspark.__file__} and ".zip" not in pyspark.__file__, got
+
+
+def test_the_daemon_module_only_where_fgram_launches_local_spark(monkeypatch):
+    """Under spark-submit the package may reach the workers only as --py-files, which
+    the daemon (started before any task) cannot import: pyspark's own daemon there."""
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
+    assert sp._settings(None, None)[1][sp.DAEMON] == "fgram.pipeline.spark_daemon"
+    assert sp.DAEMON not in sp._settings("spark://127.0.0.1:7077", None)[1]
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.master=local[2] pyspark-shell")
+    assert sp.DAEMON not in sp._settings("local[2]", None)[1]

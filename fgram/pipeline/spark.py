@@ -17,7 +17,7 @@ def local_defaults() -> dict[str, str]:
         "spark.task.maxFailures": "4",
         # the workers' pyspark from the installed package, not Spark's source zip
         # (`spark_daemon`): ~1 s of CPU less at every start
-        "spark.python.daemon.module": "fgram.pipeline.spark_daemon",
+        DAEMON: "fgram.pipeline.spark_daemon",
         # The driver JVM only schedules here (data moves in files, not through the
         # JVM), and on a small machine its C2 JIT and parallel GC threads take CPU
         # from the tasks: C1-only JIT and the serial GC (about 11% faster at 100M
@@ -27,6 +27,7 @@ def local_defaults() -> dict[str, str]:
 
 
 JAVA_OPTS = "spark.driver.extraJavaOptions"
+DAEMON = "spark.python.daemon.module"
 
 
 def class_archive() -> str | None:
@@ -159,6 +160,8 @@ def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | No
     # bind to 127.0.0.1 only in local mode: a cluster's executors must reach the driver
     settings = local_defaults() if effective.startswith("local") else {
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    if submitted:       # --py-files reach a worker only after its daemon has started
+        settings.pop(DAEMON, None)
     settings.update(conf or {})
     return chosen, settings
 

@@ -4,7 +4,9 @@ Spark puts its source zip of pyspark first on the workers' PYTHONPATH. A zip
 holds no compiled bytecode, so every daemon start compiled pyspark again
 (~1 s of CPU, measured), and every worker it forks compiled the worker
 modules (~0.3-0.5 s more each), all while the driver is counting. Local mode
-runs this instead (``spark.python.daemon.module``): it moves the zips behind
+started by fgram itself (not under spark-submit, whose --py-files reach a
+worker only after its daemon has started) runs this instead
+(``spark.python.daemon.module``): it moves the zips behind
 the interpreter's own paths, where the same pyspark is installed with its
 ``.pyc`` files, then runs pyspark's daemon. It imports nothing else before
 the daemon forks its workers (no threads may run across a fork).
