@@ -153,7 +153,7 @@ def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path, monkeyp
     assert result(tmp_path / "out" / "current") == select(old + more, 4, 2, 100)
     # the same addition without the bound: a's units are scanned, the same table
     real = rf._refresh
-    monkeypatch.setattr(rf, "_refresh", lambda *args: real(*args[:6], None))
+    monkeypatch.setattr(rf, "_refresh", lambda *args: real(*args[:-1], None))
     _refresh(tmp_path / "unbound", [a], **opts)
     m = _refresh(tmp_path / "unbound", [a, b], **opts)["manifest"]
     assert m["passes"][0]["count_threshold"] == 2

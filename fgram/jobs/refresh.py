@@ -359,6 +359,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
     previous = vs.current(root)
     shards = plan_shards(cfg.inputs, cfg.read_options())
     digest = fingerprint_digest(run_fingerprint(cfg, shards))
+    code = store_code(shards)
     old_store = None
     if previous is not None:
         vpath = vs.version_path(root, previous)
@@ -368,7 +369,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
                     "pruned": vs.prune(root, keep), "collected": collect_garbage(root)}
         if os.path.exists(os.path.join(vpath, "store.json")):
             old_store = load_json(os.path.join(vpath, "store.json"))
-            if old_store.get("options") != store_options(cfg, store_code(shards)):
+            if old_store.get("options") != store_options(cfg, code):
                 old_store = None        # other options: start the store afresh
     vid = vs.new_version_id()
     out = vs.version_path(root, vid)
@@ -381,7 +382,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
     try:
         bound = old.get("cutoff_count") if old_store and old.get("fgrams") == cfg.size else None
         manifest, store = _refresh(cfg, root, os.path.join(staging, "_work"), shards,
-                                   old_store, starting, bound)
+                                   old_store, starting, code, bound)
         manifest["run_fingerprint"] = digest
         manifest["refresh"]["previous"] = previous
         save_json(os.path.join(staging, "store.json"), store)
@@ -400,9 +401,11 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
 
 
 def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_store: dict | None,
-             starting: _Starting, old_cutoff: int | None = None) -> tuple[dict, dict]:
-    """``old_cutoff``: the cutoff count of the version ``old_store`` belongs to, when that
-    version held S f-grams (None otherwise)."""
+             starting: _Starting, code: kn.KeyCode,
+             old_cutoff: int | None = None) -> tuple[dict, dict]:
+    """``code``: the store's keys (`store_code` of ``shards``); ``old_cutoff``: the cutoff
+    count of the version ``old_store`` belongs to, when that version held S f-grams
+    (None otherwise)."""
     t_begin = time.time()
     old_store = old_store or {"levels": {}, "shards": {}}
     old_levels = {int(k): v for k, v in old_store["levels"].items()}
@@ -416,7 +419,6 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
     kept_units = plan_units(kept_shards, cfg.unit_tokens)
     rare = [{(a, b): name for a, b, name in old_store["shards"][digests[i]].get("rare", [])}
             for i in kept_idx]
-    code = store_code(shards)
     plan = RPlan(cfg, root, work, code, new_shards, plan_units(new_shards, cfg.unit_tokens),
                  kept_shards, kept_units,
                  {k: lv["table"] for k, lv in old_levels.items() if lv["table"]},
