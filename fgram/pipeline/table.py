@@ -149,7 +149,10 @@ def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     sorted_head = head[order]
     tie = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
     if len(tie):        # the rows of tied runs sit at these positions, runs in order
-        at = np.union1d(tie, tie + 1)
+        in_run = np.zeros(n, bool)
+        in_run[tie] = True
+        in_run[tie + 1] = True
+        at = np.flatnonzero(in_run)
         rows = order[at]
         order[at] = rows[np.lexsort([w[rows] for w in words[::-1]] + [head[rows]])]
     return order
