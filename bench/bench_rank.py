@@ -1,8 +1,9 @@
 """Side by side: the select's rank tasks (number rows of whole (count, length) groups and
-write them as Parquet), the current `table.write_ranked` against a candidate, on the rows
-of a real table.
+write them as Parquet), this checkout's `table.write_ranked` against another version of
+`fgram/pipeline/table.py`, on the rows of a real table.
 
-    python bench/bench_rank.py TABLE_DIR [--tasks 4] [--repeat 3]
+    git show REV:fgram/pipeline/table.py > /tmp/table_rev.py
+    python bench/bench_rank.py TABLE_DIR --against /tmp/table_rev.py [--tasks 4] [--repeat 3]
 
 TABLE_DIR: an f-gram table (a build's or a version's `fgrams/`). Its rows are split
 by length and shuffled (the rank tasks get them in hash-key order), histograms and
@@ -13,6 +14,7 @@ implementation (sum over tasks, one process).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -47,6 +49,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size", type=int, default=None)
+    ap.add_argument("--against", help="another version of fgram/pipeline/table.py")
     a = ap.parse_args()
     rows = load_rows(a.table)
     hists = {k: dict(zip(*[x.tolist() for x in np.unique(c, return_counts=True)]))
@@ -55,10 +58,12 @@ def main() -> None:
     cutoff, cut_len, selected, _ = _selection(hists, size)
     groups = tb.Groups(hists, cutoff, cut_len)
     firsts = groups.split(a.tasks, selected)
-    impls = {"current": tb.write_ranked}
-    cand = getattr(tb, "write_ranked_compiled", None)
-    if cand is not None:
-        impls["compiled"] = cand
+    impls = {"this": tb.write_ranked}
+    if a.against:
+        spec = importlib.util.spec_from_file_location("fgram.pipeline._against", a.against)
+        other = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(other)
+        impls["against"] = other.write_ranked
     out = tempfile.mkdtemp()
     try:
         # the rows of each task, as a rank task gets them
@@ -70,10 +75,9 @@ def main() -> None:
                 m = groups.rows_in(cnts, k, g0, g1)
                 mine[k] = (toks[m], cnts[m])
             tasks.append((mine, lo, hi))
-        for name, fn in impls.items():      # warm-up (compile)
-            fn(*(lambda m, lo, hi: ({k: (t[:1000], c[:1000]) for k, (t, c) in m.items()},
-                                    groups, lo, hi))(*tasks[-1]),
-               os.path.join(out, "w.parquet")) if False else None
+        for name, fn in impls.items():      # warm-up (compiled kernels load)
+            mine, lo, hi = tasks[-1]
+            fn(mine, groups, lo, hi, os.path.join(out, "w.parquet"))
         times = {n: [] for n in impls}
         for rep in range(a.repeat):
             for name, fn in impls.items():
@@ -82,10 +86,10 @@ def main() -> None:
                     fn(mine, groups, lo, hi, os.path.join(out, f"{name}-{r}.parquet"))
                 times[name].append(time.perf_counter() - t0)
         for r in range(len(tasks)):
-            ref = pq.read_table(os.path.join(out, f"current-{r}.parquet"))
+            ref = pq.read_table(os.path.join(out, f"this-{r}.parquet"))
             for name in impls:
                 if not pq.read_table(os.path.join(out, f"{name}-{r}.parquet")).equals(ref):
-                    raise SystemExit(f"{name} differs from current in task {r}")
+                    raise SystemExit(f"{name} differs from this checkout's in task {r}")
         print(f"{selected} rows, {len(tasks)} tasks")
         for name, ts in times.items():
             print(f"{name:10s} " + " ".join(f"{t:.2f}" for t in ts) + f"  best {min(ts):.2f} s")

@@ -224,3 +224,41 @@ def test_groups_split_cuts_near_equal_shares(sizes, tasks, cut):
     assert (groups.start[firsts] < rows).all()          # no task past the selection
     per = np.diff(np.minimum(np.append(groups.start[firsts], rows), rows))
     assert per.sum() == rows and per.max() <= rows / tasks + max(sizes)
+
+
+@given(data=st.data(), tasks=st.integers(1, 6), size=st.integers(1, 120),
+       top=st.sampled_from([3, 2**16 - 1, 2**31 - 1]))
+def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, tasks, size, top):
+    """Rows of lengths 2..6 split into rank tasks of whole groups, each written by
+    `write_ranked`: together, the first S rows by (count desc, length, tokens), numbered.
+    Tokens of 2, 16 and 31 bits from few values: rows tie on the leading tokens that
+    fit one sort word."""
+    import pyarrow.parquet as pq
+
+    from fgram.jobs.build import _selection
+    from fgram.pipeline.table import Groups, write_ranked
+    rows = {}
+    for k in range(2, 7):
+        toks = data.draw(st.lists(st.tuples(*[st.sampled_from([0, 1, 2, top])] * k),
+                                  unique=True, max_size=40))
+        counts = data.draw(st.lists(st.integers(1, 6), min_size=len(toks),
+                                    max_size=len(toks)))
+        rows[k] = (np.array(toks, np.uint32).reshape(-1, k), np.array(counts, np.int64))
+    want = sorted(((-int(c), k, tuple(t.tolist())) for k, (ts, cs) in rows.items()
+                   for t, c in zip(ts, cs)))[:size]
+    hists = {k: dict(Counter(cs.tolist())) for k, (_, cs) in rows.items() if len(cs)}
+    cutoff, cut_len, selected, _ = _selection(hists, size)
+    groups = Groups(hists, cutoff, cut_len)
+    firsts = groups.split(tasks, selected)
+    out = tmp_path_factory.mktemp("rank")
+    got = []
+    for r in range(len(firsts)):
+        g0, g1, lo, hi = groups.task_span(firsts, r, selected)
+        mine = {}
+        for k, (ts, cs) in rows.items():
+            m = groups.rows_in(cs, k, g0, g1)
+            mine[k] = (ts[m], cs[m])
+        assert write_ranked(mine, groups, lo, hi, str(out / f"{r}.parquet")) == max(hi - lo, 0)
+        got += pq.read_table(out / f"{r}.parquet").to_pylist()
+    assert [row["fgram_id"] for row in got] == list(range(len(want)))
+    assert [(-row["count"], row["length"], tuple(row["tokens"])) for row in got] == want

@@ -663,3 +663,57 @@ def combine_runs(bk, bc, dk, dc, floor, ok, oc):
             oc[m] = t
             m += 1
     return m, bad
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_head(tokens, rank, lead, vbits, out):
+    """out[i] = rank[i], then tokens[i, :lead] (vbits each), as one uint64 (`table._rank_order`)."""
+    for i in range(tokens.shape[0]):
+        h = np.uint64(rank[i])
+        for j in range(lead):
+            h = (h << vbits) | np.uint64(tokens[i, j])
+        out[i] = h
+
+
+@numba.njit(cache=True, nogil=True)
+def place_ranked(counts, order, gcount, gstart, lo, hi, k, lengths, out_counts, dest):
+    """Number rows of one length, visited in rank order (``order``), in whole groups:
+    ``gcount``/``gstart`` are this length's groups (counts descending, first ids). Row
+    order[i] gets id gstart[g] + (i - first i of its count); ids in [lo, hi) are written
+    (lengths, out_counts at id - lo) and dest[i] = id - lo, else dest[i] = -1. False if a
+    row's count has no group."""
+    g = -1
+    run = 0
+    prev = -1
+    for i in range(len(order)):
+        c = counts[order[i]]
+        if c != prev:
+            prev = c
+            run = i
+            g += 1
+            while g < len(gcount) and gcount[g] != c:
+                g += 1
+            if g == len(gcount):
+                return False
+        fid = gstart[g] + (i - run)
+        if fid < hi:
+            p = fid - lo
+            lengths[p] = k
+            out_counts[p] = c
+            dest[i] = p
+        else:
+            dest[i] = -1
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_rows(tokens, order, dest, offsets, flat):
+    """flat[offsets[dest[i]]:][:k] = tokens[order[i]] for every i with dest[i] >= 0."""
+    k = tokens.shape[1]
+    for i in range(len(order)):
+        p = dest[i]
+        if p >= 0:
+            o = offsets[p]
+            r = order[i]
+            for j in range(k):
+                flat[o + j] = tokens[r, j]

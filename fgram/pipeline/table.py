@@ -1,4 +1,4 @@
-"""The f-gram table: ranking and the Parquet schema (numpy / pyarrow only).
+"""The f-gram table: ranking and the Parquet schema (numpy / pyarrow, compiled kernels).
 
 ``fgram_id`` is the rank by (count desc, length asc, token ids asc). The rank
 of a whole (count, length) group is known from count histograms alone, so a
@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from . import compiled as cc
+from .errors import FgramError
 
 SCHEMA = pa.schema([("fgram_id", pa.int64()), ("length", pa.int8()),
                     ("tokens", pa.list_(pa.int32())), ("count", pa.int64())])
@@ -132,20 +135,11 @@ def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     rank, distinct = dense_rank_desc(counts)
     rbits = max(int(distinct - 1).bit_length(), 1)
     lead = min(k, (64 - rbits) // vbits)
-    head = rank.astype(np.uint64) << np.uint64(lead * vbits)
-    for j in range(lead):
-        head |= tokens[:, j].astype(np.uint64) << np.uint64((lead - 1 - j) * vbits)
+    head = np.empty(n, np.uint64)
+    cc.pack_head(tokens, rank, lead, np.uint64(vbits), head)
     order = np.argsort(head)
     if lead == k:
         return order
-    words = []
-    per = 64 // vbits
-    for s in range(lead, k, per):
-        w = np.zeros(n, np.uint64)
-        for j in range(s, min(s + per, k)):
-            w <<= np.uint64(vbits)
-            w |= tokens[:, j].astype(np.uint64)
-        words.append(w)
     sorted_head = head[order]
     tie = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
     if len(tie):        # the rows of tied runs sit at these positions, runs in order
@@ -154,56 +148,50 @@ def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
         in_run[tie + 1] = True
         at = np.flatnonzero(in_run)
         rows = order[at]
-        order[at] = rows[np.lexsort([w[rows] for w in words[::-1]] + [head[rows]])]
+        rest = tokens[rows, lead:]
+        per = 64 // vbits
+        words = []
+        for s in range(0, k - lead, per):
+            w = np.zeros(len(rows), np.uint64)
+            for j in range(s, min(s + per, k - lead)):
+                w <<= np.uint64(vbits)
+                w |= rest[:, j].astype(np.uint64)
+            words.append(w)
+        order[at] = rows[np.lexsort(words[::-1] + [sorted_head[at]])]
     return order
-
-
-def rank_rows(tokens: np.ndarray, counts: np.ndarray, length: int,
-              groups: Groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ids of rows of one length holding whole groups: (ids, tokens, counts) sorted by id."""
-    if len(counts) == 0:
-        return np.zeros(0, np.int64), tokens, counts
-    order = _rank_order(tokens, counts)
-    tokens, counts = tokens[order], counts[order]
-    new = np.empty(len(counts), dtype=bool)
-    new[0] = True
-    np.not_equal(counts[1:], counts[:-1], out=new[1:])
-    first_row = np.maximum.accumulate(np.where(new, np.arange(len(counts)), 0))
-    gidx = groups.index(counts, length)
-    ids = groups.start[gidx] + (np.arange(len(counts)) - first_row)
-    return ids, tokens, counts
 
 
 def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path: str) -> int:
     """Number rows of whole groups (``rows``: length -> (tokens, counts)) and write the
     ones with ids in [lo, hi) as one Parquet file, in id order. Returns how many."""
     n = max(hi - lo, 0)
-    lengths = np.zeros(n, dtype=np.int64)
+    lengths = np.zeros(n, dtype=np.int8)
     counts = np.zeros(n, dtype=np.int64)
-    pieces = []
+    placed = []
     for k, (toks, cnts) in rows.items():
         if not len(cnts):
             continue
-        ids, t, c = rank_rows(toks, cnts, k, groups)
-        keep = ids < hi
-        ids, t, c = ids[keep] - lo, t[keep], c[keep]
-        lengths[ids] = k
-        counts[ids] = c
-        pieces.append((ids, t))
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    flat = np.zeros(int(lengths.sum()), dtype=np.uint32)
-    for ids, t in pieces:
-        at = starts[ids]
-        for j in range(t.shape[1]):
-            flat[at + j] = t[:, j]
-    write_table(arrow_table(np.arange(lo, lo + n), lengths, flat, counts), path)
+        order = _rank_order(toks, cnts)
+        mine = groups.length == k
+        dest = np.empty(len(order), np.int64)
+        if not cc.place_ranked(np.asarray(cnts, np.int64), order, groups.count[mine],
+                               groups.start[:-1][mine], lo, hi, k, lengths, counts, dest):
+            raise FgramError(f"internal: a selected {k}-gram's count has no group")
+        placed.append((toks, order, dest))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.zeros(int(offsets[-1]), dtype=np.int32)
+    for toks, order, dest in placed:
+        cc.scatter_rows(toks, order, dest, offsets, flat)
+    write_table(arrow_table(np.arange(lo, lo + n), lengths, offsets, flat, counts), path)
     return n
 
 
-def arrow_table(ids: np.ndarray, lengths: np.ndarray, flat_tokens: np.ndarray,
-                counts: np.ndarray) -> pa.Table:
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat_tokens.astype(np.int32)))
+def arrow_table(ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
+                flat_tokens: np.ndarray, counts: np.ndarray) -> pa.Table:
+    """The table's columns from numpy arrays (``offsets``: n + 1 starts into flat_tokens)."""
+    tokens = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)),
+                                      pa.array(flat_tokens.astype(np.int32, copy=False)))
     return pa.Table.from_arrays([pa.array(ids.astype(np.int64)), pa.array(lengths.astype(np.int8)),
                                  tokens, pa.array(counts.astype(np.int64))], schema=SCHEMA)
 
