@@ -262,3 +262,16 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
         got += pq.read_table(out / f"{r}.parquet").to_pylist()
     assert [row["fgram_id"] for row in got] == list(range(len(want)))
     assert [(-row["count"], row["length"], tuple(row["tokens"])) for row in got] == want
+
+
+@given(n=st.integers(0, 10_000), unit=st.integers(1, 3000))
+def test_flat_shards_split_into_the_fewest_units_of_equal_size(n, unit):
+    from types import SimpleNamespace
+
+    from fgram.pipeline.inputs import plan_units
+    units = plan_units([SimpleNamespace(format="flat", n_items=n)], unit)
+    sizes = [u.stop - u.start for u in units]
+    assert len(units) == -(-n // unit)
+    assert [u.start for u in units] == ([0] if units else []) + [u.stop for u in units[:-1]]
+    assert sum(sizes) == n and all(0 < s <= unit for s in sizes)
+    assert not sizes or max(sizes) - min(sizes) <= 1

@@ -232,12 +232,15 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
 
 
 def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
-    """Split shards into units of about `unit_tokens` tokens each."""
+    """Split shards into units of at most `unit_tokens` tokens each: a flat shard into
+    as few as that allows, of equal size (a shard of 1.5 units: two of 0.75, which
+    two cores count in the same time, not 1 and 0.5); a Parquet shard at row groups."""
     units = []
     for s_idx, shard in enumerate(shards):
         if shard.format == "flat":
-            for start in range(0, shard.n_items, unit_tokens):
-                units.append(Unit(s_idx, start, min(start + unit_tokens, shard.n_items)))
+            n = -(-shard.n_items // unit_tokens)
+            cuts = [shard.n_items * i // n for i in range(n + 1)] if n else []
+            units.extend(Unit(s_idx, a, b) for a, b in zip(cuts, cuts[1:]))
         else:
             first, size = 0, 0
             for g, values in enumerate(shard.row_groups):
