@@ -235,6 +235,13 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
             want[int(kn.WIDE.encode(np.array([ids[g[:-1]]]), np.array([g[-1]]))[0])] = c
     assert dict(zip(keys.tolist(), got.tolist())) == want
     assert list(keys) == sorted(keys)
+    with pytest.MonkeyPatch.context() as mp:       # at anchored starts: the same counts
+        mp.setattr(pt, "ANCHOR_SHARE", 1.0)
+        starts = pt.anchored_starts(s.tokens, new_rows)
+    if starts is not None:
+        keys3, got3 = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables,
+                                   old_size, starts)
+        assert dict(zip(keys3.tolist(), got3.tolist())) == want
     if k == 3:      # only at the bigrams that had no id before the new ones: the same counts
         t = s.tokens.tolist()
         before = [ids.get((a, b), old_size) < old_size if kn.INVALID not in (a, b) else False
@@ -247,6 +254,39 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
         keys2, got2 = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables,
                                    old_size, rare)
         assert dict(zip(keys2.tolist(), got2.tolist())) == want
+
+
+@given(tokens=st.lists(st.one_of(st.integers(0, 30), st.just(int(kn.INVALID))), max_size=300),
+       w=st.integers(2, 7), picks=st.lists(st.integers(0, 300), max_size=5),
+       extra=st.lists(st.lists(st.integers(0, 40), min_size=7, max_size=7), max_size=3),
+       share=st.sampled_from([1 / 32, 1.0]))
+def test_anchored_starts_include_every_place_a_row_occurs(tokens, w, picks, extra, share):
+    """Rows: windows taken from the unit (so they occur) and random ones; every start of
+    an occurrence must be among the anchored starts (when they are not given up)."""
+    t = np.array(tokens, np.uint32)
+    wins = [tuple(tokens[p:p + w]) for p in picks if p + w <= len(tokens)]
+    wins = [x for x in wins if int(kn.INVALID) not in x] + [tuple(e[:w]) for e in extra]
+    rows = np.array(wins, np.uint32).reshape(-1, w)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pt, "ANCHOR_SHARE", share)
+        mp.setattr(pt, "ANCHOR_STRIDE", 3)
+        got = pt.anchored_starts(t, rows)
+    if got is None:
+        return
+    want = {p for p in range(len(tokens) - w + 1) if tuple(tokens[p:p + w]) in set(wins)}
+    assert want <= set(got.tolist())
+    assert all(0 <= p <= len(tokens) - w for p in got.tolist())
+
+
+def test_anchored_starts_find_a_rare_window_in_a_long_unit():
+    """A unit of common tokens and two rows holding a rare one: a few starts, not a scan."""
+    rng = np.random.default_rng(0)
+    t = rng.integers(0, 20, 200_000).astype(np.uint32)
+    t[[1000, 150_000]] = 500
+    rows = np.array([t[998:1002], t[149_999:150_003]], np.uint32)
+    got = pt.anchored_starts(t, rows)
+    assert got is not None and {998, 149_999} <= set(got.tolist()) and len(got) <= 8
+    assert pt.anchored_starts(t, np.array([[1, 2, 3, 4]], np.uint32)) is None   # all common
 
 
 @given(base=st.dictionaries(st.integers(0, 50), st.integers(1, 9)),

@@ -238,10 +238,12 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
                        overlap=cfg.max_len - 1, scratch=_SCRATCH)
     tables = [_table(plan, j) for j in range(2, k)]
     rare = plan.kept_rare[u] if k == 3 else None
+    starts = get(plan.root, rare) if rare is not None else pt.anchored_starts(stream.tokens, rows)
     keys, counts = pt.scan_unit(stream.tokens, stream.limit, k, pt.window_set(rows), tables,
-                                old_size, None if rare is None else get(plan.root, rare))
+                                old_size, starts)
     run = _put_run(plan.root, keys, counts) if len(keys) else None
-    return {"unit": u, "run": run, "at_rare": rare is not None, "seconds": time.time() - t0}
+    return {"unit": u, "run": run, "at_rare": rare is not None,
+            "at_anchors": rare is None and starts is not None, "seconds": time.time() - t0}
 
 
 def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
@@ -500,6 +502,7 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
                        "partitions": nparts, "new_units": len(plan.new_units),
                        "scanned_units": n_scanned,
                        "scanned_at_rare": sum(r.get("at_rare", False) for r in done_now),
+                       "scanned_at_anchors": sum(r.get("at_anchors", False) for r in done_now),
                        "scanned_grams": sum(r["n"] for r in scanned),
                        "ids_added": tab["added"], "ids": (tab["table"] or {}).get("size", 0),
                        "delta": sum(m["delta"] for m in merged), "compacted": compact,

@@ -499,30 +499,36 @@ def separate(body, sep, own, sep_before, tokens):
     ``sep_before``: a separator (or the file start) precedes the first value.
     Returns (documents started among the own values, own non-separator
     values, min and max of the non-separator values; 0, -1 when none).
+    Branch-free loop bodies (selects, not jumps: the compiler vectorises them).
     """
-    docs = 0
-    n_tok = 0
-    vmin = np.int64(0)
-    vmax = np.int64(-1)
-    before = sep_before
-    for i in range(len(body)):
+    n = len(body)
+    m = min(own, n)
+    big = np.int64(1) << np.int64(62)
+    vmin = big
+    vmax = -big
+    docs = np.int64(0)
+    seps = np.int64(0)
+    prev = np.int64(1) if sep_before else np.int64(0)
+    for i in range(m):
         v = np.int64(body[i])
-        if v == sep:
-            tokens[i] = _INVALID32
-            before = True
-            continue
-        tokens[i] = np.uint32(v)
-        if vmax < vmin:
-            vmin = v
-            vmax = v
-        else:
-            vmin = min(vmin, v)
-            vmax = max(vmax, v)
-        if i < own:
-            n_tok += 1
-            docs += before
-        before = False
-    return docs, n_tok, vmin, vmax
+        s = np.int64(v == sep)
+        tokens[i] = _INVALID32 if s else np.uint32(v)
+        vmin = min(vmin, big if s else v)
+        vmax = max(vmax, -big if s else v)
+        docs += prev & (1 - s)
+        seps += s
+        prev = s
+    rest = np.int64(0)
+    for i in range(m, n):
+        v = np.int64(body[i])
+        s = np.int64(v == sep)
+        tokens[i] = _INVALID32 if s else np.uint32(v)
+        vmin = min(vmin, big if s else v)
+        vmax = max(vmax, -big if s else v)
+        rest += s
+    if seps + rest == n:
+        return docs, np.int64(0), np.int64(0), np.int64(-1)
+    return docs, m - seps, vmin, vmax
 
 
 # ------------------------------------------------------------------ refresh scans
@@ -717,3 +723,27 @@ def scatter_rows(tokens, order, dest, offsets, flat):
             r = order[i]
             for j in range(k):
                 flat[o + j] = tokens[r, j]
+
+
+@numba.njit(cache=True, nogil=True)
+def anchored_starts(tokens, w, offsets, out):
+    """Starts p of the windows tokens[p:p+w] that hold an anchor: a token t at p + r with
+    bit r of offsets[t] set (tokens >= len(offsets) are no anchor). Writes them to out
+    (unsorted, maybe repeated); returns how many, or -1 when more than len(out)."""
+    n_off = len(offsets)
+    last = len(tokens) - w
+    cap = len(out)
+    n = 0
+    for j in range(len(tokens)):
+        t = tokens[j]
+        if t < n_off and offsets[t]:
+            m = offsets[t]
+            for r in range(w):
+                if (m >> r) & 1:
+                    p = j - r
+                    if 0 <= p <= last:
+                        if n == cap:
+                            return -1
+                        out[n] = p
+                        n += 1
+    return n

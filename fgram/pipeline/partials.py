@@ -186,6 +186,40 @@ def window_set(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tab, bits
 
 
+ANCHOR_STRIDE = 61          # a unit's token frequencies are estimated from every 61st token
+ANCHOR_SHARE = 1 / 32       # anchored starts only while they are at most this share of windows
+
+
+def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
+    """Window starts in one unit that include every place where a row (a window of
+    tokens) occurs, found through one anchor per row: its rarest token in this unit
+    (estimated from a sample), at its offset in the row. None when the anchors
+    occur too often for that to beat scanning every window (`scan_unit`)."""
+    n, w = len(tokens), rows.shape[1]
+    if not len(rows) or n < w or w > 8:
+        return None
+    tokens = np.ascontiguousarray(tokens, np.uint32)
+    rows = np.asarray(rows, np.uint32)
+    top = int(rows.max())
+    if top >= 2**26:        # a per-token table that large: scan every window instead
+        return None
+    sample = tokens[::ANCHOR_STRIDE]
+    freq = np.bincount(sample[sample <= top], minlength=top + 1)
+    at = np.argmin(freq[rows], axis=1)
+    anchor = rows[np.arange(len(rows)), at]
+    offsets = np.zeros(top + 1, np.uint8)
+    np.bitwise_or.at(offsets, anchor, (1 << at).astype(np.uint8))
+    distinct = np.flatnonzero(offsets)
+    per = np.unpackbits(offsets[distinct, None], axis=1).sum(axis=1)   # offsets per anchor
+    expected = int((freq[distinct] * per).sum()) * ANCHOR_STRIDE
+    limit = int(n * ANCHOR_SHARE)
+    if expected > limit:
+        return None
+    out = np.empty(max(min(4 * expected + 1024, limit), 1), np.int64)
+    m = cc.anchored_starts(tokens, w, offsets, out)
+    return None if m < 0 else out[:m]
+
+
 def scan_unit(tokens: np.ndarray, limit: int, k: int, new_set: tuple[np.ndarray, np.ndarray],
               tables: list[IdTable], old_size: int, starts: np.ndarray | None = None):
     """Counts, in one unit of a kept shard, of the candidate k-grams it was never
