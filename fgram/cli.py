@@ -70,7 +70,8 @@ def _build_options(fn):
                      help="Largest frequent set shipped whole to every task; above it, a "
                           "distributed join."),
         click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
-                     help="Tokens per task (flat files are split into ranges of this size)."),
+                     help="Most tokens per task (flat files are split into the fewest equal "
+                          "ranges of at most this size)."),
     ]):
         fn = opt(fn)
     return _shard_options(fn)

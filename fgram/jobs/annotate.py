@@ -33,6 +33,7 @@ from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_c
                                    plan_units, read_flat_range, read_row_groups, reading,
                                    shard_record)
 from fgram.pipeline.publish import check_output, discard, finish, staging_dir
+from fgram.pipeline.table import arrow_list
 
 
 @dataclass
@@ -102,7 +103,6 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
             lens.flush()
             del ids, lens
     else:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         with reading(shard.uri):
@@ -112,12 +112,11 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         fid, mlen = index.match(values, doc_starts=starts[lengths > 0])
         if folder is not None:
-            offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
             id_type = np.int32 if index.meta["fgrams"] < 2**31 else np.int64
             out = table.drop_columns([cfg.column])
-            out = out.append_column("fgram_ids", pa.ListArray.from_arrays(
-                offsets, pa.array(fid.astype(id_type))))
-            out = out.append_column("match_len", pa.ListArray.from_arrays(offsets, pa.array(mlen)))
+            out = out.append_column("fgram_ids", arrow_list(offsets, fid, id_type))
+            out = out.append_column("match_len", arrow_list(offsets, mlen))
             stem = os.path.splitext(os.path.basename(shard.uri))[0]
             path = os.path.join(folder, f"{stem}.{unit.start:06d}.parquet")
             pq.write_table(out, path + ".tmp", compression="zstd")

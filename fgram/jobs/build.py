@@ -41,7 +41,7 @@ from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
 from fgram.jobs.executors import HeadStart, as_task, make_executor
 from fgram.pipeline.errors import FgramError, OutputError
-from fgram.pipeline.table import Groups, bucket_order, table_record, write_ranked
+from fgram.pipeline.table import Groups, arrow_array, bucket_order, table_record, write_ranked
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
 from fgram.pipeline.workdir import (Sweeper, WorkDir, load_array, load_json, read_into, save_array,
@@ -190,8 +190,8 @@ def final_rows(plan: Plan, k: int, p: int, code: kn.KeyCode, offset: int, cutoff
     import pyarrow as pa
     idx, counts, prefix, last = _candidates(WorkDir(plan.work), k, p, code, cutoff, cut_len)
     return pa.RecordBatch.from_arrays(
-        [pa.array(np.full(len(idx), k, np.int8)), pa.array(idx + offset),
-         pa.array(prefix), pa.array(last.astype(np.int32)), pa.array(counts)],
+        [arrow_array(np.full(len(idx), k, np.int8)), arrow_array(idx + offset),
+         arrow_array(prefix), arrow_array(last, np.int32), arrow_array(counts)],
         names=["length", "sid", "prefix", "last", "count"])
 
 
@@ -704,7 +704,7 @@ def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, s
         from pyspark import TaskContext
         nxt = starts.get(TaskContext.get().partitionId(), 0)
         for b in batches:
-            ids = pa.array(np.arange(nxt, nxt + b.num_rows, dtype=np.int64))
+            ids = arrow_array(np.arange(nxt, nxt + b.num_rows, dtype=np.int64))
             nxt += b.num_rows
             yield pa.RecordBatch.from_arrays(
                 [ids, b.column(b.schema.get_field_index("length")),

@@ -72,6 +72,8 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from .table import arrow_array, arrow_list
+
     if tokens < 0 or vocab < 2:
         raise ValueError("tokens must be >= 0 and vocab >= 2")
     os.makedirs(out_dir, exist_ok=True)
@@ -109,9 +111,8 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
                     fh.write(flat.tobytes())
                 else:
                     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-                    arr = pa.ListArray.from_arrays(pa.array(offsets),
-                                                   pa.array(toks.astype(np.int32)))
-                    ids = pa.array(np.arange(doc_id, doc_id + len(lens), dtype=np.int64))
+                    arr = arrow_list(offsets, toks, np.int32)
+                    ids = arrow_array(np.arange(doc_id, doc_id + len(lens), dtype=np.int64))
                     batch = pa.table({"doc_id": ids, "tokens": arr})
                     if writer is None:
                         writer = pq.ParquetWriter(fh, batch.schema, compression="zstd")
