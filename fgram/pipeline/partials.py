@@ -201,7 +201,7 @@ def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
     tokens = np.ascontiguousarray(tokens, np.uint32)
     rows = np.asarray(rows, np.uint32)
     top = int(rows.max())
-    if top >= 2**26:        # a per-token table that large: scan every window instead
+    if top >= 2**22:        # per-token tables of over 32 MB: scan every window instead
         return None
     sample = tokens[::ANCHOR_STRIDE]
     freq = np.bincount(sample[sample <= top], minlength=top + 1)
