@@ -110,8 +110,7 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
                     flat[mask] = toks
                     fh.write(flat.tobytes())
                 else:
-                    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
-                    arr = arrow_list(offsets, toks, np.int32)
+                    arr = arrow_list(np.concatenate([[0], np.cumsum(lens)]), toks, np.int32)
                     ids = arrow_array(np.arange(doc_id, doc_id + len(lens), dtype=np.int64))
                     batch = pa.table({"doc_id": ids, "tokens": arr})
                     if writer is None:

@@ -193,6 +193,8 @@ def arrow_array(values: np.ndarray, dtype=None) -> pa.Array:
     Not `pa.array`: its first call in a process imports pandas when pandas is
     installed (0.7-0.8 s, measured in every rank task's worker)."""
     values = np.ascontiguousarray(values, dtype)
+    if values.dtype.kind not in "iuf":      # Arrow packs booleans in bits: not this buffer
+        raise TypeError(f"arrow_array takes integers or floats, not {values.dtype}")
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
                                  [None, pa.py_buffer(values)])
 
