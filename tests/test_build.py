@@ -411,6 +411,46 @@ def test_count_task_returns_its_marker_when_done(tmp_path):
     assert job.count_task(plan, 2, 0, None, KeyCode(16, 16)) == first
 
 
+def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
+    """Pass k's count task removes its unit's pass k-1 files after its marker (nothing reads
+    them again); a run of the same task that finds them gone returns the marker another
+    run left meanwhile, and fails without one (never counts from missing ids)."""
+    from fgram.jobs import build as job
+    from fgram.pipeline import kernels as kn
+    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.inputs import plan_shards, plan_units
+    from fgram.pipeline.workdir import WorkDir, load_array, save_array
+
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 1, 2]], sep=0)
+    cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)
+    shards = plan_shards(cfg.inputs, cfg.read_options())
+    plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), str(tmp_path / "w"))
+    wd = WorkDir(plan.work)
+    code = kn.KeyCode(16, 16)
+    job.count_task(plan, 2, 0, None, code)
+    save_array(wd.frequent(2, 0, "keys"), np.array(load_array(wd.unit(2, 0, "keys"))))
+    prev = {"broadcast": True, "nparts": 1}
+    third = job.count_task(plan, 3, 0, prev, code)
+    assert third["counted"] == 6 and third["distinct"] == 3      # 123 231 312 123 231 312
+    assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w))] == []
+    assert os.path.exists(wd.unit_done(2, 0)) and os.path.exists(wd.unit(3, 0, "pos"))
+
+    marker = wd.unit_done(3, 0)
+    saved = open(marker).read()
+    os.remove(marker)
+    with pytest.raises(FileNotFoundError):
+        job.count_task(plan, 3, 0, prev, code)
+    real = job.read_into
+
+    def finished_elsewhere(*args):
+        with open(marker, "w") as f:        # another run of the task, just done
+            f.write(saved)
+        return real(*args)
+
+    monkeypatch.setattr(job, "read_into", finished_elsewhere)
+    assert job.count_task(plan, 3, 0, prev, code) == third
+
+
 def test_task_closures_pickle_small():
     """Task functions go to Spark by reference (module + name, no code or globals), and
     a work-array cache pickles empty: the driver's arrays never travel with a task."""

@@ -51,6 +51,9 @@ def test_sorted_lookup(table_vals, queries):
     expect_sorted = [int(np.flatnonzero(table == v)[0]) if v in set(table.tolist()) else -1
                      for v in qs.tolist()]
     assert kn.lookup_sorted(table, qs).tolist() == expect_sorted
+    ids = kn.ids_in(table, qs, 7)
+    assert ids.dtype == np.uint32
+    assert ids.tolist() == [i + 7 if i >= 0 else int(kn.INVALID) for i in expect_sorted]
 
 
 @given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), max_size=30), max_size=9))

@@ -456,6 +456,23 @@ def join_sorted(table, queries, out):
 
 
 @numba.njit(cache=True, nogil=True)
+def join_ids(table, queries, offset, out):
+    """out[i] = offset + index of queries[i] in table (uint32), or INVALID: as
+    `join_sorted`, for id arrays that need no second pass."""
+    out[:] = _INVALID32
+    i = 0
+    j = 0
+    nq = len(queries)
+    nt = len(table)
+    while i < nq and j < nt:
+        a = queries[i]
+        b = table[j]
+        out[i] = np.uint32(offset + j) if a == b else out[i]
+        i += a <= b
+        j += b < a
+
+
+@numba.njit(cache=True, nogil=True)
 def merge_two(ka, ca, kb, cb, ko, co):
     """Merge two sorted runs of distinct keys, summing the counts of shared keys.
 

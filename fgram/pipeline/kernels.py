@@ -155,6 +155,20 @@ def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
     return out
 
 
+def ids_in(table: np.ndarray, sorted_queries: np.ndarray, offset: int = 0,
+           out: np.ndarray | None = None) -> np.ndarray:
+    """uint32 ``offset`` + index of each (sorted) query in a sorted table, INVALID where
+    absent (`lookup_sorted` with the id array made in the same pass). ``offset`` + the
+    table's length must stay below INVALID. ``out``: where to write them."""
+    if offset + len(table) >= int(INVALID):
+        raise ValueError("ids past the uint32 id space")
+    if out is None:
+        out = np.empty(len(sorted_queries), np.uint32)
+    cc.join_ids(np.ascontiguousarray(table, np.uint64),
+                np.ascontiguousarray(sorted_queries, np.uint64), np.int64(offset), out)
+    return out
+
+
 class Scratch:
     """Grow-only work arrays reused by the calls of one process.
 
@@ -416,6 +430,7 @@ def warm_up() -> None:
         ids = ids_at(np.arange(len(uniq)), order, len(tokens))
         uniq3, counts3, _, _ = unit_table(ids, tokens, 3, len(tokens), False, exact=exact)
     lookup_sorted(uniq3, uniq3)
+    ids_in(uniq3, uniq3, 1)
     merge_counts([(uniq3, counts3), (uniq3[:1], counts3[:1])])
     code = KeyCode(16, 16)
     keys = np.sort(code.encode(np.arange(5), np.arange(5)))
