@@ -289,24 +289,36 @@ def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed)
 def exact_runs(packed, bounds, shift, pos_bits, up, limit, uniq, counts, starts, order):
     """Distinct keys in order from buckets of `scatter_exact` entries that numpy
     sorted in place: one sequential pass (see `bucket_runs` for the outputs).
-    ``up`` shifts a key to the top bits of its uint64."""
+    ``up`` shifts a key to the top bits of its uint64. A run's count is kept in a
+    register and stored when the run ends (not added to memory entry by entry)."""
     pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
+    lim = np.int64(limit)
     u = 0
     for p in range(len(bounds) - 1):
+        b0 = bounds[p]
+        b1 = bounds[p + 1]
+        if b1 == b0:
+            continue
         top = np.uint64(p) << shift
-        last = np.uint64(0)
-        for d in range(bounds[p], bounds[p + 1]):
+        last = packed[b0] >> pos_bits
+        uniq[u] = (top | last) << up
+        starts[u] = b0
+        c = np.uint32(0)
+        for d in range(b0, b1):
             v = packed[d]
             r = v >> pos_bits
             w = np.int64(v & pmask)
-            if d == bounds[p] or r != last:
-                uniq[u] = (top | r) << up
-                counts[u] = 0
-                starts[u] = d
+            if r != last:
+                counts[u] = c
                 u += 1
+                uniq[u] = (top | r) << up
+                starts[u] = d
+                c = np.uint32(0)
                 last = r
             order[d] = w
-            counts[u - 1] += np.uint32(w < limit)
+            c += np.uint32(w < lim)
+        counts[u] = c
+        u += 1
     starts[u] = bounds[len(bounds) - 1]
     return u
 
