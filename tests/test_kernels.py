@@ -101,6 +101,33 @@ def test_merge_counts_bucketed(prefix_bits, last_bits, nparts, bucket, data):
 docs_strategy = st.lists(st.lists(st.integers(0, 6), max_size=25), max_size=8)
 
 
+def test_estimated_buckets_and_their_fallback(monkeypatch):
+    """Buckets sized from a sample of positions are used when nothing overflows them; a
+    corpus periodic in the sample step (the sample sees one bigram) overfills a bucket and
+    the unit is counted again with exact sizes. Both give the brute-force table."""
+    from fgram.pipeline import compiled as cc
+
+    exact_counts = []
+    real = cc.candidate_histogram
+    monkeypatch.setattr(cc, "candidate_histogram",
+                        lambda *a: exact_counts.append(1) or real(*a))
+    rng = np.random.default_rng(5)
+    for toks, expect_exact in ((rng.integers(0, 50, 20_000), False),
+                               (np.tile(np.arange(1, 9), 2_500), True)):
+        toks = toks.astype(np.uint32)
+        exact_counts.clear()
+        code = kn.KeyCode.fitting(60, 60)
+        uniq, counts, order, counted = kn.unit_table(toks, toks, 2, len(toks), True, code=code,
+                                                     bucket=64, sample=8, sample_from=0)
+        assert bool(exact_counts) == expect_exact
+        pos, keys = kn.ngram_keys(toks, toks, 2, code)
+        assert dict(zip(uniq.tolist(), counts.tolist())) == dict(Counter(keys.tolist()))
+        assert counted == len(keys)
+        positions, starts = order
+        dense = kn.ids_at(np.arange(len(uniq)), order, len(toks))
+        assert np.array_equal(uniq[dense[pos]], keys) and starts[-1] == len(positions)
+
+
 @given(docs_strategy)
 def test_bigram_keys_respect_document_boundaries(docs):
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
@@ -115,11 +142,15 @@ def test_bigram_keys_respect_document_boundaries(docs):
 
 
 @given(docs_strategy, st.integers(0, 40), st.integers(1, 9), st.booleans(), st.integers(2, 4),
-       st.sampled_from([1, 40, 62]), st.sampled_from(["wide", "fitting", "exact-off"]))
-def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse, k, lo_bits, how):
+       st.sampled_from([1, 40, 62]), st.sampled_from(["wide", "fitting", "exact-off"]),
+       st.sampled_from([0, 1, 3, 7]))
+def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse, k, lo_bits, how,
+                                              sample):
     """Counts only owned starts, keeps overlap keys; any bucketing gives the same table,
     on the exact path (key bits + position in one uint64) and the indirect one, also when
-    the keys' packed top bits tie there (62 low bits: only 2 top bits compared)."""
+    the keys' packed top bits tie there (62 low bits: only 2 top bits compared), and with
+    bucket sizes estimated from every ``sample``-th position (a bucket overfilled: counted
+    again exactly)."""
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     stream = stream_from_lists(lengths, values)
@@ -134,7 +165,8 @@ def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse,
     pos, keys = kn.ngram_keys(prev, toks, k, code)
     uniq, counts, order, counted = kn.unit_table(prev, toks, k, limit, want_inverse, code=code,
                                                   bucket=bucket, min_lo_bits=lo_bits,
-                                                  exact=how != "exact-off")
+                                                  exact=how != "exact-off", sample=sample,
+                                                  sample_from=0)
     assert np.all(np.diff(uniq.astype(np.float64)) > 0) or len(uniq) < 2
     assert set(uniq.tolist()) == set(keys.tolist())
     own = Counter(keys[pos < limit].tolist())

@@ -286,23 +286,57 @@ def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed)
 
 
 @numba.njit(cache=True, nogil=True)
-def exact_runs(packed, bounds, shift, pos_bits, up, limit, uniq, counts, starts, order):
+def sampled_histogram(prev, tokens, k, n_pos, code, shift, step, hist):
+    """`candidate_histogram` of every ``step``-th position only (an estimate)."""
+    for i in range(0, n_pos, step):
+        a = prev[i]
+        if a == _INVALID32 or prev[i + 1] == _INVALID32:
+            continue
+        hist[np.int64(code_key1(a, tokens[i + k - 1], code) >> shift)] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_capped(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed, ends):
+    """`scatter_exact` into buckets that hold at most ``bounds[b+1] - bounds[b]``
+    entries (sized from an estimate): ``ends[b]`` is where bucket b's entries end.
+    Returns False, with the buckets unusable, as soon as one is full."""
+    cursor = ends
+    cursor[:] = bounds[:-1]
+    rest = (np.uint64(1) << shift) - np.uint64(1)
+    for i in range(n_pos):
+        a = prev[i]
+        if a == _INVALID32 or prev[i + 1] == _INVALID32:
+            continue
+        x = code_key1(a, tokens[i + k - 1], code)
+        b = np.int64(x >> shift)
+        d = cursor[b]
+        if d == bounds[b + 1]:
+            return False
+        cursor[b] = d + 1
+        packed[d] = ((x & rest) << pos_bits) | np.uint64(i)
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_runs(packed, bstart, bend, shift, pos_bits, up, limit, uniq, counts, starts, order):
     """Distinct keys in order from buckets of `scatter_exact` entries that numpy
-    sorted in place: one sequential pass (see `bucket_runs` for the outputs).
-    ``up`` shifts a key to the top bits of its uint64. A run's count is kept in a
-    register and stored when the run ends (not added to memory entry by entry)."""
+    sorted in place (bucket b: ``packed[bstart[b]:bend[b]]``; gaps between buckets
+    are skipped): one sequential pass (see `bucket_runs` for the outputs, here
+    without gaps). ``up`` shifts a key to the top bits of its uint64. A run's count
+    is kept in a register and stored when the run ends."""
     pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
     lim = np.int64(limit)
     u = 0
-    for p in range(len(bounds) - 1):
-        b0 = bounds[p]
-        b1 = bounds[p + 1]
+    o = 0
+    for p in range(len(bstart)):
+        b0 = bstart[p]
+        b1 = bend[p]
         if b1 == b0:
             continue
         top = np.uint64(p) << shift
         last = packed[b0] >> pos_bits
         uniq[u] = (top | last) << up
-        starts[u] = b0
+        starts[u] = o
         c = np.uint32(0)
         for d in range(b0, b1):
             v = packed[d]
@@ -312,14 +346,15 @@ def exact_runs(packed, bounds, shift, pos_bits, up, limit, uniq, counts, starts,
                 counts[u] = c
                 u += 1
                 uniq[u] = (top | r) << up
-                starts[u] = d
+                starts[u] = o
                 c = np.uint32(0)
                 last = r
-            order[d] = w
+            order[o] = w
+            o += 1
             c += np.uint32(w < lim)
         counts[u] = c
         u += 1
-    starts[u] = bounds[len(bounds) - 1]
+    starts[u] = o
     return u
 
 
