@@ -253,41 +253,14 @@ def code_key1(prefix, last, code):
 
 
 @numba.njit(cache=True, nogil=True)
-def candidate_histogram(prev, tokens, k, n_pos, code, shift, hist):
-    """Count the candidate k-grams per bucket (a bucket = the top bits of the mixed key).
+def candidate_histogram(prev, tokens, k, n_pos, code, shift, step, hist):
+    """Count the candidate k-grams per bucket (a bucket = the top bits of the mixed key),
+    at every ``step``-th position (1: all of them; more: an estimate).
 
     A position i is a candidate iff ``prev[i]`` and ``prev[i+1]`` are ids (not
     INVALID); its key is ``code_key1(prev[i], tokens[i+k-1])``, its bucket
     that key ``>> shift``.
     """
-    for i in range(n_pos):
-        a = prev[i]
-        if a == _INVALID32 or prev[i + 1] == _INVALID32:
-            continue
-        hist[np.int64(code_key1(a, tokens[i + k - 1], code) >> shift)] += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed):
-    """Place every candidate in its bucket as one exact uint64: the key's bits
-    below the bucket bits, then its position (``pos_bits`` bits). Sorting a
-    bucket then orders it by key, and by position within a key."""
-    cursor = bounds[:-1].copy()
-    rest = (np.uint64(1) << shift) - np.uint64(1)
-    for i in range(n_pos):
-        a = prev[i]
-        if a == _INVALID32 or prev[i + 1] == _INVALID32:
-            continue
-        x = code_key1(a, tokens[i + k - 1], code)
-        b = np.int64(x >> shift)
-        d = cursor[b]
-        cursor[b] = d + 1
-        packed[d] = ((x & rest) << pos_bits) | np.uint64(i)
-
-
-@numba.njit(cache=True, nogil=True)
-def sampled_histogram(prev, tokens, k, n_pos, code, shift, step, hist):
-    """`candidate_histogram` of every ``step``-th position only (an estimate)."""
     for i in range(0, n_pos, step):
         a = prev[i]
         if a == _INVALID32 or prev[i + 1] == _INVALID32:
@@ -296,10 +269,14 @@ def sampled_histogram(prev, tokens, k, n_pos, code, shift, step, hist):
 
 
 @numba.njit(cache=True, nogil=True)
-def scatter_capped(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed, ends):
-    """`scatter_exact` into buckets that hold at most ``bounds[b+1] - bounds[b]``
-    entries (sized from an estimate): ``ends[b]`` is where bucket b's entries end.
-    Returns False, with the buckets unusable, as soon as one is full."""
+def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed, ends):
+    """Place every candidate in its bucket as one exact uint64: the key's bits
+    below the bucket bits, then its position (``pos_bits`` bits). Sorting a
+    bucket then orders it by key, and by position within a key.
+
+    Bucket b holds at most ``bounds[b+1] - bounds[b]`` entries (exact sizes, or
+    room for an estimate); ``ends[b]`` is where its entries end. Returns False,
+    with the buckets unusable, as soon as one is full (never with exact sizes)."""
     cursor = ends
     cursor[:] = bounds[:-1]
     rest = (np.uint64(1) << shift) - np.uint64(1)
@@ -481,15 +458,15 @@ def spread(values, starts, order, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def join_sorted(table, queries, out):
-    """out[i] = index of queries[i] in table, or -1 (both sorted ascending; the
-    table distinct, the queries may repeat).
+def join_sorted(table, queries, offset, missing, out):
+    """out[i] = offset + index of queries[i] in table, or ``missing`` (both sorted
+    ascending; the table distinct, the queries may repeat).
 
     Branch-free merge: each step advances the queries (on a hit or when the
     query is smaller) or the table, so the loop carries no data-dependent
     branch to mispredict.
     """
-    out[:] = -1
+    out[:] = missing
     i = 0
     j = 0
     nq = len(queries)
@@ -497,24 +474,7 @@ def join_sorted(table, queries, out):
     while i < nq and j < nt:
         a = queries[i]
         b = table[j]
-        out[i] = j if a == b else out[i]
-        i += a <= b
-        j += b < a
-
-
-@numba.njit(cache=True, nogil=True)
-def join_ids(table, queries, offset, out):
-    """out[i] = offset + index of queries[i] in table (uint32), or INVALID: as
-    `join_sorted`, for id arrays that need no second pass."""
-    out[:] = _INVALID32
-    i = 0
-    j = 0
-    nq = len(queries)
-    nt = len(table)
-    while i < nq and j < nt:
-        a = queries[i]
-        b = table[j]
-        out[i] = np.uint32(offset + j) if a == b else out[i]
+        out[i] = offset + j if a == b else out[i]
         i += a <= b
         j += b < a
 

@@ -151,7 +151,7 @@ def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
     """
     out = np.empty(len(sorted_queries), np.int64)
     cc.join_sorted(np.ascontiguousarray(table, np.uint64),
-                   np.ascontiguousarray(sorted_queries, np.uint64), out)
+                   np.ascontiguousarray(sorted_queries, np.uint64), 0, -1, out)
     return out
 
 
@@ -164,8 +164,8 @@ def ids_in(table: np.ndarray, sorted_queries: np.ndarray, offset: int = 0,
         raise ValueError("ids past the uint32 id space")
     if out is None:
         out = np.empty(len(sorted_queries), np.uint32)
-    cc.join_ids(np.ascontiguousarray(table, np.uint64),
-                np.ascontiguousarray(sorted_queries, np.uint64), np.int64(offset), out)
+    cc.join_sorted(np.ascontiguousarray(table, np.uint64),
+                   np.ascontiguousarray(sorted_queries, np.uint64), offset, INVALID, out)
     return out
 
 
@@ -270,25 +270,25 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     bits = min(bits, code.bits)
     shift = np.uint64(code.bits - bits)
     bstart = bend = None
+    ends = np.empty(1 << bits, np.int64)
     if exact and sample and n_pos >= sample_from:
         est = np.zeros(1 << bits, np.int64)
-        cc.sampled_histogram(prev, tokens, k, n_pos, args, shift, sample, est)
+        cc.candidate_histogram(prev, tokens, k, n_pos, args, shift, sample, est)
         room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
         bounds = _bucket_bounds(room)
         packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-        ends = np.empty(1 << bits, np.int64)
-        if cc.scatter_capped(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds,
-                             packed, ends):
+        if cc.scatter_exact(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds,
+                            packed, ends):
             bstart, bend = bounds[:-1], ends
     if bstart is None:
         hist = np.zeros(1 << bits, np.int64)
-        cc.candidate_histogram(prev, tokens, k, n_pos, args, shift, hist)
+        cc.candidate_histogram(prev, tokens, k, n_pos, args, shift, 1, hist)
         bounds = _bucket_bounds(hist)
         bstart, bend = bounds[:-1], bounds[1:]
         packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
         if exact:
             cc.scatter_exact(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds,
-                             packed)
+                             packed, ends)
         else:
             lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
             keys = work_array(scratch, "keys", len(packed), np.uint64)
