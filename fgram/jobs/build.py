@@ -148,7 +148,7 @@ def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
     them again (pass k merged and kept before pass k+1 began; a rerun of this task finds
     its marker). Freed now, their pages go to the next files written here; freed a pass
     later in one batch, their memory would be cold again (a VM hands freed memory back to
-    its host: here, writing a file into fresh pages took 3.5x as long as into reused ones)."""
+    its host: here, writing a file into fresh pages took 4-6x as long as into reused ones)."""
     for what in UNIT_FILES:
         try:
             os.remove(wd.unit(k, u, what))
