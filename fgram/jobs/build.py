@@ -171,8 +171,9 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.Key
     # only keys that may be kept: the threshold only rises from the floor (at 500M tokens
     # 5% of the merged keys; all of them were 4.5 GB of files, written and read once)
     kept = counts >= floor
+    counts = counts[kept]
     save_array(wd.merged(k, p, "keys"), keys[kept])
-    save_array(wd.merged(k, p, "counts"), counts[kept])
+    save_array(wd.merged(k, p, "counts"), counts)
     return {"part": p, "hist": kn.histogram(counts, floor)}
 
 

@@ -452,7 +452,6 @@ def warm_up() -> None:
         uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True, exact=exact)
         ids = ids_at(np.arange(len(uniq)), order, len(tokens))
         uniq3, counts3, _, _ = unit_table(ids, tokens, 3, len(tokens), False, exact=exact)
-    unit_table(tokens, tokens, 2, len(tokens), True, sample=2, sample_from=0)
     lookup_sorted(uniq3, uniq3)
     ids_in(uniq3, uniq3, 1)
     merge_counts([(uniq3, counts3), (uniq3[:1], counts3[:1])])
