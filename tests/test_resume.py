@@ -14,7 +14,7 @@ import pytest
 
 from fgram.pipeline.errors import LockedError, OutputError
 from fgram.pipeline.publish import lock_path, staging_path
-from helpers import build, result, write_bin
+from helpers import build, result, wait_for_files, write_bin
 from oracle import select, split_flat
 
 pytestmark = pytest.mark.spark
@@ -43,12 +43,8 @@ def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_
     proc = subprocess.Popen(_cmd(src, out), env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
-    deadline = time.time() + 240
     try:
-        while not glob.glob(os.path.join(pass3, "unit-*.done.json")):
-            assert proc.poll() is None, "the run ended before pass 3"
-            assert time.time() < deadline, "pass 3 never started"
-            time.sleep(0.01)
+        wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 240, "pass 3")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)     # the driver, its JVM and Python workers
         proc.wait()

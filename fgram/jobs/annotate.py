@@ -33,7 +33,9 @@ from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_c
                                    plan_units, read_flat_range, read_row_groups, reading,
                                    shard_record)
 from fgram.pipeline.publish import check_output, discard, finish, staging_dir
+from fgram.pipeline.storage import is_remote, public_options
 from fgram.pipeline.table import arrow_list
+from fgram.pipeline.versions import resolve_table
 
 
 @dataclass
@@ -49,18 +51,20 @@ class AnnotateConfig:
     engine: str = "spark"
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
 
     def read_options(self) -> ReadOptions:
-        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep)
+        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep,
+                           storage=self.storage)
 
 
 _INDEX: dict[str, FgramIndex] = {}
 
 
-def _index(table: str) -> FgramIndex:
+def _index(table: str, storage: dict | None = None) -> FgramIndex:
     if table not in _INDEX:
         _INDEX.clear()
-        _INDEX[table] = FgramIndex.open(table)
+        _INDEX[table] = FgramIndex.open(table, storage=storage)
     return _INDEX[table]
 
 
@@ -86,12 +90,12 @@ def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str
 @as_task
 def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int,
                   folder: str | None) -> list[int]:
-    index = _index(cfg.table)
+    index = _index(cfg.table, cfg.storage)
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
     if shard.format == "flat":
         lo = max(unit.start - (k - 1), 0)
-        raw = read_flat_range(shard, lo, unit.stop)
+        raw = read_flat_range(shard, lo, unit.stop, storage=cfg.storage)
         fid, mlen = match_flat(index, raw, cfg.doc_sep, shard.uri)
         fid, mlen = fid[unit.start - lo:], mlen[unit.start - lo:]
         if folder is not None:
@@ -106,7 +110,7 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
         import pyarrow.parquet as pq
 
         with reading(shard.uri):
-            table = read_row_groups(shard, unit, None)
+            table = read_row_groups(shard, unit, None, cfg.storage)
             lengths, values = list_column(table, cfg.column, shard.uri)
         check_range(values, shard.uri)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -142,8 +146,12 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     t0 = time.time()
     if cfg.engine not in ("spark", "local"):
         raise ConfigError(f"--engine must be spark or local, got {cfg.engine!r}")
-    index = FgramIndex.open(cfg.table)
-    out = check_output(cfg.output, cfg.overwrite) if cfg.output else None
+    if cfg.output and is_remote(cfg.output):
+        raise ConfigError(f"{cfg.output}: tags are written to a local or shared folder; an "
+                          f"object-store output is not supported by annotate yet")
+    table = resolve_table(cfg.table, cfg.storage)
+    index = FgramIndex.open(table, storage=cfg.storage)
+    out = check_output(cfg.output, cfg.overwrite).path if cfg.output else None
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
     names = [os.path.basename(s.uri) for s in shards]
@@ -167,10 +175,11 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         k = index.max_len
         hist = [sum(h[i] for h in hists) for i in range(k + 1)]
         manifest = {"fgram_version": __version__, "kind": "fgram-tags",
-                    "table": {"path": os.path.abspath(cfg.table),
-                              "fingerprint": manifest_fingerprint(cfg.table),
+                    "table": {"path": table.uri,
+                              "fingerprint": manifest_fingerprint(table),
                               "fgrams": index.meta["fgrams"], "max_len": k},
-                    "config": {**asdict(cfg), "output": out},
+                    "config": {**asdict(cfg), "output": out,
+                               "storage": public_options(cfg.storage)},
                     "inputs": [shard_record(s) for s in shards],
                     "units": [{"shard": un.shard, "start": un.start, "stop": un.stop}
                               for un in units],

@@ -41,10 +41,12 @@ from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
 from fgram.jobs.executors import HeadStart, as_task, make_executor
-from fgram.pipeline.errors import FgramError, OutputError
+from fgram.pipeline.errors import (ConfigError, FgramError, OutputError, StorageUnavailable,
+                                   keeps_work)
 from fgram.pipeline.table import Groups, arrow_array, bucket_order, table_record, write_ranked
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
+from fgram.pipeline.storage import Location, is_remote
 from fgram.pipeline.workdir import (Sweeper, WorkDir, load_array, load_json, read_into, save_array,
                                     save_json)
 
@@ -274,6 +276,17 @@ def warm_task(i: int) -> int:
     return i
 
 
+def check_work_reach(cfg: BuildConfig, ex) -> None:
+    """The work files of an output on an object store stay on the driver's disk (only the
+    finished output is uploaded), which only local mode's tasks reach: a cluster master is
+    refused before any task runs there, never run against a path some machines lack."""
+    if is_remote(cfg.output) and ex.name == "spark" and not ex.sc.master.startswith("local"):
+        raise ConfigError(f"{cfg.output}: with an object-store output, build and refresh keep "
+                          f"their work files on this machine, which executors of "
+                          f"{ex.sc.master} cannot reach; run in local mode (or --engine local), "
+                          f"or write OUT to a folder every executor mounts")
+
+
 WARM_GROUP = "fgram-warm-up"
 KILL_WAIT = 30.0    # seconds to wait for the cancelled warm-up job's tasks to end
 
@@ -301,6 +314,7 @@ class _Starting:
     def _run(self, cfg, spark):
         try:
             ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
+            check_work_reach(cfg, ex)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller
             self._out.append(exc)
             self._made.set()
@@ -362,7 +376,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     """
     t_start = time.time()
     cfg.validate()
-    out = check_output(cfg.output, cfg.overwrite)
+    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
         return _run_locked(cfg, spark, out, t_start)
 
@@ -370,7 +384,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
 def run_fingerprint(cfg: BuildConfig, shards) -> dict:
     """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
-    for key in ("output", "overwrite", "resume", "engine", "master", "conf"):
+    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage"):
         rec.pop(key, None)
     return {"fgram_version": __version__, "config": rec,
             "inputs": [shard_record(s) for s in shards]}
@@ -382,7 +396,8 @@ def fingerprint_digest(fingerprint: dict) -> str:
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _prepare_staging(cfg: BuildConfig, out: str, fingerprint: dict) -> tuple[str, dict | None]:
+def _prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict
+                     ) -> tuple[str, dict | None]:
     """The staging folder and, with --resume, the state of a previous run to continue.
 
     Leftovers of an unfinished run are removed unless --resume finds that they
@@ -398,7 +413,7 @@ def _prepare_staging(cfg: BuildConfig, out: str, fingerprint: dict) -> tuple[str
             return staging, _load_state(work) or _fresh_state(cfg)
         if cfg.resume and old is not None:
             what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
-            raise OutputError(f"{out}: cannot resume: the unfinished run there had other {what}; "
+            raise OutputError(f"{out.uri}: cannot resume: the unfinished run there had other {what}; "
                               f"rerun without --resume to start over")
         discard(staging)
     os.makedirs(work)
@@ -406,7 +421,7 @@ def _prepare_staging(cfg: BuildConfig, out: str, fingerprint: dict) -> tuple[str
     return staging, None
 
 
-def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
+def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
     # Spark's JVM starts (seconds, about one core) while the driver plans, loads
     # the kernels and counts pass-2 units itself on the other core
     starting = _Starting(cfg, spark)
@@ -421,7 +436,7 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         resumed = _resume_record(plan, state)
     except BaseException as exc:
         starting.wait()     # the input's error is the one to report
-        if staging and _fails_the_run(exc):
+        if staging and not keeps_work(exc):
             discard(staging)
         raise
     try:
@@ -436,18 +451,15 @@ def _run_locked(cfg: BuildConfig, spark, out: str, t_start: float) -> dict:
         starting.wait()     # a warm-up job still running would be cut off at exit, noisily
         return manifest
     except BaseException as exc:
-        if _fails_the_run(exc):
+        if not keeps_work(exc):
             discard(staging)
+        elif isinstance(exc, StorageUnavailable):     # one line: the cause, then what is kept
+            raise StorageUnavailable(f"{exc}; the completed passes are kept in {staging}: "
+                                     f"rerun with --resume once it answers") from None
         else:
             sys.stderr.write(f"fgram: the run stopped; its completed passes are kept in {staging}: "
                              f"rerun with --resume to continue\n")
         raise
-
-
-def _fails_the_run(exc: BaseException) -> bool:
-    """Our errors (bad input, options, output) fail the run: nothing is worth keeping.
-    Anything else (a failed Spark job, an interrupt) keeps the completed work for --resume."""
-    return isinstance(exc, FgramError)
 
 
 def _resume_record(plan: Plan, state: dict | None) -> dict | None:

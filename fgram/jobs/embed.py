@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fgram.jobs.executors import as_task, make_executor
-from fgram.pipeline.embed import file_sha256, load_model, storage_dtype, to_stored
+from fgram.pipeline.embed import load_model, storage_dtype, to_stored
+from fgram.pipeline.storage import file_sha256, is_remote
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import manifest_fingerprint
 from fgram.pipeline.workdir import save_json
@@ -45,6 +46,9 @@ class EmbedConfig:
         storage_dtype(self.dtype)
         if self.batch < 1 or self.chunk_rows < 1:
             raise FgramError("--batch and the chunk size must be at least 1")
+        if is_remote(self.table):
+            raise FgramError(f"{self.table}: embeddings are written into a local or shared "
+                             f"table folder; an object-store table is not supported by embed yet")
         if not os.path.exists(os.path.join(self.table, "_SUCCESS")):
             raise FgramError(f"{self.table}: not a finished fgram build (no _SUCCESS)")
 

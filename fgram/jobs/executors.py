@@ -132,9 +132,9 @@ class LocalExecutor(Executor):
             except Exception as exc:  # noqa: BLE001
                 _reraise(exc)
         _FN = fn
-        try:
+        try:    # results in order; the first failure ends the pool (and its other tasks) at once
             with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
-                return pool.map(_call, range(n), chunksize=1)
+                return list(pool.imap(_call, range(n), chunksize=1))
         except Exception as exc:  # noqa: BLE001
             _reraise(exc)
         finally:

@@ -63,6 +63,7 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline.publish import OutputLock, discard, finish, staging_path
+from fgram.pipeline.storage import is_remote
 from fgram.pipeline.table import Groups, table_record, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
@@ -350,6 +351,9 @@ def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None) -> dict:
     version's manifest under "manifest" when one was built)."""
     t_start = time.time()
     cfg.validate()
+    if is_remote(cfg.output):
+        raise ConfigError(f"{cfg.output}: a refresh folder (versions, store, current) is kept "
+                          f"on a local or shared path; an object-store one is not supported yet")
     vs.check_keep(keep)         # before building, not after
     root = vs.check_root(cfg.output)
     with OutputLock(root):

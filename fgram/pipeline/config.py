@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from .errors import ConfigError
 from .inputs import FLAT_DTYPES, ReadOptions
+from .storage import is_remote, public_options
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
@@ -39,6 +40,7 @@ class BuildConfig:
     engine: str = "spark"
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
+    storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
 
     def validate(self) -> "BuildConfig":
         if not self.inputs:
@@ -60,9 +62,12 @@ class BuildConfig:
         return self
 
     def read_options(self) -> ReadOptions:
-        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep)
+        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep,
+                           storage=self.storage)
 
     def record(self) -> dict:
+        """As the manifest shows it: the output as a URI or absolute path, no secret."""
         rec = asdict(self)
-        rec["output"] = os.path.abspath(self.output)
+        rec["output"] = self.output if is_remote(self.output) else os.path.abspath(self.output)
+        rec["storage"] = public_options(self.storage)
         return rec

@@ -7,25 +7,17 @@ per token plus the counts (a 10M-row table of 5-grams: ~0.4 GB).
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
-from .errors import InputError
-from .versions import is_finished, resolve_table
-from .workdir import load_json
+from .versions import open_table, table_dataset
 
 
-def _keyed(path: str) -> tuple[pa.Table, dict]:
-    path = resolve_table(path)
-    if not is_finished(path):
-        raise InputError(path, "not a finished fgram table (no _SUCCESS or manifest.json)")
-    manifest = load_json(os.path.join(path, "manifest.json"))
-    t = ds.dataset(os.path.join(path, "fgrams"), format="parquet").to_table(
-        columns=["fgram_id", "tokens", "count"]).combine_chunks()
+def _keyed(path: str, storage: dict | None) -> tuple[pa.Table, dict, str]:
+    loc, manifest = open_table(path, storage)
+    t = table_dataset(loc, manifest).to_table(columns=["fgram_id", "tokens", "count"]
+                                              ).combine_chunks()
     tokens = t.column("tokens").chunk(0) if t.num_rows else pa.array([], pa.list_(pa.int32()))
     offsets = np.asarray(tokens.offsets, dtype=np.int64) - tokens.offsets[0].as_py() \
         if t.num_rows else np.zeros(1, np.int64)
@@ -33,14 +25,14 @@ def _keyed(path: str) -> tuple[pa.Table, dict]:
     key = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), len(tokens), [None, pa.py_buffer(offsets * 4), pa.py_buffer(values)])
     return pa.table({"key": key, "fgram_id": t.column("fgram_id"), "count": t.column("count"),
-                     "length": pc.list_value_length(tokens)}), manifest
+                     "length": pc.list_value_length(tokens)}), manifest, loc.uri
 
 
-def diff_tables(old: str, new: str, show: int = 0) -> dict:
+def diff_tables(old: str, new: str, show: int = 0, storage: dict | None = None) -> dict:
     """Counts of f-grams added, removed, kept (and kept with another count), by length,
     the cutoff change, and the ``show`` most frequent added and removed f-grams."""
-    a, ma = _keyed(old)
-    b, mb = _keyed(new)
+    a, ma, old_uri = _keyed(old, storage)
+    b, mb, new_uri = _keyed(new, storage)
     j = b.join(a, "key", join_type="full outer", left_suffix="_new", right_suffix="_old",
                coalesce_keys=True)
     added = j.filter(pc.is_null(j.column("count_old")))
@@ -65,7 +57,7 @@ def diff_tables(old: str, new: str, show: int = 0) -> dict:
                 for k, c in zip(keys, t.column(count_col).to_pylist())]
 
     return {
-        "old": os.path.abspath(resolve_table(old)), "new": os.path.abspath(resolve_table(new)),
+        "old": old_uri, "new": new_uri,
         "fgrams": {"old": a.num_rows, "new": b.num_rows},
         "added": added.num_rows, "removed": removed.num_rows, "kept": kept.num_rows,
         "kept_count_changed": changed,

@@ -15,7 +15,6 @@ returns a callable ``model(tokens, lengths) -> array [B, d]``: ``tokens`` int32
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import mmap
@@ -68,14 +67,6 @@ def storage_dtype(dtype: str) -> np.dtype:
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return np.dtype(np.uint16 if dtype == "bfloat16" else dtype)
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class FgramStore:

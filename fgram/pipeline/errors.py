@@ -2,6 +2,9 @@
 
 - `FgramError` subclasses fail the whole run with one clear line.
 - `InputError` names the input file (or option) and what is wrong with it.
+- `StorageUnavailable` (an object store that does not answer) stops the run
+  with one line too, but keeps its completed work: ``--resume`` continues
+  once the store is back.
 - Anything else (a Spark job that failed, an interrupt, a killed driver)
   leaves the run's completed passes in place for ``--resume``.
 """
@@ -41,6 +44,16 @@ class LockedError(OutputError):
     """Another live run is writing the same output."""
 
 
+class StorageUnavailable(FgramError):
+    """An object store did not answer (refused, timed out): worth a --resume later."""
+
+
+def keeps_work(exc: BaseException) -> bool:
+    """Whether a run stopped by ``exc`` keeps its completed work for --resume: every
+    failure but our own verdicts on the input, the options or the output."""
+    return not isinstance(exc, FgramError) or isinstance(exc, StorageUnavailable)
+
+
 def from_marker_text(text: str) -> FgramError | None:
     """Recover an FgramError from an exception text that embeds its marker."""
     start = text.find(MARKER)
@@ -49,6 +62,7 @@ def from_marker_text(text: str) -> FgramError | None:
     rest = text[start + len(MARKER):]
     name, _, tail = rest.partition("::")
     message, _, _ = tail.partition("::END")
-    cls = {"InputError": FgramError, "ConfigError": ConfigError, "OutputError": OutputError}.get(
+    cls = {"InputError": FgramError, "ConfigError": ConfigError, "OutputError": OutputError,
+           "StorageUnavailable": StorageUnavailable}.get(
         name, FgramError)
     return cls(message.strip())

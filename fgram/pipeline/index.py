@@ -24,14 +24,17 @@ every process on a machine shares one copy through the page cache.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import uuid
 
 import numpy as np
 
 from . import compiled
 from . import kernels as kn
 from .errors import FgramError
+from .publish import as_location, discard, generation_name, upload_all
+from .storage import Location, cached_copy, file_sha256
+from .versions import open_table, resolve_table, table_dataset
 from .workdir import save_array, save_json
 
 EMPTY = compiled.EMPTY
@@ -75,46 +78,46 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
 
 
-def read_meta(path: str, fmt: str, version: int, make: str) -> dict:
-    """The metadata JSON of an output part, checked for its format and version.
-
-    ``make``: the command that writes it (named in the errors)."""
-    if not os.path.exists(path):
-        raise FgramError(f"{path}: missing; run `{make}` first")
-    with open(path) as fh:
-        meta = json.load(fh)
+def read_meta(path, fmt: str, version: int, make: str) -> dict:
+    """The metadata JSON of an output part (a path or a `Location`), checked for its
+    format and version. ``make``: the command that writes it (named in the errors)."""
+    loc = as_location(path)
+    if not loc.exists():
+        raise FgramError(f"{loc.uri}: missing; run `{make}` first")
+    meta = loc.read_json()
     if meta.get("format") != fmt or meta.get("version") != version:
-        raise FgramError(f"{path}: not {fmt} of version {version}; rebuild it with `{make}`")
+        raise FgramError(f"{loc.uri}: not {fmt} of version {version}; rebuild it with `{make}`")
     return meta
 
 
-def manifest_fingerprint(out: str) -> str:
-    with open(os.path.join(out, "manifest.json"), "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()[:16]
+def manifest_fingerprint(out) -> str:
+    """A short digest of an output's manifest: what its index, tags and embeddings name."""
+    return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
 
 
-def write_index(out: str) -> dict:
-    """Build OUT/index/ from OUT/fgrams/ (one process; the table is read length by length)."""
-    import shutil
+def write_index(out, storage: dict | None = None) -> dict:
+    """Build OUT/index/ from the table at OUT (a build output or a refresh folder; a path
+    or a URI): one process, the table read length by length.
+
+    Local: written aside, then renamed into place. On an object store: the arrays
+    under names of their own (``table-L-<gen>.npy``, with their sha256 in index.json),
+    then index.json (the switch), then the older index's objects are deleted."""
+    import tempfile
 
     import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 
-    if not os.path.exists(os.path.join(out, "_SUCCESS")):
-        raise FgramError(f"{out}: not a finished fgram build (no _SUCCESS)")
-    with open(os.path.join(out, "manifest.json")) as fh:
-        manifest = json.load(fh)
+    loc, manifest = open_table(out, storage)
     max_len = manifest["config"]["max_len"]
-    dataset = ds.dataset(os.path.join(out, "fgrams"), format="parquet")
-    final = os.path.join(out, "index")
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
+    dataset = table_dataset(loc, manifest)
+    final = loc.child("index")
+    tmp = final.path + ".tmp" if loc.local else tempfile.mkdtemp(prefix="fgram-index-")
+    discard(tmp)
     os.makedirs(tmp)
     total = int(manifest["fgrams"])
     suffix = np.full(total, -1, dtype=np.int32 if total < 2**31 else np.int64)
     tables: dict[int, HashTable] = {}
     meta = {"format": "fgram-index", "version": VERSION, "max_len": max_len,
-            "fgrams": total, "table": manifest_fingerprint(out), "lengths": {}}
+            "fgrams": total, "table": manifest_fingerprint(loc), "lengths": {}}
     for length in range(2, max_len + 1):
         t = dataset.to_table(columns=["fgram_id", "tokens"], filter=pc.field("length") == length)
         ids = t.column("fgram_id").to_numpy()
@@ -122,21 +125,68 @@ def write_index(out: str) -> dict:
         toks = flat.reshape(-1, length).astype(np.int64)
         prefix = _chain_ids(tables, toks[:, :-1])
         if len(prefix) and prefix.min() < 0:
-            raise FgramError(f"{out}: the f-gram table is not closed under prefixes")
+            raise FgramError(f"{loc.uri}: the f-gram table is not closed under prefixes")
         if length > 2 and len(ids):
             suf = _chain_ids(tables, toks[:, 1:])
             if suf.min() < 0:
-                raise FgramError(f"{out}: the f-gram table is not closed under suffixes")
+                raise FgramError(f"{loc.uri}: the f-gram table is not closed under suffixes")
             suffix[ids] = suf
         table = HashTable.build(chain_key(prefix, toks[:, -1]), ids)
         save_array(os.path.join(tmp, f"table-{length}.npy"), table.rows)
         tables[length] = table
         meta["lengths"][str(length)] = {"n": int(len(ids)), "slots": 1 << table.bits}
     save_array(os.path.join(tmp, "suffix.npy"), suffix)
-    save_json(os.path.join(tmp, "index.json"), meta)
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(tmp, final)
+    if loc.local:
+        save_json(os.path.join(tmp, "index.json"), meta)
+        discard(final.path)
+        os.rename(tmp, final.path)
+        return meta
+    try:
+        publish_parts(tmp, final, meta, "index.json")
+    finally:
+        discard(tmp)
     return meta
+
+
+def publish_parts(folder: str, dest: Location, meta: dict, meta_name: str) -> None:
+    """Upload the array files of a local ``folder`` to the object-store folder ``dest``
+    under names of a new generation, with their sha256 in ``meta["files"]``, then
+    ``meta`` as ``meta_name`` (the switch), then delete what is left of older ones."""
+    gen = uuid.uuid4().hex[:12]
+    names = sorted(os.listdir(folder))
+    meta["files"] = {n: {"object": generation_name(n, gen),
+                         "sha256": file_sha256(os.path.join(folder, n)),
+                         "bytes": os.path.getsize(os.path.join(folder, n))} for n in names}
+    upload_all([(os.path.join(folder, n), dest.child(meta["files"][n]["object"])) for n in names])
+    dest.child(meta_name).write_json(meta)
+    keep = {f["object"] for f in meta["files"].values()} | {meta_name}
+    for rel in dest.files():
+        if rel not in keep:
+            dest.child(rel).remove()
+
+
+def part_arrays(folder: Location, meta: dict, mode: str):
+    """A loader ``name -> array`` for the files of an output part (the index, the
+    embeddings). Local: memory-mapped (``mmap``) or read (``ram``). On an object
+    store: ``ram`` reads each object into memory; ``mmap`` maps a local copy from
+    the cache (`storage.cached_copy`: downloaded once, checked against its sha256)."""
+    def load(name: str) -> np.ndarray:
+        if folder.local:
+            arr = np.load(os.path.join(folder.path, name), mmap_mode="r")
+            return np.array(arr) if mode == "ram" else np.asarray(arr)
+        entry = meta.get("files", {}).get(name)
+        if entry is None:
+            raise FgramError(f"{folder.uri}: {name} is not named by its metadata; rebuild it")
+        obj = folder.child(entry["object"])
+        if mode == "ram":
+            import io
+            data = obj.read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise FgramError(f"{obj.uri}: checksum mismatch (corrupt or changed)")
+            return np.load(io.BytesIO(data), allow_pickle=False)
+        return np.asarray(np.load(cached_copy(obj, entry["sha256"], entry["bytes"]),
+                                  mmap_mode="r"))
+    return load
 
 
 def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
@@ -164,21 +214,20 @@ class FgramIndex:
         self._shifts = np.array([tables[L].shift for L in range(2, self.max_len + 1)], np.uint64)
 
     @classmethod
-    def open(cls, out: str, mode: str = "mmap") -> "FgramIndex":
-        """``mode="mmap"`` maps the arrays (shared through the page cache, opens in
-        milliseconds); ``"ram"`` reads them into this process's memory (huge pages
-        where the OS allows: faster lookups, a private copy)."""
+    def open(cls, out, mode: str = "mmap", storage: dict | None = None) -> "FgramIndex":
+        """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
+        storage options). ``mode="mmap"`` maps the arrays (shared through the page cache,
+        opens in milliseconds; from an object store, a local copy in the cache);
+        ``"ram"`` reads them into this process's memory (faster lookups, a private copy)."""
         check_mode(mode)
-        folder = os.path.join(out, "index")
-        meta = read_meta(os.path.join(folder, "index.json"), "fgram-index", VERSION,
-                         f"fgram index {out}")
-        if os.path.exists(os.path.join(out, "manifest.json")) and \
-                manifest_fingerprint(out) != meta["table"]:
-            raise FgramError(f"{out}: the index was built for another f-gram table; rebuild it")
-
-        def load(name: str) -> np.ndarray:
-            arr = np.load(os.path.join(folder, name), mmap_mode="r")
-            return np.array(arr) if mode == "ram" else np.asarray(arr)
+        loc = resolve_table(out, storage)
+        folder = loc.child("index")
+        meta = read_meta(folder.child("index.json"), "fgram-index", VERSION,
+                         f"fgram index {loc.uri}")
+        if loc.child("manifest.json").exists() and manifest_fingerprint(loc) != meta["table"]:
+            raise FgramError(f"{loc.uri}: the index was built for another f-gram table; "
+                             f"rebuild it")
+        load = part_arrays(folder, meta, mode)
 
         tables = {L: HashTable(load(f"table-{L}.npy")) for L in range(2, meta["max_len"] + 1)}
         return cls(tables, load("suffix.npy"), meta)

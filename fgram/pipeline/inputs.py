@@ -27,7 +27,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .compiled import separate
-from .errors import ConfigError, InputError
+from .errors import ConfigError, FgramError, InputError, StorageUnavailable
+from .storage import failure, filesystem, is_remote
 from .kernels import MAX_TOKEN, SENTINEL, work_array
 
 FLAT_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4"), "int32": np.dtype("<i4")}
@@ -41,6 +42,7 @@ class ReadOptions:
     column: str = "tokens"
     dtype: str = "uint16"          # for .bin and header-less .npy
     doc_sep: int | None = None     # None: a flat file is one document
+    storage: dict = field(default_factory=dict)     # storage options (`storage.filesystem`)
 
 
 @dataclass
@@ -63,13 +65,8 @@ class Unit:
     stop: int                     # flat: end token (exclusive); parquet: end row group
 
 
-def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in path:
-        try:
-            return pafs.FileSystem.from_uri(path)
-        except Exception as exc:  # noqa: BLE001 - any filesystem error is an input error
-            raise InputError(path, f"cannot open filesystem: {exc}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(path)
+def _filesystem(path: str, storage: dict | None = None) -> tuple[pafs.FileSystem, str]:
+    return filesystem(path, storage)
 
 
 def _uri(fs: pafs.FileSystem, path: str, original: str) -> str:
@@ -84,44 +81,49 @@ def _known(name: str) -> bool:
     return not base.startswith((".", "_")) and base.lower().endswith(PARQUET_EXT + FLAT_EXT)
 
 
-def discover(paths: list[str]) -> list[tuple[pafs.FileSystem, str, str]]:
+def discover(paths: list[str], storage: dict | None = None
+             ) -> list[tuple[pafs.FileSystem, str, str]]:
     """Expand files, directories and globs into (fs, fs_path, uri), in a stable order."""
     found: list[tuple[pafs.FileSystem, str, str]] = []
     if not paths:
         raise ConfigError("no input given")
     for original in paths:
-        fs, path = _filesystem(original)
-        if any(ch in path for ch in "*?["):
-            if isinstance(fs, pafs.LocalFileSystem):
-                matches = sorted(m for m in globlib.glob(path, recursive=True) if os.path.isfile(m))
-            else:
-                root = path.split("*")[0].rsplit("/", 1)[0]
-                infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-                matches = sorted(i.path for i in infos
-                                 if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
-            if not matches:
-                raise InputError(original, "no file matches this pattern")
-            found.extend((fs, m, _uri(fs, m, original)) for m in matches)
-            continue
-        info = fs.get_file_info(path)
-        if info.type == pafs.FileType.NotFound:
-            raise InputError(original, "no such file or directory")
-        if info.type == pafs.FileType.Directory:
-            infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-            files = sorted(i.path for i in infos if i.type == pafs.FileType.File and _known(i.path)
-                           and not any(p.startswith((".", "_")) for p in
-                                       os.path.relpath(i.path, path).split(os.sep)[:-1]))
-            if not files:
-                raise InputError(original, "directory holds no .parquet, .bin or .npy files")
-            found.extend((fs, f, _uri(fs, f, original)) for f in files)
-        else:
-            found.append((fs, path, _uri(fs, path, original)))
+        fs, path = _filesystem(original, storage)
+        with reading(original):
+            found.extend(_expand(fs, path, original))
     seen, unique = set(), []
     for item in found:
         if item[2] not in seen:
             seen.add(item[2])
             unique.append(item)
     return unique
+
+
+def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, str]]:
+    """One input argument's files: a glob's matches, a folder's known files, or the file."""
+    if any(ch in path for ch in "*?["):
+        if isinstance(fs, pafs.LocalFileSystem):
+            matches = sorted(m for m in globlib.glob(path, recursive=True) if os.path.isfile(m))
+        else:
+            root = path.split("*")[0].rsplit("/", 1)[0]
+            infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+            matches = sorted(i.path for i in infos
+                             if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
+        if not matches:
+            raise InputError(original, "no file matches this pattern")
+        return [(fs, m, _uri(fs, m, original)) for m in matches]
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise InputError(original, "no such file or directory")
+    if info.type != pafs.FileType.Directory:
+        return [(fs, path, _uri(fs, path, original))]
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    files = sorted(i.path for i in infos if i.type == pafs.FileType.File and _known(i.path)
+                   and not any(p.startswith((".", "_")) for p in
+                               os.path.relpath(i.path, path).split(os.sep)[:-1]))
+    if not files:
+        raise InputError(original, "directory holds no .parquet, .bin or .npy files")
+    return [(fs, f, _uri(fs, f, original)) for f in files]
 
 
 def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
@@ -219,8 +221,9 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
     if opts.doc_sep is not None and not 0 <= opts.doc_sep <= MAX_TOKEN:
         raise ConfigError(f"--doc-sep must be in 0..{MAX_TOKEN}, got {opts.doc_sep}")
     shards = []
-    for fs, path, uri in discover(paths):
-        info = fs.get_file_info(path)
+    for fs, path, uri in discover(paths, opts.storage):
+        with reading(uri):
+            info = fs.get_file_info(path)
         low = path.lower()
         if low.endswith(PARQUET_EXT):
             shards.append(_parquet_shard(fs, path, uri, info, opts))
@@ -285,10 +288,13 @@ def reading(uri: str):
     """Corrupt or unreadable data surfaces as an InputError naming the file."""
     try:
         yield
-    except InputError:
+    except FgramError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise InputError(uri, f"cannot read ({_short(exc)})") from None
+        err = failure(uri, exc, reading=True)     # an object store down: worth a --resume
+        raise (err if isinstance(err, StorageUnavailable) or is_remote(uri) and
+               isinstance(exc, OSError) else InputError(uri, f"cannot read ({_short(exc)})")) \
+            from None
 
 
 def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch=None) -> Stream:
@@ -296,17 +302,17 @@ def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch
 
     With a ``scratch`` (`kernels.Scratch`), a flat range is read into its
     buffers (the stream's tokens are valid until the next read with it)."""
-    fs, path = _filesystem(shard.uri)
     with reading(shard.uri):
         if shard.format == "flat":
-            return _read_flat(fs, path, shard, unit, opts, overlap, scratch)
-        return _read_parquet(fs, path, shard, unit, opts)
+            return _read_flat(shard, unit, opts, overlap, scratch)
+        return _read_parquet(shard, unit, opts)
 
 
-def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None) -> np.ndarray:
+def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None, storage: dict | None = None
+                    ) -> np.ndarray:
     """Raw token values [lo, hi) of a flat file (clipped to the file), read in one call
     (into ``scratch``'s "raw" buffer when given)."""
-    fs, path = _filesystem(shard.uri)
+    fs, path = _filesystem(shard.uri, storage)
     dt = np.dtype(shard.dtype)
     lo, hi = max(lo, 0), min(hi, shard.n_items)
     with fs.open_input_file(path) as f:
@@ -328,8 +334,9 @@ def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None) -> np.ndarray:
     return arr
 
 
-def read_row_groups(shard: Shard, unit: Unit, columns: list[str] | None) -> pa.Table:
-    fs, path = _filesystem(shard.uri)
+def read_row_groups(shard: Shard, unit: Unit, columns: list[str] | None,
+                    storage: dict | None = None) -> pa.Table:
+    fs, path = _filesystem(shard.uri, storage)
     with fs.open_input_file(path) as f:
         return pq.ParquetFile(f).read_row_groups(list(range(unit.start, unit.stop)),
                                                  columns=columns)
@@ -349,10 +356,9 @@ def list_column(table: pa.Table, name: str, uri: str) -> tuple[np.ndarray, np.nd
             np.concatenate(vals) if vals else np.zeros(0, np.int64))
 
 
-def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: int,
-               scratch) -> Stream:
+def _read_flat(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch) -> Stream:
     lo = max(unit.start - 1, 0)
-    arr = read_flat_range(shard, lo, unit.stop + overlap, scratch)
+    arr = read_flat_range(shard, lo, unit.stop + overlap, scratch, opts.storage)
     head = unit.start - lo  # 1 if we read the token before the range, else 0
     body = arr[head:]
     own = unit.stop - unit.start
@@ -370,8 +376,8 @@ def _read_flat(fs, path, shard: Shard, unit: Unit, opts: ReadOptions, overlap: i
                   max_token=int(vmax))
 
 
-def _read_parquet(fs, path, shard: Shard, unit: Unit, opts: ReadOptions) -> Stream:
-    table = read_row_groups(shard, unit, [opts.column])
+def _read_parquet(shard: Shard, unit: Unit, opts: ReadOptions) -> Stream:
+    table = read_row_groups(shard, unit, [opts.column], opts.storage)
     lengths, values = list_column(table, opts.column, shard.uri)
     return stream_from_lists(lengths, values, shard.uri)
 

@@ -10,40 +10,75 @@ import time
 import uuid
 
 from .errors import LockedError, OutputError
+from .storage import Location, cache_dir, check_bucket, locate
 
 
-def check_output(out: str, overwrite: bool) -> str:
-    out = os.path.abspath(out)
-    if os.path.exists(out) and not overwrite:
-        raise OutputError(f"{out}: output exists; pass --overwrite to replace it")
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise OutputError(f"{out}: exists and is not a directory")
-    parent = os.path.dirname(out)
+def as_location(out, storage: dict | None = None) -> Location:
+    return out if isinstance(out, Location) else locate(str(out), storage)
+
+
+def check_output(out, overwrite: bool, storage: dict | None = None, resume: bool = False
+                 ) -> Location:
+    """Where an output goes, checked before any work: a local folder that may be made
+    and written, or an object-store prefix whose bucket exists and answers. Without
+    ``overwrite`` it must not exist yet (an object-store prefix a run of ours left
+    unfinished may be continued with ``resume``)."""
+    loc = as_location(out, storage)
+    if not loc.local:
+        check_bucket(loc)
+        if loc.exists() and not overwrite and not (resume and not loc.child(SUCCESS).exists()):
+            raise OutputError(f"{loc.uri}: output exists; pass --overwrite to replace it")
+        return loc
+    path = loc.path
+    if os.path.exists(path) and not overwrite:
+        raise OutputError(f"{path}: output exists; pass --overwrite to replace it")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{path}: exists and is not a directory")
+    parent = os.path.dirname(path)
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{parent}: cannot create output folder ({exc.strerror})") from None
     if not os.access(parent, os.W_OK):
         raise OutputError(f"{parent}: not writable")
-    return out
+    return loc
 
 
-def _beside(out: str, what: str) -> str:
-    """A hidden sibling of ``out``: ``.<name>.fgram-<what>``."""
-    parent, name = os.path.split(os.path.abspath(out))
+SUCCESS = "_SUCCESS"
+MANIFEST = "manifest.json"
+
+
+def _beside(out, what: str) -> str:
+    """A hidden local sibling of ``out``: ``.<name>.fgram-<what>``; for an output on an
+    object store, a folder of the local cache named after its URI (the run's work
+    stays on this machine; only the finished output is uploaded)."""
+    loc = as_location(out)
+    if not loc.local:
+        import hashlib
+        digest = hashlib.sha256(loc.uri.encode()).hexdigest()[:16]
+        return os.path.join(cache_dir("remote-runs"), f".{loc.name}-{digest}.fgram-{what}")
+    parent, name = os.path.split(loc.path)
     return os.path.join(parent, f".{name}.fgram-{what}")
 
 
-def staging_path(out: str) -> str:
-    """The one staging folder of an output: a crashed run's work stays there for --resume."""
+def staging_path(out) -> str:
+    """The one (local) staging folder of an output: a crashed run's work stays there for
+    --resume."""
     return _beside(out, "staging")
 
 
-def lock_path(out: str) -> str:
+def lock_path(out) -> str:
     return _beside(out, "lock")
 
 
-class OutputLock:
+def OutputLock(out, beat: float = 10.0, stale: float = 120.0):
+    """One writer per output: a lock file beside a local output (`FileLock`), a lease
+    object beside one on an object store (`LeaseLock`)."""
+    loc = as_location(out)
+    return FileLock(loc.path, beat, stale) if loc.local else LeaseLock(loc, beat, stale)
+
+
+class FileLock:
     """One writer per output: a lock file beside it, created exclusively.
 
     It holds the owner's host and pid; a heartbeat thread touches it every
@@ -141,7 +176,8 @@ def staging_dir(out: str) -> str:
 
 
 def publish(staging: str, out: str) -> None:
-    """Move a finished staging folder to `out`, replacing an older output atomically.
+    """Move a finished local staging folder to local `out`, replacing an older output
+    atomically (two renames).
 
     The caller writes `_SUCCESS` into staging before this; readers that see
     `out` see either the old complete output or the new complete one.
@@ -156,15 +192,150 @@ def publish(staging: str, out: str) -> None:
         os.rename(staging, out)
 
 
-def finish(staging: str, out: str, manifest: dict) -> None:
-    """Write the manifest, then `_SUCCESS`, then publish staging as `out`."""
-    from .workdir import save_json
+def data_files(staging: str) -> list[str]:
+    """The files of a finished staging folder (relative, sorted), markers excluded."""
+    found = []
+    for folder, dirs, files in os.walk(staging):
+        dirs[:] = sorted(d for d in dirs if d != "_work")
+        rel = os.path.relpath(folder, staging)
+        found += [name if rel == "." else f"{rel}/{name}" for name in files]
+    return sorted(f for f in found if f not in (MANIFEST, SUCCESS))
 
-    save_json(os.path.join(staging, "manifest.json"), manifest)
-    with open(os.path.join(staging, "_SUCCESS"), "w"):
-        pass
-    publish(staging, out)
+
+def generation_name(rel: str, gen: str) -> str:
+    """``fgrams/part-00000.parquet`` -> ``fgrams/part-00000-<gen>.parquet``: the name a file
+    of generation ``gen`` has on an object store, beside an older generation's."""
+    head, dot, ext = rel.rpartition(".")
+    return f"{head}-{gen}.{ext}" if dot and "/" not in ext else f"{rel}-{gen}"
+
+
+def finish(staging: str, out, manifest: dict) -> None:
+    """Publish the finished local staging folder as ``out`` with ``manifest``, which
+    names every file of the output (``files``).
+
+    Local ``out``: manifest, `_SUCCESS`, then two renames (`publish`). On an object
+    store, where nothing renames: the data files under names of their own generation
+    (an older output stays whole beside them), then ``manifest.json`` (the switch: a
+    reader that reads it finds every file it names), then `_SUCCESS`, then the older
+    generation's objects are deleted."""
+    loc = as_location(out)
+    files = data_files(staging)
+    if loc.local:
+        from .workdir import save_json
+        manifest["files"] = files
+        save_json(os.path.join(staging, MANIFEST), manifest)
+        with open(os.path.join(staging, SUCCESS), "w"):
+            pass
+        publish(staging, loc.path)
+        return
+    gen = uuid.uuid4().hex[:12]
+    names = {rel: generation_name(rel, gen) for rel in files}
+    manifest["files"] = sorted(names.values())
+    manifest["generation"] = gen
+    upload_all([(os.path.join(staging, rel), loc.child(name)) for rel, name in names.items()])
+    loc.child(MANIFEST).write_json(manifest)
+    loc.child(SUCCESS).write_bytes(gen.encode())
+    keep = set(names.values()) | {MANIFEST, SUCCESS}
+    for rel in loc.files():
+        if rel not in keep:
+            loc.child(rel).remove()
+    discard(staging)
+
+
+UPLOAD_THREADS = 8
+
+
+def upload_all(pairs: list[tuple[str, Location]]) -> None:
+    """Upload (local file, destination) pairs, a few at a time; the first failure is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+        for future in [pool.submit(dst.upload, src) for src, dst in pairs]:
+            future.result()
 
 
 def discard(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+class LeaseLock:
+    """One writer per output on an object store, where there is no exclusive create:
+    each run writes a claim object of its own into ``.<name>.fgram-lock/`` beside the
+    output, then lists the claims. It holds the lock only if it sees no other live
+    claim; otherwise it withdraws its claim and tries again, a few times, then gives
+    up (LockedError). Two runs that claim at once may both withdraw, never both hold:
+    with strongly consistent listing (S3 and SeaweedFS), of two claims written before
+    either listing, the later listing sees both. A holder rewrites its claim every
+    ``beat`` seconds; a claim is stale (deleted by the next run) when its run is gone
+    (same host) or it was last written more than ``stale`` seconds ago."""
+
+    ATTEMPTS = 5
+
+    def __init__(self, out: Location, beat: float = 10.0, stale: float = 120.0):
+        self.out = out
+        self.folder = out.sibling(f".{out.name}.fgram-lock")
+        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+                   "output": out.uri}
+        self.claim = self.folder.child(f"{self.me['host']}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                                       ".json")
+        self.beat, self.stale = beat, stale
+        self._stop = threading.Event()
+        self._thread = None
+
+    def __enter__(self):
+        import random
+        seen = None
+        for attempt in range(self.ATTEMPTS):
+            self.claim.write_json(self.me)
+            live = [n for n in self.folder.names() if n != self.claim.name and self._live(n)]
+            if not live:
+                self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+                self._thread.start()
+                return self
+            self.claim.remove()
+            holder = self._read(live[0]) or {}
+            if live[0] == seen or attempt == self.ATTEMPTS - 1:
+                raise LockedError(
+                    f"{self.out.uri}: another fgram run is writing it (pid {holder.get('pid')} "
+                    f"on {holder.get('host')}, lease {self.folder.child(live[0]).uri}); if that "
+                    f"run is gone, the lease expires {int(self.stale)} s after its last beat")
+            seen = live[0]
+            time.sleep(random.uniform(0.2, 1.0))
+        raise LockedError(f"{self.out.uri}: could not take the lease {self.folder.uri}")
+
+    def _read(self, name: str) -> dict | None:
+        try:
+            return self.folder.child(name).read_json()
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            return None
+
+    def _live(self, name: str) -> bool:
+        """Whether another run's claim still counts; stale ones are deleted."""
+        other = self.folder.child(name)
+        info, holder = other.info(), self._read(name)
+        if holder is None or info.mtime is None:
+            return False
+        if holder.get("host") == self.me["host"]:
+            alive = process_alive(int(holder.get("pid", -1)))
+        else:
+            alive = time.time() - info.mtime.timestamp() <= self.stale
+        if not alive:
+            other.remove()
+        return alive
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.beat):
+            try:
+                self.claim.write_json({**self.me, "beat": time.time()})
+            except Exception:  # noqa: BLE001 - the next beat tries again
+                pass
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self.claim.remove()
+        except Exception:  # noqa: BLE001 - it expires by itself
+            pass
+        return False

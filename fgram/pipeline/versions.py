@@ -15,7 +15,9 @@ import shutil
 import time
 import uuid
 
-from .errors import ConfigError, OutputError
+from .errors import ConfigError, InputError, OutputError
+from .publish import as_location
+from .storage import Location, is_remote
 
 CURRENT = "current"
 VERSIONS = "versions"
@@ -25,9 +27,13 @@ def new_version_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
 
-def is_finished(path: str) -> bool:
-    return os.path.exists(os.path.join(path, "_SUCCESS")) and \
-        os.path.exists(os.path.join(path, "manifest.json"))
+def is_finished(path) -> bool:
+    """Whether ``path`` (a local path, a URI or a `Location`) holds a finished output."""
+    if isinstance(path, str) and not is_remote(path):
+        return os.path.exists(os.path.join(path, "_SUCCESS")) and \
+            os.path.exists(os.path.join(path, "manifest.json"))
+    loc = as_location(path)
+    return loc.child("_SUCCESS").exists() and loc.child("manifest.json").exists()
 
 
 def list_versions(root: str) -> list[str]:
@@ -109,8 +115,31 @@ def prune(root: str, keep: int) -> list[str]:
     return doomed
 
 
-def resolve_table(path: str) -> str:
-    """A build output, or a refresh root (its current version)."""
-    if not is_finished(path) and os.path.islink(os.path.join(path, CURRENT)):
-        return os.path.join(path, CURRENT)
-    return path
+def resolve_table(path, storage: dict | None = None) -> Location:
+    """A build output, or a refresh root (its current version): local ``current`` is a
+    symlink, on an object store an object holding the version's path."""
+    loc = as_location(path, storage)
+    if is_finished(loc):
+        return loc
+    cur = loc.child(CURRENT)
+    if loc.local:
+        return cur if os.path.islink(cur.path) else loc
+    if cur.is_file():
+        return loc.child(cur.read_bytes().decode().strip())
+    return loc
+
+
+def open_table(path, storage: dict | None = None) -> tuple[Location, dict]:
+    """(location, manifest) of the finished table at ``path`` (see `resolve_table`)."""
+    loc = resolve_table(path, storage)
+    if not is_finished(loc):
+        raise InputError(loc.uri, "not a finished fgram table (no _SUCCESS or manifest.json)")
+    return loc, loc.child("manifest.json").read_json()
+
+
+def table_dataset(loc: Location, manifest: dict):
+    """The table's Parquet dataset: exactly the files its manifest names (an object
+    store may hold another generation's beside them), or, for outputs written before
+    manifests named their files, the ``fgrams/`` folder."""
+    files = [f for f in manifest.get("files", []) if f.startswith("fgrams/")]
+    return loc.dataset(files) if files else loc.child("fgrams").dataset()

@@ -1,0 +1,304 @@
+"""Outputs and inputs on an object store: a real SeaweedFS S3 server (tests/s3server.py), no
+mocks. Tables built to and from S3 equal local ones; readers (show, diff, index, coverage,
+FgramIndex) take URIs; an overwrite never leaves a moment without a complete output; one
+writer per output through a lease; every storage failure is one line, exit 2, no secret."""
+import glob
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fgram.pipeline import publish
+from fgram.pipeline.errors import LockedError
+from fgram.pipeline.index import FgramIndex, write_index
+from fgram.pipeline.publish import LeaseLock, staging_path
+from fgram.pipeline.storage import locate
+from fgram.pipeline.versions import open_table, table_dataset
+from helpers import build, result, wait_for_files, write_bin, write_parquet
+from oracle import select
+from s3server import SECRET, SeaweedS3, objects
+
+FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
+DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [], [7], [1, 2, 3, 4, 1, 2]]
+
+
+def remote_result(uri: str, storage: dict | None = None):
+    loc, manifest = open_table(uri, storage)
+    t = table_dataset(loc, manifest).to_table().sort_by("fgram_id")
+    assert t.column("fgram_id").to_pylist() == list(range(t.num_rows))
+    return [(tuple(r["tokens"]), r["count"]) for r in t.to_pylist()]
+
+
+def _put(s3, local: str, uri: str) -> None:
+    locate(uri).upload(local)
+
+
+@pytest.fixture
+def corpus(tmp_path, s3):
+    """The same documents as Parquet and as a flat file, locally and in a bucket."""
+    bucket = s3.bucket()
+    write_parquet(str(tmp_path / "a.parquet"), DOCS[:3], rows_per_group=1)
+    write_bin(str(tmp_path / "b.bin"), DOCS[3:], sep=0)
+    for name in ("a.parquet", "b.bin"):
+        _put(s3, str(tmp_path / name), f"s3://{bucket}/in/{name}")
+    return bucket
+
+
+def _cli(*args, env=None, timeout=120, cwd=None):
+    return subprocess.run([FGRAM, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+@pytest.mark.spark
+def test_build_with_input_and_output_on_s3_equals_local(spark, tmp_path, s3, corpus):
+    kw = dict(max_len=4, min_count=2, doc_sep=0)
+    local = build(spark, [tmp_path / "a.parquet", tmp_path / "b.bin"], tmp_path / "local", **kw)
+    uri = f"s3://{corpus}/tables/t1"
+    # Spark's workers get the endpoint and keys as storage options, not from the environment
+    m = build(spark, [f"s3://{corpus}/in"], uri, storage=s3.options, **kw)
+    assert remote_result(uri) == result(tmp_path / "local") == select(DOCS, 4, 2, None)
+    assert m["fgrams"] == local["fgrams"]
+    raw = locate(f"{uri}/manifest.json").read_bytes().decode()
+    assert SECRET not in raw and '"secret_key": "***"' in raw      # no secret in a manifest
+    assert not glob.glob(os.path.join(staging_path(locate(uri)), "*"))   # local staging gone
+    names = objects(s3.filesystem(), f"{corpus}/tables/t1")
+    parts = [n for n in names if n not in ("_SUCCESS", "manifest.json")]
+    assert len(parts) == len(names) - 2 and all(n.startswith("fgrams/part-") for n in parts)
+    assert sorted(parts) == sorted(open_table(uri)[1]["files"])
+
+
+def test_index_show_diff_coverage_read_s3(tmp_path, s3, corpus):
+    uri = f"s3://{corpus}/tables/t2"
+    kw = dict(max_len=4, min_count=2, doc_sep=0, engine="local")
+    build(None, [f"s3://{corpus}/in"], uri, **kw)
+    build(None, [tmp_path / "a.parquet", tmp_path / "b.bin"], tmp_path / "local", **kw)
+    write_index(uri)
+    write_index(str(tmp_path / "local"))
+    local = FgramIndex.open(str(tmp_path / "local"))
+    tokens = np.array([1, 2, 3, 4, 1, 2, 3, 5, 2, 3, 1])
+    for mode in ("ram", "mmap"):
+        fid, mlen = FgramIndex.open(uri, mode=mode).match(tokens)
+        want = local.match(tokens)
+        assert fid.tolist() == want[0].tolist() and mlen.tolist() == want[1].tolist()
+        assert (fid >= 0).any()
+    res = _cli("show", uri, "--top", "3")
+    assert res.returncode == 0 and f"fgram table {uri}" in res.stdout, res.stderr
+    res = _cli("diff", str(tmp_path / "local"), uri)
+    assert res.returncode == 0 and "+0 added, -0 removed" in res.stdout, res.stderr
+    res = _cli("coverage", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local")
+    ref = _cli("coverage", str(tmp_path / "local"), str(tmp_path / "a.parquet"),
+               str(tmp_path / "b.bin"), "--doc-sep", "0", "--engine", "local")
+    assert res.returncode == 0 and res.stdout == ref.stdout, res.stderr
+
+
+def test_index_copy_is_checked_against_its_checksum(tmp_path, s3, corpus, monkeypatch):
+    uri = f"s3://{corpus}/tables/t3"
+    build(None, [f"s3://{corpus}/in"], uri, max_len=3, min_count=2, doc_sep=0, engine="local")
+    meta = write_index(uri)
+    name = meta["files"]["suffix.npy"]["object"]
+    obj = locate(f"{uri}/index/{name}")
+    data = bytearray(obj.read_bytes())
+    data[-1] ^= 0xFF
+    obj.write_bytes(bytes(data))
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    for mode in ("ram", "mmap"):
+        with pytest.raises(Exception, match="checksum mismatch"):
+            FgramIndex.open(uri, mode=mode)
+    kept = os.listdir(tmp_path / "cache" / "remote")       # the good arrays' copies only
+    assert kept and f"{meta['files']['suffix.npy']['sha256']}.npy" not in kept
+    assert not [n for n in kept if n.endswith(".tmp")]
+
+
+def test_overwrite_keeps_a_complete_output_at_every_step(tmp_path, s3, corpus, monkeypatch):
+    uri = f"s3://{corpus}/tables/t4"
+    kw = dict(max_len=4, doc_sep=0, engine="local")
+    build(None, [f"s3://{corpus}/in"], uri, min_count=2, **kw)
+    old = remote_result(uri)
+    seen = []
+    upload_all = publish.upload_all
+
+    def checked(pairs):             # the new generation's files are up, not yet switched to
+        upload_all(pairs)
+        seen.append(remote_result(uri))
+
+    monkeypatch.setattr(publish, "upload_all", checked)
+    build(None, [f"s3://{corpus}/in"], uri, min_count=3, overwrite=True, **kw)
+    new = remote_result(uri)
+    assert seen == [old] and new == select(DOCS, 4, 3, None) != old
+    names = objects(s3.filesystem(), f"{corpus}/tables/t4")
+    loc, manifest = open_table(uri)
+    assert sorted(manifest["files"] + ["_SUCCESS", "manifest.json"]) == names  # old ones gone
+
+
+def test_second_writer_is_refused_through_the_lease(tmp_path, s3, corpus):
+    uri = f"s3://{corpus}/tables/t5"
+    with LeaseLock(locate(uri)):
+        res = _cli("build", f"s3://{corpus}/in", "-o", uri, "--doc-sep", "0", "--engine", "local")
+        assert res.returncode == 2 and "another fgram run is writing it" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1
+    res = _cli("build", f"s3://{corpus}/in", "-o", uri, "--doc-sep", "0", "--engine", "local",
+               "--min-count", "2")
+    assert res.returncode == 0, res.stderr
+    assert objects(s3.filesystem(), f"{corpus}/tables/.t5.fgram-lock") == []  # released
+
+
+def test_lease_contenders_never_both_hold(s3):
+    bucket = s3.bucket()
+    for _ in range(4):
+        out = locate(f"s3://{bucket}/contended")
+        holders, errors, gate = [], [], threading.Barrier(3)
+
+        def contend():
+            gate.wait()
+            try:
+                with LeaseLock(out):
+                    holders.append(1)
+                    time.sleep(0.5)
+                    holders.append(-1)
+            except LockedError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=contend) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        running = np.cumsum(holders) if holders else np.zeros(1)
+        assert running.max() <= 1, "two runs held the lease at once"
+        assert len(holders) // 2 + len(errors) == 3
+
+
+def test_lease_of_a_dead_run_is_taken_over(s3):
+    bucket = s3.bucket()
+    out = locate(f"s3://{bucket}/t")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    claim = out.sibling(".t.fgram-lock").child("old-claim.json")
+    import socket
+    claim.write_json({"host": socket.gethostname(), "pid": dead.pid, "started": 0})
+    with LeaseLock(out):
+        assert not claim.exists()
+
+
+def _one_line_error(res, *needles):
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fgram: error: "), res.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert SECRET not in res.stderr and "wrong-secret-123" not in res.stderr
+
+
+def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
+    src = str(tmp_path / "b.bin")
+    base = ["--doc-sep", "0", "--engine", "local"]
+    _one_line_error(_cli("build", src, "-o", "foo://bucket/x", *base), "foo://bucket/x",
+                    "unknown storage scheme")
+    _one_line_error(_cli("build", src, "-o", "s3://no-such-bucket-fgram/x", *base),
+                    "s3://no-such-bucket-fgram/x", "no such bucket")
+    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base,
+                         env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-123"}),
+                    f"s3://{corpus}/x", "access denied")
+    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base, "--storage-option",
+                         f"access_key={s3.options['access_key']}", "--storage-option",
+                         "secret_key=wrong-secret-123"), "access denied")
+    t0 = time.time()
+    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base,
+                         env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}),
+                    f"s3://{corpus}/x", "connection refused")
+    assert time.time() - t0 < 60
+    _one_line_error(_cli("show", f"s3://{corpus}/nothing-here"), "not a finished fgram table")
+    _one_line_error(_cli("build", f"s3://{corpus}/in/missing.bin", "-o", str(tmp_path / "o"),
+                         *base), f"s3://{corpus}/in/missing.bin", "no such file")
+    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base, "--storage-option",
+                         "no_such_setting=1"), "--storage-option")
+    uri = f"s3://{corpus}/tables/t6"
+    assert _cli("build", src, "-o", uri, *base, "--min-count", "1").returncode == 0
+    _one_line_error(_cli("build", src, "-o", uri, *base), uri, "output exists")
+    # what cannot write to an object store yet says so, and writes nowhere else
+    assert _cli("build", src, "-o", str(tmp_path / "t"), *base, "--min-count", "1",
+                "--storage-option", "region=us-east-1").returncode == 0
+    assert _cli("index", str(tmp_path / "t")).returncode == 0
+    for args in (("refresh", f"s3://{corpus}/r", src, *base),
+                 ("annotate", str(tmp_path / "t"), src, "-o", f"s3://{corpus}/tags", *base),
+                 ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--local"),
+                 ("synth", "-o", f"s3://{corpus}/syn")):
+        _one_line_error(_cli(*args, cwd=tmp_path), "s3://", "not supported" if args[0] != "synth"
+                        else "local folder")
+    assert not os.path.exists(tmp_path / "s3:") and not os.path.exists("s3:")
+
+
+def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
+    """Input and output on a server of this test's own, stopped during pass 3: one line,
+    exit 2, the completed passes kept; once it is back, --resume gives the table."""
+    server = SeaweedS3(str(tmp_path / "weed")).start()
+    try:
+        bucket = server.bucket()
+        flat = np.random.default_rng(5).integers(1, 40, 600_000).astype(np.uint16)
+        flat[::50] = 0
+        flat.tofile(tmp_path / "c.bin")
+        docs = [d.tolist() for d in np.split(flat, np.flatnonzero(flat == 0))]
+        docs = [d[1:] if d and d[0] == 0 else d for d in docs]
+        locate(f"s3://{bucket}/c.bin", server.options).upload(str(tmp_path / "c.bin"))
+        env = {**server.env, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
+        uri = f"s3://{bucket}/out"
+        cmd = [FGRAM, "build", f"s3://{bucket}/c.bin", "-o", uri, "--doc-sep", "0", "-K", "4",
+               "--min-count", "3", "--unit-tokens", "3000", "--engine", "local"]
+        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        wait_for_files(str(tmp_path / "cache" / "remote-runs" / ".*staging" / "_work" / "pass3" /
+                           "unit-*.done.json"), proc, 120, "pass 3")
+        server.stop(hard=True)      # at once, as a crash: in the middle of the pass
+        t0 = time.time()
+        out, err = proc.communicate(timeout=120)
+        assert time.time() - t0 < 60        # bounded retries, and the first failure ends it
+        _one_line_error(subprocess.CompletedProcess(cmd, proc.returncode, out, err), uri[:-4],
+                        "cannot reach the object store", "--resume")
+        server.start()
+        res = subprocess.run(cmd + ["--resume"], env={**os.environ, **env}, capture_output=True,
+                             text=True, timeout=240)
+        assert res.returncode == 0, res.stderr
+        opts = server.options
+        assert remote_result(uri, opts) == select(docs, 4, 3, None)
+        assert open_table(uri, opts)[1]["resumed"]["from_pass"] == 3
+    finally:
+        server.stop()
+
+
+def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
+    bucket = s3.bucket()
+    flat = np.random.default_rng(9).integers(1, 60, 150_000).astype(np.uint16)
+    flat[::40] = 0
+    flat.tofile(tmp_path / "c.bin")
+    env = {**os.environ, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
+    uri = f"s3://{bucket}/out"
+    cmd = [FGRAM, "build", str(tmp_path / "c.bin"), "-o", uri, "--doc-sep", "0", "-K", "4",
+           "--size", "2000", "--unit-tokens", "4000", "--master", "local[2]"]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for_files(str(tmp_path / "cache" / "remote-runs" / ".*staging" / "_work" / "pass3" /
+                           "unit-*.done.json"), proc, 240, "pass 3")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not locate(uri).exists()                     # nothing half-published
+    res = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    ref = subprocess.run([FGRAM, "build", str(tmp_path / "c.bin"), "-o", str(tmp_path / "ref"),
+                          *cmd[5:]], env=env, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    assert remote_result(uri) == result(tmp_path / "ref")
+    got = open_table(uri)[1]
+    assert got["resumed"]["from_pass"] == 3
+    ref_files = sorted(os.listdir(tmp_path / "ref" / "fgrams"))
+    for name, remote_name in zip(ref_files, sorted(f for f in got["files"]
+                                                    if f.startswith("fgrams/"))):
+        assert locate(f"{uri}/{remote_name}").read_bytes() == \
+            open(tmp_path / "ref" / "fgrams" / name, "rb").read()      # identical bytes
