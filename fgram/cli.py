@@ -126,8 +126,12 @@ def _summary(manifest: dict, where: str) -> str:
 @click.option("--resume", is_flag=True,
               help="Continue an unfinished run on the same OUTPUT, INPUTS and options from its "
                    "last completed pass and counted units (without it, leftovers are removed).")
+@click.option("--work-dir", default=None,
+              help="Folder or URI for the run's intermediates (default: beside a local OUTPUT; "
+                   "for an object-store OUTPUT, this machine's cache in local mode, else beside "
+                   "OUTPUT on the store).")
 @_build_options
-def build_command(inputs, output, overwrite, resume, **opts):
+def build_command(inputs, output, overwrite, resume, work_dir, **opts):
     """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -139,7 +143,7 @@ def build_command(inputs, output, overwrite, resume, **opts):
 
     try:
         manifest = run_build(_build_config(inputs, output, opts, overwrite=overwrite,
-                                           resume=resume))
+                                           resume=resume, work_dir=work_dir))
     except FgramError as exc:
         _fail(str(exc))
     click.echo(_summary(manifest, _where(output)))

@@ -47,8 +47,9 @@ def _env() -> dict:
 
 
 class Cluster:
-    def __init__(self, tmp):
+    def __init__(self, tmp, private: bool = False):
         self.tmp = tmp
+        self.private = private
         self.procs: list[subprocess.Popen] = []
         self.port, self.ui = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
@@ -56,8 +57,15 @@ class Cluster:
     def _start(self, name, *args):
         log = open(os.path.join(self.tmp, f"{name}.log"), "w")
         cls = os.path.join(_spark_home(), "bin", "spark-class")
-        p = subprocess.Popen([cls, *args], env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True)       # its own group: it and its children
+        env, cwd = _env(), None
+        if self.private:    # its own scratch, temp and working folders: nothing shared but S3
+            own = {what: os.path.join(self.tmp, name, what) for what in ("local", "tmp", "cwd")}
+            for folder in own.values():
+                os.makedirs(folder, exist_ok=True)
+            env = dict(env, SPARK_LOCAL_DIRS=own["local"], TMPDIR=own["tmp"])
+            cwd = own["cwd"]
+        p = subprocess.Popen([cls, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, cwd=cwd)  # its own group: it and children
         self.procs.append(p)
         return p
 
@@ -174,5 +182,44 @@ def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_
         assert proc.returncode == 0, err[-3000:]
         assert c.alive_workers() == 1
         assert result(out) == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
+    finally:
+        c.stop()
+
+
+def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp_path, s3):
+    """No shared filesystem: the master and each worker have private scratch, temp and
+    working folders, the input and the output are on S3, and so are the intermediates
+    (the run's staging prefix). A worker is killed while pass 3 counts. The table must
+    equal local mode's."""
+    from fgram.pipeline.storage import locate
+    from s3server import objects
+    from test_s3 import remote_result
+
+    src, docs = corpus
+    bucket = s3.bucket()
+    locate(f"s3://{bucket}/in/c.bin").upload(src)
+    os.makedirs(tmp_path / "cluster")
+    c = Cluster(str(tmp_path / "cluster"), private=True)
+    try:
+        c.start()
+        uri = f"s3://{bucket}/out"
+        opts = [f"--storage-option={k}={v}" for k, v in s3.options.items()]
+        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", f"s3://{bucket}/in",
+                                 "-o", uri, "--master", c.url, *ARGS, *opts],
+                                env={k: v for k, v in _env().items() if not k.startswith("AWS_")},
+                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, cwd=str(tmp_path))
+        fs, work = s3.filesystem(), f"{bucket}/.out.fgram-staging/_work/pass3"
+        deadline = time.time() + 300
+        while not any(n.endswith(".done.json") for n in objects(fs, work)):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.time() < deadline, "pass 3 never started"
+            time.sleep(0.05)
+        c.kill(c.workers[0])                # mid-job: pass 3 is counting
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert c.alive_workers() == 1
+        assert remote_result(uri) == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
+        assert objects(fs, f"{bucket}/.out.fgram-staging") == []     # the work is cleaned up
     finally:
         c.stop()

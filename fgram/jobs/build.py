@@ -41,12 +41,13 @@ from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
 from fgram.jobs.executors import HeadStart, as_task, make_executor
-from fgram.pipeline.errors import (ConfigError, FgramError, OutputError, StorageUnavailable,
-                                   keeps_work)
+from fgram.pipeline import workdir as wf
+from fgram.pipeline.errors import (ConfigError, FgramError, InputError, OutputError,
+                                   StorageUnavailable, keeps_work)
 from fgram.pipeline.table import Groups, arrow_array, bucket_order, table_record, write_ranked
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
-from fgram.pipeline.publish import OutputLock, check_output, discard, finish, staging_path
-from fgram.pipeline.storage import Location, is_remote
+from fgram.pipeline.publish import OutputLock, check_output, finish, staging_path
+from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
 from fgram.pipeline.workdir import (Sweeper, WorkDir, load_array, load_json, read_into, save_array,
                                     save_json)
 
@@ -108,7 +109,7 @@ def _token_ceiling(shards: list[Shard]) -> int:
 def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
-    if os.path.exists(wd.unit_done(k, u)):     # counted already (head start, or a resumed run)
+    if wf.exists(wd.unit_done(k, u)):     # counted already (head start, or a resumed run)
         return load_json(wd.unit_done(k, u))
     unit = plan.units[u]
     stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1,
@@ -121,8 +122,8 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
             order = (read_into(wd.unit(k - 1, u, "pos"), _SCRATCH, "prev_pos"),
                      read_into(wd.unit(k - 1, u, "starts"), _SCRATCH, "prev_starts"))
             answers = _unit_answers(plan, wd, k - 1, u, prev)
-        except FileNotFoundError:
-            if os.path.exists(wd.unit_done(k, u)):  # another run of this task finished first
+        except (FileNotFoundError, OutputError, InputError):
+            if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
                 return load_json(wd.unit_done(k, u))
             raise
         ids = kn.ids_at(answers, order, len(tokens), _SCRATCH)
@@ -151,11 +152,8 @@ def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
     its marker). Freed now, their pages go to the next files written here; freed a pass
     later in one batch, their memory would be cold again (a VM hands freed memory back to
     its host: here, writing a file into fresh pages took 4-6x as long as into reused ones)."""
-    for what in UNIT_FILES:
-        try:
-            os.remove(wd.unit(k, u, what))
-        except OSError:     # gone already (another run of the task), or the sweeper's later
-            pass
+    for what in UNIT_FILES:     # gone already (another run of the task): no matter
+        wf.remove(wd.unit(k, u, what))
 
 
 @as_task
@@ -277,14 +275,14 @@ def warm_task(i: int) -> int:
 
 
 def check_work_reach(cfg: BuildConfig, ex) -> None:
-    """The work files of an output on an object store stay on the driver's disk (only the
-    finished output is uploaded), which only local mode's tasks reach: a cluster master is
-    refused before any task runs there, never run against a path some machines lack."""
-    if is_remote(cfg.output) and ex.name == "spark" and not ex.sc.master.startswith("local"):
-        raise ConfigError(f"{cfg.output}: with an object-store output, build and refresh keep "
-                          f"their work files on this machine, which executors of "
-                          f"{ex.sc.master} cannot reach; run in local mode (or --engine local), "
-                          f"or write OUT to a folder every executor mounts")
+    """A run whose work files `work_location` put on this machine's disk (an object-store
+    output, tasks judged to run here) never sends a task to a cluster's executors, which
+    cannot reach them: refused before any task runs there."""
+    if is_remote(cfg.output) and ex.name == "spark" and not ex.sc.master.startswith("local") \
+            and runs_here(cfg) and not cfg.work_dir:
+        raise ConfigError(f"{cfg.output}: this run keeps its work files on this machine, which "
+                          f"executors of {ex.sc.master} cannot reach; give the cluster's master "
+                          f"with --master")
 
 
 WARM_GROUP = "fgram-warm-up"
@@ -384,7 +382,8 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
 def run_fingerprint(cfg: BuildConfig, shards) -> dict:
     """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
-    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage"):
+    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage",
+                "work_dir"):
         rec.pop(key, None)
     return {"fgram_version": __version__, "config": rec,
             "inputs": [shard_record(s) for s in shards]}
@@ -404,21 +403,46 @@ def _prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict
     belong to this very run (same options, same inputs); then its completed
     passes and counted units are kept.
     """
-    staging = staging_path(out)
-    work = os.path.join(staging, "_work")
-    if os.path.exists(staging):
-        old = load_json(os.path.join(work, "run.json")) if os.path.exists(
-            os.path.join(work, "run.json")) else None
+    staging = work_location(cfg, out)
+    work = wf.join(staging, "_work")
+    run_record = wf.join(work, "run.json")
+    if wf.exists(run_record) or wf.names(staging):
+        old = load_json(run_record) if wf.exists(run_record) else None
         if cfg.resume and old == fingerprint:
             return staging, _load_state(work) or _fresh_state(cfg)
         if cfg.resume and old is not None:
             what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
             raise OutputError(f"{out.uri}: cannot resume: the unfinished run there had other {what}; "
                               f"rerun without --resume to start over")
-        discard(staging)
-    os.makedirs(work)
-    save_json(os.path.join(work, "run.json"), fingerprint)
+        wf.remove_tree(staging)
+    wf.make_dirs(work)
+    save_json(run_record, fingerprint)
     return staging, None
+
+
+def work_location(cfg: BuildConfig, out: Location):
+    """Where a run's staging folder is (its work files and state, then the table before
+    it is published): in ``--work-dir`` when given; beside a local output (a local path);
+    for an output on an object store, this machine's cache when the tasks run here
+    (local mode, --engine local), else the object store itself, beside the output (a
+    `Location` every executor reaches: a cluster without a shared mount)."""
+    if cfg.work_dir:
+        import hashlib
+        where = locate(cfg.work_dir, cfg.storage)
+        check_bucket(where)
+        name = f".{out.name}-{hashlib.sha256(out.uri.encode()).hexdigest()[:12]}.fgram-staging"
+        return where.child(name).path if where.local else where.child(name)
+    if out.local or runs_here(cfg):
+        return staging_path(out)
+    return out.sibling(f".{out.name}.fgram-staging")
+
+
+def runs_here(cfg: BuildConfig) -> bool:
+    """Whether the tasks run on this machine: --engine local, or Spark in local mode."""
+    if cfg.engine == "local":
+        return True
+    from fgram.pipeline.spark import effective_master
+    return effective_master(cfg.master).startswith("local")
 
 
 def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
@@ -432,16 +456,16 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
         fingerprint = run_fingerprint(cfg, shards)
         staging, state = _prepare_staging(cfg, out, fingerprint)
-        plan = Plan(cfg, shards, units, os.path.join(staging, "_work"))
+        plan = Plan(cfg, shards, units, wf.join(staging, "_work"))
         resumed = _resume_record(plan, state)
     except BaseException as exc:
         starting.wait()     # the input's error is the one to report
         if staging and not keeps_work(exc):
-            discard(staging)
+            wf.remove_tree(staging)
         raise
     try:
         executor = HeadStart(starting, cfg.master, release=_SCRATCH.clear)
-        manifest = _build(executor, plan, t_start, state or _fresh_state(cfg))
+        manifest = _build(executor, plan, staging, t_start, state or _fresh_state(cfg))
         manifest["head_start_tasks"] = executor.in_driver
         manifest["executor_start_seconds"] = starting.seconds
         manifest["run_fingerprint"] = fingerprint_digest(fingerprint)
@@ -451,13 +475,14 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         starting.wait()     # a warm-up job still running would be cut off at exit, noisily
         return manifest
     except BaseException as exc:
+        where = getattr(staging, "uri", staging)
         if not keeps_work(exc):
-            discard(staging)
+            wf.remove_tree(staging)
         elif isinstance(exc, StorageUnavailable):     # one line: the cause, then what is kept
-            raise StorageUnavailable(f"{exc}; the completed passes are kept in {staging}: "
+            raise StorageUnavailable(f"{exc}; the completed passes are kept in {where}: "
                                      f"rerun with --resume once it answers") from None
         else:
-            sys.stderr.write(f"fgram: the run stopped; its completed passes are kept in {staging}: "
+            sys.stderr.write(f"fgram: the run stopped; its completed passes are kept in {where}: "
                              f"rerun with --resume to continue\n")
         raise
 
@@ -467,7 +492,7 @@ def _resume_record(plan: Plan, state: dict | None) -> dict | None:
         return None
     wd = WorkDir(plan.work)
     k = state["next"]
-    done = sum(os.path.exists(wd.unit_done(k, u)) for u in range(len(plan.units))) \
+    done = sum(wf.exists(wd.unit_done(k, u)) for u in range(len(plan.units))) \
         if k <= plan.cfg.max_len else 0
     return {"from_pass": k, "units_counted_before": done}
 
@@ -489,14 +514,14 @@ def _fresh_state(cfg: BuildConfig) -> dict:
             "top_token": None, "kept": None}
 
 
-def _save_state(work: str, st: dict) -> None:
-    save_json(os.path.join(work, "state.json"), st)
+def _save_state(work, st: dict) -> None:
+    save_json(wf.join(work, "state.json"), st)
 
 
 def _load_state(work: str) -> dict | None:
     """The state after the last completed pass (int keys restored), or None."""
-    path = os.path.join(work, "state.json")
-    if not os.path.exists(path):
+    path = wf.join(work, "state.json")
+    if not wf.exists(path):
         return None
     st = load_json(path)
     st["hists"] = {int(k): {int(c): n for c, n in h.items()} for k, h in st["hists"].items()}
@@ -505,9 +530,8 @@ def _load_state(work: str) -> dict | None:
     return st
 
 
-def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
+def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
     cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
-    staging = os.path.dirname(work)
     hists, offsets_by_len = st["hists"], st["offsets"]
     k = st["next"]
     sweeper = Sweeper()
@@ -574,7 +598,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
         final = "join"
         _write_table(ex.spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
         select_stages = {}
-    discard(work)
+    wf.remove_tree(work)
     return {
         "fgram_version": __version__,
         "kind": "fgram-table",
@@ -595,7 +619,7 @@ def _build(ex, plan: Plan, t_start: float, st: dict) -> dict:
 
 def _unit_files(plan: Plan, k: int) -> list[str]:
     folder = WorkDir(plan.work).pass_dir(k)
-    return [os.path.join(folder, name) for name in os.listdir(folder)
+    return [wf.join(folder, name) for name in wf.names(folder)
             if name.startswith(("unit-", "merged-", "answers-"))]
 
 
@@ -670,7 +694,7 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
                 cnts.append(np.asarray(load_array(wd.decoded(k, p, "counts"))[a:b]))
         if toks:
             rows[k] = (np.concatenate(toks), np.concatenate(cnts))
-    return write_ranked(rows, groups, lo, hi, os.path.join(out_dir, f"part-{r:05d}.parquet"))
+    return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
 
 
 def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,
@@ -683,9 +707,9 @@ def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, c
         ex.map_batched(parts_by_len[k], lambda p, k=k: decode_task(
             plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len))
     t1 = time.time()
-    out_dir = os.path.join(staging, "fgrams")
-    discard(out_dir)        # a resumed run's earlier attempt at this stage
-    os.makedirs(out_dir)
+    out_dir = wf.join(staging, "fgrams")
+    wf.remove_tree(out_dir)        # a resumed run's earlier attempt at this stage
+    wf.make_dirs(out_dir)
     ex.map(len(task_firsts), lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts,
                                                  selected, out_dir))
     return {"decode_seconds": round(t1 - t0, 3), "rank_write_seconds": round(time.time() - t1, 3),
@@ -695,6 +719,10 @@ def _write_table_tasks(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, c
 def _write_table(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, staging) -> None:
     from pyspark.sql import functions as F
 
+    if not isinstance(staging, str):
+        raise ConfigError(f"{staging.uri}: the selected f-grams' tokens exceed "
+                          f"--broadcast-budget, and the Spark SQL select that takes over then "
+                          f"writes to a shared folder only; raise --broadcast-budget")
     budget = plan.cfg.broadcast_budget
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(budget) if budget > 0 else "-1")
     row_schema = "length byte, sid long, prefix long, last int, count long"

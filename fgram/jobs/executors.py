@@ -14,6 +14,7 @@ import re
 import time
 
 from fgram.pipeline.errors import FgramError, from_marker_text
+from fgram.pipeline.storage import object_store_used
 
 
 def as_task(fn):
@@ -114,8 +115,48 @@ def _call(i):
     return _FN(i)
 
 
+_PAYLOAD: list = [None, None]    # a clean worker's last job: (its pickled function, the function)
+
+
+def _call_pickled(item):
+    """Task ``i`` of the job whose function is ``payload`` (unpickled once per worker)."""
+    payload, i = item
+    if _PAYLOAD[0] is not payload and _PAYLOAD[0] != payload:
+        import pickle
+        _PAYLOAD[:] = [payload, pickle.loads(payload)]
+    return _PAYLOAD[1](i)
+
+
+_CLEAN = None
+
+
+def _clean_pool(processes: int):
+    """A pool of workers forked from a fresh server process that has loaded the kernels,
+    kept for the process's later jobs. Arrow's S3 client is not fork-safe (a child forked
+    while the parent's client held its lock waits on it forever), so once this process
+    has used an object store, its own forks are out."""
+    global _CLEAN
+    if _CLEAN is None or _CLEAN[0] != processes:
+        import atexit
+        _drop_clean_pool()
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["fgram.jobs.local_worker"])
+        _CLEAN = (processes, ctx.Pool(processes))
+        atexit.register(_drop_clean_pool)   # ended before exit (left to the GC, it warns)
+    return _CLEAN[1]
+
+
+def _drop_clean_pool() -> None:
+    global _CLEAN
+    if _CLEAN is not None:
+        _CLEAN[1].terminate()
+        _CLEAN = None
+
+
 class LocalExecutor(Executor):
-    """Forked worker processes on this machine; no JVM."""
+    """Forked worker processes on this machine; no JVM. Forked from this process for each
+    job (they share what it has loaded), or, once it has used an object store, a pool
+    forked from a clean server process (`_clean_pool`)."""
     name = "local"
     spark = None
 
@@ -131,6 +172,8 @@ class LocalExecutor(Executor):
                 return [fn(i) for i in range(n)]
             except Exception as exc:  # noqa: BLE001
                 _reraise(exc)
+        if object_store_used():
+            return self._map_clean(n, fn)
         _FN = fn
         try:    # results in order; the first failure ends the pool (and its other tasks) at once
             with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
@@ -139,6 +182,20 @@ class LocalExecutor(Executor):
             _reraise(exc)
         finally:
             _FN = None
+
+    def _map_clean(self, n: int, fn) -> list:
+        """``map`` on the clean pool: the function travels pickled by value (cloudpickle,
+        as Spark sends it), and the first failure ends the pool's other tasks."""
+        from pyspark import cloudpickle
+        payload = cloudpickle.dumps(fn)
+        pool = _clean_pool(self.parallelism)
+        try:
+            return list(pool.imap(_call_pickled, [(payload, i) for i in range(n)], chunksize=1))
+        except BaseException as exc:
+            _drop_clean_pool()
+            if isinstance(exc, Exception):
+                _reraise(exc)
+            raise
 
 
 class HeadStart(Executor):

@@ -41,6 +41,7 @@ class BuildConfig:
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
     storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
+    work_dir: str | None = None     # where the staging folder goes (see build.work_location)
 
     def validate(self) -> "BuildConfig":
         if not self.inputs:

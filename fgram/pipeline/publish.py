@@ -209,9 +209,10 @@ def generation_name(rel: str, gen: str) -> str:
     return f"{head}-{gen}.{ext}" if dot and "/" not in ext else f"{rel}-{gen}"
 
 
-def finish(staging: str, out, manifest: dict) -> None:
-    """Publish the finished local staging folder as ``out`` with ``manifest``, which
-    names every file of the output (``files``).
+def finish(staging, out, manifest: dict) -> None:
+    """Publish the finished staging folder (a local path, or a `Location` on the same
+    object store as ``out``) as ``out`` with ``manifest``, which names every file of the
+    output (``files``).
 
     Local ``out``: manifest, `_SUCCESS`, then two renames (`publish`). On an object
     store, where nothing renames: the data files under names of their own generation
@@ -219,7 +220,9 @@ def finish(staging: str, out, manifest: dict) -> None:
     reader that reads it finds every file it names), then `_SUCCESS`, then the older
     generation's objects are deleted."""
     loc = as_location(out)
-    files = data_files(staging)
+    remote_staging = isinstance(staging, Location) and not staging.local
+    files = [f for f in staging.files() if not f.startswith("_work/") and
+             f not in (MANIFEST, SUCCESS)] if remote_staging else data_files(staging)
     if loc.local:
         from .workdir import save_json
         manifest["files"] = files
@@ -232,21 +235,26 @@ def finish(staging: str, out, manifest: dict) -> None:
     names = {rel: generation_name(rel, gen) for rel in files}
     manifest["files"] = sorted(names.values())
     manifest["generation"] = gen
-    upload_all([(os.path.join(staging, rel), loc.child(name)) for rel, name in names.items()])
+    upload_all([(staging.child(rel) if remote_staging else os.path.join(staging, rel),
+                 loc.child(name)) for rel, name in names.items()])
     loc.child(MANIFEST).write_json(manifest)
     loc.child(SUCCESS).write_bytes(gen.encode())
     keep = set(names.values()) | {MANIFEST, SUCCESS}
     for rel in loc.files():
         if rel not in keep:
             loc.child(rel).remove()
-    discard(staging)
+    if remote_staging:
+        staging.remove_tree()
+    else:
+        discard(staging)
 
 
 UPLOAD_THREADS = 8
 
 
-def upload_all(pairs: list[tuple[str, Location]]) -> None:
-    """Upload (local file, destination) pairs, a few at a time; the first failure is raised."""
+def upload_all(pairs: list[tuple]) -> None:
+    """Copy (source, destination) pairs, a few at a time: a local file is uploaded, an
+    object copied on its store. The first failure is raised."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:

@@ -166,6 +166,20 @@ def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | No
     return chosen, settings
 
 
+def effective_master(master: str | None) -> str:
+    """The master a run gets: the one asked for, the one spark-submit was given, or
+    local mode ("" when spark-submit's cannot be read)."""
+    if master:
+        return master
+    from pyspark import SparkContext
+    active = SparkContext._active_spark_context
+    if active is not None:
+        return active.master
+    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
+        os.environ.get("SPARK_ENV_LOADED")
+    return _submitted_master() if submitted else "local[*]"
+
+
 def _submitted_master() -> str:
     """The master that spark-submit was given ("" when it cannot be read)."""
     try:

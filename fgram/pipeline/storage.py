@@ -91,9 +91,16 @@ def _coerce(value: str):
 
 _FILESYSTEMS: dict[tuple, pafs.FileSystem] = {}
 _LOCAL = pafs.LocalFileSystem()
-# a forked process (the local engine's workers) makes its own: an inherited one shares the
-# parent's open connections, and two processes reading through one get each other's bytes
+# a forked process makes its own: an inherited one shares the parent's open connections, and
+# two processes reading through one get each other's bytes
 os.register_at_fork(after_in_child=_FILESYSTEMS.clear)
+_USED = [False]     # whether this process has made an object-store filesystem
+
+
+def object_store_used() -> bool:
+    """Whether this process has talked to an object store: then it must not fork workers
+    (Arrow's S3 client is not fork-safe; see `executors.LocalExecutor`)."""
+    return _USED[0]
 
 
 def _s3(options: dict) -> pafs.FileSystem:
@@ -134,6 +141,7 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
            tuple(os.environ.get(v) for v in ENV_SETTINGS))
     try:
         if key not in _FILESYSTEMS:
+            _USED[0] = True
             if scheme == "s3":
                 _FILESYSTEMS[key] = _s3(options)
             elif scheme in ("gs", "gcs"):
@@ -318,8 +326,17 @@ class Location:
     def write_json(self, obj) -> None:
         self.write_bytes((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
-    def upload(self, local_path: str) -> None:
-        """Copy a local file here (the object appears only once complete)."""
+    def upload(self, source) -> None:
+        """Copy a local file (a path), or another `Location` of the same store, here (the
+        object appears only once complete; a copy on the store moves no byte through
+        this machine)."""
+        if isinstance(source, Location):
+            try:
+                self.fs.copy_file(source.path, self.path)
+            except Exception as exc:  # noqa: BLE001
+                raise self._fail(exc) from None
+            return
+        local_path = source
         try:
             if self.local:
                 import shutil

@@ -161,7 +161,7 @@ def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return order
 
 
-def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path: str) -> int:
+def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path) -> int:
     """Number rows of whole groups (``rows``: length -> (tokens, counts)) and write the
     ones with ids in [lo, hi) as one Parquet file, in id order. Returns how many."""
     n = max(hi - lo, 0)
@@ -212,5 +212,13 @@ def arrow_table(ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
                                  arrow_array(counts, np.int64)], schema=SCHEMA)
 
 
-def write_table(table: pa.Table, path: str) -> None:
-    pq.write_table(table, path, compression="zstd", row_group_size=1 << 20)
+def write_table(table: pa.Table, path) -> None:
+    """One Parquet file at a local path, or at a `storage.Location` (an object: written
+    whole, then it appears)."""
+    if isinstance(path, str) or path.local:
+        pq.write_table(table, getattr(path, "path", path), compression="zstd",
+                       row_group_size=1 << 20)
+        return
+    buf = pa.BufferOutputStream()
+    pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20)
+    path.write_bytes(buf.getvalue())

@@ -1,10 +1,14 @@
 """Intermediate files of a build: one folder per pass, one completed unit per file.
 
-Every file is written aside and renamed into place, so a retried or
-speculative task never leaves a half-written file for a reader.
+Every file is written aside and renamed into place (on an object store: one PUT, which
+appears whole or not at all), so a retried or speculative task never leaves a
+half-written file for a reader. The work folder is a local path (a local or shared
+disk: the fast path, memory maps) or a `storage.Location` on an object store, which
+every executor of a cluster reaches; the functions here take either.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -12,22 +16,47 @@ import uuid
 
 import numpy as np
 
+from .storage import Location
 
-def save_array(path: str, arr: np.ndarray) -> None:
+
+def _remote(path) -> bool:
+    return isinstance(path, Location) and not path.local
+
+
+def _local(path) -> str:
+    return path.path if isinstance(path, Location) else path
+
+
+def save_array(path, arr: np.ndarray) -> None:
+    if _remote(path):
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        path.write_bytes(buf.getbuffer())
+        return
+    path = _local(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "wb") as f:
         np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
     os.replace(tmp, path)
 
 
-def load_array(path: str, mmap: bool = True) -> np.ndarray:
-    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+def load_array(path, mmap: bool = True) -> np.ndarray:
+    """A local file memory-mapped (``mmap``) or read; an object read whole."""
+    if _remote(path):
+        return np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
+    return np.load(_local(path), mmap_mode="r" if mmap else None, allow_pickle=False)
 
 
-def read_into(path: str, scratch, name: str) -> np.ndarray:
+def read_into(path, scratch, name: str) -> np.ndarray:
     """A 1-d array file read into ``scratch``'s buffer ``name`` (a `kernels.Scratch`):
     a worker reading one such file per unit reuses the same pages (a fresh
     array's first touch costs more than the copy)."""
+    if _remote(path):
+        arr = load_array(path)
+        out = scratch.get(name, len(arr), arr.dtype)
+        out[:] = arr
+        return out
+    path = _local(path)
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0)):     # np.save writes these: anything else, plainly
@@ -43,8 +72,12 @@ def read_into(path: str, scratch, name: str) -> np.ndarray:
     return out
 
 
-def save_json(path: str, obj, durable: bool = True) -> None:
+def save_json(path, obj, durable: bool = True) -> None:
     """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
+    if _remote(path):
+        path.write_json(obj)
+        return
+    path = _local(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
@@ -55,39 +88,84 @@ def save_json(path: str, obj, durable: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def load_json(path: str):
-    with open(path) as f:
+def load_json(path):
+    if _remote(path):
+        return path.read_json()
+    with open(_local(path)) as f:
         return json.load(f)
 
 
-class WorkDir:
-    """Names of a build's intermediate files."""
+def exists(path) -> bool:
+    return path.exists() if _remote(path) else os.path.exists(_local(path))
 
-    def __init__(self, root: str):
+
+def remove(path) -> None:
+    """Delete a file; no error if it is gone (or, locally, not ours to remove)."""
+    if _remote(path):
+        path.remove()
+        return
+    try:
+        os.remove(_local(path))
+    except OSError:
+        pass
+
+
+def remove_tree(path) -> None:
+    if isinstance(path, Location):
+        path.remove_tree()
+    else:
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def join(folder, *names: str):
+    """A path below ``folder``, of the same kind (a local path, or a `Location`)."""
+    return folder.child(*names) if isinstance(folder, Location) else os.path.join(folder, *names)
+
+
+def names(folder) -> list[str]:
+    """The file names right in ``folder`` ([] if it is absent)."""
+    if isinstance(folder, Location):
+        return [n for n in folder.files() if "/" not in n]
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def make_dirs(folder) -> None:
+    """Make a local folder (an object store has none to make)."""
+    if not isinstance(folder, Location):
+        os.makedirs(folder, exist_ok=True)
+    elif folder.local:
+        os.makedirs(folder.path, exist_ok=True)
+
+
+class WorkDir:
+    """Names of a build's intermediate files (below a local path or a `Location`)."""
+
+    def __init__(self, root):
         self.root = root
 
-    def pass_dir(self, k: int) -> str:
-        path = os.path.join(self.root, f"pass{k}")
-        os.makedirs(path, exist_ok=True)
+    def pass_dir(self, k: int):
+        path = join(self.root, f"pass{k}")
+        make_dirs(path)
         return path
 
-    def unit(self, k: int, u: int, what: str) -> str:
-        return os.path.join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
+    def unit(self, k: int, u: int, what: str):
+        return join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
 
-    def unit_done(self, k: int, u: int) -> str:
-        return os.path.join(self.pass_dir(k), f"unit-{u:06d}.done.json")
+    def unit_done(self, k: int, u: int):
+        return join(self.pass_dir(k), f"unit-{u:06d}.done.json")
 
-    def merged(self, k: int, p: int, what: str) -> str:
-        return os.path.join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
+    def merged(self, k: int, p: int, what: str):
+        return join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
 
-    def frequent(self, k: int, p: int, what: str) -> str:
-        return os.path.join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
+    def frequent(self, k: int, p: int, what: str):
+        return join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
 
-    def decoded(self, k: int, p: int, what: str) -> str:
-        return os.path.join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
+    def decoded(self, k: int, p: int, what: str):
+        return join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
 
-    def answers(self, k: int, p: int, what: str) -> str:
-        return os.path.join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
+    def answers(self, k: int, p: int, what: str):
+        return join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
 
 
 class Sweeper:
@@ -111,9 +189,9 @@ class Sweeper:
             self._thread = None
 
 
-def _remove_files(paths: list[str]) -> None:
+def _remove_files(paths: list) -> None:
     for path in paths:
         try:
-            os.remove(path)
-        except OSError:     # gone already, or not ours to remove: the staging folder goes anyway
+            remove(path)
+        except Exception:  # noqa: BLE001 - gone already, or not ours: the staging folder goes anyway
             pass

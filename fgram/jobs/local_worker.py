@@ -1,0 +1,10 @@
+"""What the local engine's clean worker server loads before it forks workers (see
+`executors.LocalExecutor`): the jobs' task modules (their task functions are pickled by
+reference) and the compiled kernels."""
+import importlib
+
+from fgram.pipeline import kernels
+
+for _module in ("fgram.jobs.annotate", "fgram.jobs.build", "fgram.jobs.refresh"):
+    importlib.import_module(_module)
+kernels.warm_up()
