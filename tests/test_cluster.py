@@ -20,7 +20,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from helpers import build, result
+from helpers import build, result, wait_for_files
 from oracle import select, split_flat
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -172,11 +172,7 @@ def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
         pass3 = os.path.join(str(tmp_path), ".k.fgram-staging", "_work", "pass3")
-        deadline = time.time() + 300
-        while not glob.glob(os.path.join(pass3, "unit-*.done.json")):
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.time() < deadline
-            time.sleep(0.02)
+        wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 300, "pass 3")
         c.kill(c.workers[0])                # mid-job: pass 3 is counting
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
