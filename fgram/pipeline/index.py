@@ -32,8 +32,8 @@ import numpy as np
 from . import compiled
 from . import kernels as kn
 from .errors import FgramError
-from .publish import as_location, discard, generation_name, upload_all
-from .storage import Location, cached_copy, file_sha256
+from .publish import as_location, commit_generation, discard, generation_name
+from .storage import Location, cached_copy, file_sha256, json_bytes
 from .versions import open_table, resolve_table, table_dataset
 from .workdir import save_array, save_json
 
@@ -157,12 +157,8 @@ def publish_parts(folder: str, dest: Location, meta: dict, meta_name: str) -> No
     meta["files"] = {n: {"object": generation_name(n, gen),
                          "sha256": file_sha256(os.path.join(folder, n)),
                          "bytes": os.path.getsize(os.path.join(folder, n))} for n in names}
-    upload_all([(os.path.join(folder, n), dest.child(meta["files"][n]["object"])) for n in names])
-    dest.child(meta_name).write_json(meta)
-    keep = {f["object"] for f in meta["files"].values()} | {meta_name}
-    for rel in dest.files():
-        if rel not in keep:
-            dest.child(rel).remove()
+    commit_generation(dest, {meta["files"][n]["object"]: os.path.join(folder, n) for n in names},
+                      [(meta_name, json_bytes(meta))])
 
 
 def part_arrays(folder: Location, meta: dict, mode: str):

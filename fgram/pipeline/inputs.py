@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from .compiled import separate
 from .errors import ConfigError, FgramError, InputError, StorageUnavailable
-from .storage import failure, filesystem, is_remote
+from .storage import failure, filesystem, first_line, is_remote
 from .kernels import MAX_TOKEN, SENTINEL, work_array
 
 FLAT_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4"), "int32": np.dtype("<i4")}
@@ -211,7 +211,7 @@ def _parquet_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
 
 
 def _short(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return first_line(exc, limit=200)
 
 
 def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:

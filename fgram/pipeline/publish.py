@@ -10,7 +10,7 @@ import time
 import uuid
 
 from .errors import LockedError, OutputError
-from .storage import Location, cache_dir, check_bucket, locate
+from .storage import Location, cache_dir, check_bucket, json_bytes, locate
 
 
 def as_location(out, storage: dict | None = None) -> Location:
@@ -192,14 +192,19 @@ def publish(staging: str, out: str) -> None:
         os.rename(staging, out)
 
 
-def data_files(staging: str) -> list[str]:
-    """The files of a finished staging folder (relative, sorted), markers excluded."""
-    found = []
-    for folder, dirs, files in os.walk(staging):
-        dirs[:] = sorted(d for d in dirs if d != "_work")
-        rel = os.path.relpath(folder, staging)
-        found += [name if rel == "." else f"{rel}/{name}" for name in files]
-    return sorted(f for f in found if f not in (MANIFEST, SUCCESS))
+def data_files(staging) -> list[str]:
+    """The files of a finished staging folder (a local path or a `Location`; relative,
+    sorted), markers and work files excluded."""
+    if isinstance(staging, Location):
+        found = staging.files()
+    else:
+        found = []
+        for folder, dirs, files in os.walk(staging):
+            dirs[:] = [d for d in dirs if d != "_work"]     # not walked: nothing there is data
+            rel = os.path.relpath(folder, staging)
+            found += [name if rel == "." else f"{rel}/{name}" for name in files]
+    return sorted(f for f in found if f not in (MANIFEST, SUCCESS) and
+                  not f.startswith("_work/"))
 
 
 def generation_name(rel: str, gen: str) -> str:
@@ -221,8 +226,7 @@ def finish(staging, out, manifest: dict) -> None:
     generation's objects are deleted."""
     loc = as_location(out)
     remote_staging = isinstance(staging, Location) and not staging.local
-    files = [f for f in staging.files() if not f.startswith("_work/") and
-             f not in (MANIFEST, SUCCESS)] if remote_staging else data_files(staging)
+    files = data_files(staging)
     if loc.local:
         from .workdir import save_json
         manifest["files"] = files
@@ -235,18 +239,28 @@ def finish(staging, out, manifest: dict) -> None:
     names = {rel: generation_name(rel, gen) for rel in files}
     manifest["files"] = sorted(names.values())
     manifest["generation"] = gen
-    upload_all([(staging.child(rel) if remote_staging else os.path.join(staging, rel),
-                 loc.child(name)) for rel, name in names.items()])
-    loc.child(MANIFEST).write_json(manifest)
-    loc.child(SUCCESS).write_bytes(gen.encode())
-    keep = set(names.values()) | {MANIFEST, SUCCESS}
-    for rel in loc.files():
-        if rel not in keep:
-            loc.child(rel).remove()
+    commit_generation(loc, {name: staging.child(rel) if remote_staging else
+                            os.path.join(staging, rel) for rel, name in names.items()},
+                      [(MANIFEST, json_bytes(manifest)), (SUCCESS, gen.encode())])
     if remote_staging:
         staging.remove_tree()
     else:
         discard(staging)
+
+
+def commit_generation(dest: Location, files: dict, markers: list[tuple[str, bytes]]) -> None:
+    """The commit protocol of an object-store folder, where nothing renames: upload
+    ``files`` (name below ``dest`` -> a local path or a `Location` of the same store),
+    each under a name of its own generation, beside what an older one left; then write
+    ``markers`` in order (the first is the switch: it names the new files); then delete
+    every other object below ``dest``."""
+    upload_all([(src, dest.child(name)) for name, src in files.items()])
+    for name, data in markers:
+        dest.child(name).write_bytes(data)
+    keep = set(files) | {name for name, _ in markers}
+    for rel in dest.files():
+        if rel not in keep:
+            dest.child(rel).remove()
 
 
 UPLOAD_THREADS = 8

@@ -161,9 +161,9 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
     except TypeError as exc:
         raise ConfigError(f"--storage-option for {scheme}://: {redact(str(exc), options)}") from None
     except Exception as exc:  # noqa: BLE001 - one line, naming the URI
-        raise ConfigError(f"{uri}: cannot open the filesystem ({_first_line(exc, options)})") \
+        raise ConfigError(f"{uri}: cannot open the filesystem ({first_line(exc, options)})") \
             from None
-    if scheme in ("hdfs", "viewfs", "abfs", "abfss") and not isinstance(fs, pafs.S3FileSystem):
+    if scheme in ("hdfs", "viewfs", "abfs", "abfss"):     # their paths drop the host part
         try:
             _, path = pafs.FileSystem.from_uri(uri)
         except Exception:  # noqa: BLE001 - keep the plain path
@@ -171,9 +171,15 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
     return fs, path
 
 
-def _first_line(exc: BaseException, options: dict | None = None) -> str:
+def first_line(exc: BaseException, options: dict | None = None, limit: int = 300) -> str:
+    """An exception's first line, cut to ``limit`` characters, secrets redacted."""
     text = str(exc).strip()
-    return redact(text.splitlines()[0][:300] if text else type(exc).__name__, options)
+    return redact(text.splitlines()[0][:limit] if text else type(exc).__name__, options)
+
+
+def json_bytes(obj) -> bytes:
+    """JSON as fgram writes it everywhere: indented, keys sorted, a final newline."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
 def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]:
@@ -195,7 +201,7 @@ def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]
         return "no such bucket", False
     if isinstance(exc, FileNotFoundError):
         return "no such file or directory", False
-    return _first_line(exc, options), False
+    return first_line(exc, options), False
 
 
 def _endpoint(options: dict | None) -> str:
@@ -265,9 +271,6 @@ class Location:
     def exists(self) -> bool:
         return self.info().type != pafs.FileType.NotFound
 
-    def is_dir(self) -> bool:
-        return self.info().type == pafs.FileType.Directory
-
     def is_file(self) -> bool:
         return self.info().type == pafs.FileType.File
 
@@ -283,16 +286,14 @@ class Location:
                       if i.type == pafs.FileType.File and i.path.startswith(base))
 
     def names(self) -> list[str]:
-        """Names of the entries right below this folder ([] if absent)."""
-        return sorted({f.split("/", 1)[0] for f in self.files()} | self._dirs())
-
-    def _dirs(self) -> set[str]:
+        """Names of the entries right below this folder, files and folders ([] if absent):
+        one listing."""
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc, reading=True) from None
-        return {i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos
-                if i.type == pafs.FileType.Directory}
+        return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos
+                      if i.type != pafs.FileType.NotFound)
 
     def read_bytes(self) -> bytes:
         try:
@@ -324,7 +325,7 @@ class Location:
             raise self._fail(exc) from None
 
     def write_json(self, obj) -> None:
-        self.write_bytes((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+        self.write_bytes(json_bytes(obj))
 
     def upload(self, source) -> None:
         """Copy a local file (a path), or another `Location` of the same store, here (the
