@@ -2,6 +2,8 @@
 disk, alternated in one run (the machine's speed drifts: compare the ratio).
 
     python bench/bench_s3.py bench/out/synth-100000000-50000 --size 1000000 --rounds 2
+    python bench/bench_s3.py bench/out/synth-100000000-50000 --size 1000000 --rounds 2 \
+        --refresh bench/out/synth-5000000-samebook
 
 Starts a SeaweedFS S3 server on loopback ports (tests/s3server.py, the `weed` binary of the
 test extra), uploads the corpus, then runs `fgram build` in turn: local input -> local
@@ -11,6 +13,11 @@ cluster without a shared mount does). Checks the tables are equal; prints wall t
 their ratios, and the bytes written to the object store per input token (read from the
 volume servers' appended bytes, so deleted work files count); appends the records to
 bench/results.jsonl.
+
+With ``--refresh NEW``: a refresh root on the store holds a version of the corpus; then,
+alternated, `fgram refresh` of the corpus plus NEW (the added shards) against a full
+`fgram build` of the same list, both on S3 (the refresh is put back to the corpus alone,
+untimed, before the next round).
 """
 from __future__ import annotations
 
@@ -38,6 +45,19 @@ def appended_bytes(server) -> int:
         return sum(v["Size"] for v in json.load(r)["Volumes"])
 
 
+def record(runs: dict, prefix: str, tokens: int) -> None:
+    """Append the runs (kind -> [run]) to bench/results.jsonl."""
+    with open(os.path.join(HERE, "results.jsonl"), "a") as fh:
+        for kind, rs in runs.items():
+            for r in rs:
+                fh.write(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"),
+                                     "run": f"{prefix}{kind}", "machine": machine(),
+                                     "command": r["cmd"], "tokens": tokens,
+                                     "wall_s": round(r["wall"], 1),
+                                     "store_bytes_written": r["written"],
+                                     "peak_rss_gib": round(r["peak"] / 2**30, 2)}) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("corpus", help="a folder of uint16 .bin files with separator 0 (fgram synth)")
@@ -45,6 +65,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--engine", default="spark")
     ap.add_argument("--work", default=os.path.join(HERE, "out"))
+    ap.add_argument("--refresh", metavar="NEW", help="a folder of added .bin shards: measure "
+                                                      "a refresh against a full build")
     args = ap.parse_args()
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
     root = tempfile.mkdtemp(prefix="fgram-s3-", dir=args.work)
@@ -61,6 +83,8 @@ def main() -> None:
         upload_s = time.time() - t0
         opts = ["--dtype", "uint16", "--doc-sep", "0", "--size", str(args.size),
                 "--engine", args.engine, "--overwrite"]
+        if args.refresh:
+            return bench_refresh(args, server, bucket, fgram, opts[:-1], upload_s)
         kinds = ("local", "s3", "s3-work")
         runs = {k: [] for k in kinds}
         for r in range(args.rounds):
@@ -96,18 +120,52 @@ def main() -> None:
                   f"{s3['wall'] / lo['wall']:.2f} | {s3['written'] / tokens:.3f} | "
                   f"{sw['wall']:.1f} s | {sw['wall'] / lo['wall']:.2f} | "
                   f"{sw['written'] / tokens:.2f} |")
-        with open(os.path.join(HERE, "results.jsonl"), "a") as fh:
-            for where, rs in runs.items():
-                for r in rs:
-                    fh.write(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M"),
-                                         "run": f"s3cmp-{where}", "machine": machine(),
-                                         "command": r["cmd"], "tokens": tokens,
-                                         "wall_s": round(r["wall"], 1),
-                                         "store_bytes_written": r["written"],
-                                         "peak_rss_gib": round(r["peak"] / 2**30, 2)}) + "\n")
+        record(runs, "s3cmp-", tokens)
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def bench_refresh(args, server, bucket, fgram: str, opts: list[str], upload_s: float) -> None:
+    from fgram.pipeline.versions import open_table, table_dataset
+    from fgram.pipeline.storage import locate
+
+    for f in sorted(glob.glob(os.path.join(args.refresh, "*.bin"))):
+        locate(f"s3://{bucket}/new/{os.path.basename(f)}").upload(f)
+    old, new = f"s3://{bucket}/corpus", f"s3://{bucket}/new"
+    root, full = f"s3://{bucket}/refresh", f"s3://{bucket}/full"
+
+    def timed(cmd):
+        before = appended_bytes(server)
+        wall, peak, rc = run(cmd)
+        if rc:
+            sys.exit(rc)
+        return {"wall": wall, "peak": peak, "written": appended_bytes(server) - before,
+                "cmd": " ".join(cmd[1:])}
+
+    first = timed([fgram, "refresh", root, old, *opts])
+    runs = {"refresh": [], "build": []}
+    for r in range(args.rounds):
+        for kind in (("refresh", "build") if r % 2 == 0 else ("build", "refresh")):
+            if kind == "refresh":
+                runs[kind].append(timed([fgram, "refresh", root, old, new, *opts]))
+            else:
+                runs[kind].append(timed([fgram, "build", old, new, "-o", full, *opts,
+                                         "--overwrite"]))
+        a = table_dataset(*open_table(full)).to_table().sort_by("fgram_id")
+        b = table_dataset(*open_table(root)).to_table().sort_by("fgram_id")
+        assert a.equals(b), "the refreshed table differs from the full build"
+        if r + 1 < args.rounds:
+            timed([fgram, "refresh", root, old, *opts])      # back to the corpus alone
+    tokens = open_table(full)[1]["totals"]["tokens"]
+    print(f"\n{tokens} tokens (corpus + added), S={args.size}, engine {args.engine}; "
+          f"{machine()}; corpus upload {upload_s:.1f} s; first version {first['wall']:.1f} s\n")
+    print("| round | full build on S3 | bytes/token | refresh on S3 | bytes/token | ratio |")
+    print("|---|---|---|---|---|---|")
+    for i, (b, f) in enumerate(zip(runs["build"], runs["refresh"])):
+        print(f"| {i + 1} | {b['wall']:.1f} s | {b['written'] / tokens:.2f} | {f['wall']:.1f} s "
+              f"| {f['written'] / tokens:.2f} | {f['wall'] / b['wall']:.2f} |")
+    record(runs, "s3-", tokens)
 
 
 if __name__ == "__main__":

@@ -176,12 +176,10 @@ def refresh_command(out, inputs, keep, **opts):
         _fail(str(exc))
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     if not res["built"]:
-        click.echo(f"up to date: {os.path.join(os.path.abspath(out), 'current')} -> "
-                   f"{res['version']}{pruned}")
+        click.echo(f"up to date: {_where(out).rstrip('/')}/current -> {res['version']}{pruned}")
         return
-    from fgram.pipeline.versions import version_path
-    click.echo(_summary(res["manifest"], version_path(os.path.abspath(out), res["version"])) +
-               f"; current -> {res['version']} (was {res['previous']}){pruned}")
+    click.echo(_summary(res["manifest"], f"{_where(out).rstrip('/')}/versions/{res['version']}")
+               + f"; current -> {res['version']} (was {res['previous']}){pruned}")
 
 
 @cli.command("diff")
@@ -282,9 +280,10 @@ def show_command(output, top, tokenizer, as_json, storage):
                f"by length {manifest['by_length']}")
     click.echo(f"  {'pass':>4} {'threshold':>9} {'candidates':>12} {'distinct':>10} {'kept':>10} "
                f"{'lookup':>9} {'seconds':>8}")
-    for p in manifest["passes"]:
+    for p in manifest["passes"]:       # a refresh's passes count no distinct or lookup
         click.echo(f"  {p['length']:>4} {p['threshold']:>9} {p['candidates']:>12} "
-                   f"{p['distinct']:>10} {p['kept']:>10} {p['lookup']:>9} {p['seconds']:>8.2f}")
+                   f"{p.get('distinct', '-'):>10} {p['kept']:>10} {p.get('lookup', '-'):>9} "
+                   f"{p['seconds']:>8.2f}")
     try:
         table = table_dataset(loc, manifest).head(top) if top > 0 else None
     except FgramError as exc:
@@ -349,7 +348,7 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, e
     """
     m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf,
                   storage)
-    click.echo(f"tagged {m['coverage']['positions']} tokens -> {os.path.abspath(output)}")
+    click.echo(f"tagged {m['coverage']['positions']} tokens -> {_where(output)}")
     _print_coverage(m["coverage"])
 
 
@@ -380,9 +379,11 @@ def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf
               help="Run every chunk in this process instead of as Spark tasks.")
 @_SPARK_OPTIONS[0]
 @_SPARK_OPTIONS[1]
-def embed_command(output, model, batch, dtype, chunk_rows, device, local, master, conf):
+@_storage_option
+def embed_command(output, model, batch, dtype, chunk_rows, device, local, master, conf, storage):
     """Write OUTPUT/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
+    OUTPUT is a build output or a refresh folder (its current version), a path or a URI.
     Chunks run as Spark tasks (or in this process with --local); a killed run
     resumes from its finished chunks. Lookups afterwards need OUTPUT/index.
     """
@@ -391,19 +392,20 @@ def embed_command(output, model, batch, dtype, chunk_rows, device, local, master
     try:
         meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=dtype,
                                      chunk_rows=chunk_rows, device=device, local=local,
-                                     master=master,
-                                     conf=_conf_pairs(conf)))
+                                     master=master, conf=_conf_pairs(conf),
+                                     storage=_storage(storage)))
     except FgramError as exc:
         _fail(str(exc))
     click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
-               f"{meta['seconds']:.1f}s -> {os.path.join(output, 'embeddings')}")
+               f"{meta['seconds']:.1f}s -> {_where(output).rstrip('/')}/embeddings")
 
 
 @cli.command("lookup")
 @click.argument("output")
 @click.option("--tokens", required=True, help="Comma-separated token ids of one context.")
 @click.option("--mode", default="mmap", show_default=True, type=click.Choice(["ram", "mmap"]))
-def lookup_command(output, tokens, mode):
+@_storage_option
+def lookup_command(output, tokens, mode, storage):
     """Print, for each position of TOKENS, its longest f-gram and the start of its row."""
     from fgram.pipeline.embed import FgramStore
 
@@ -412,7 +414,7 @@ def lookup_command(output, tokens, mode):
     except ValueError:
         _fail(f"--tokens {tokens!r}: expected comma-separated integers")
     try:
-        store = FgramStore.open(output, mode=mode)
+        store = FgramStore.open(output, mode=mode, storage=_storage(storage))
     except FgramError as exc:
         _fail(str(exc))
     rows, lengths, unmatched = store.embed_sequence(ids)

@@ -49,6 +49,17 @@ def corpus(tmp_path, s3):
     return bucket
 
 
+def _indexed_tables(tmp_path, bucket: str, name: str) -> str:
+    """The corpus's table with its index, on S3 (returned) and in tmp_path/local."""
+    uri = f"s3://{bucket}/tables/{name}"
+    kw = dict(max_len=4, min_count=2, doc_sep=0, engine="local")
+    build(None, [f"s3://{bucket}/in"], uri, **kw)
+    build(None, [tmp_path / "a.parquet", tmp_path / "b.bin"], tmp_path / "local", **kw)
+    write_index(uri)
+    write_index(str(tmp_path / "local"))
+    return uri
+
+
 def _cli(*args, env=None, timeout=120, cwd=None):
     return subprocess.run([FGRAM, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, cwd=cwd)
@@ -73,12 +84,7 @@ def test_build_with_input_and_output_on_s3_equals_local(spark, tmp_path, s3, cor
 
 
 def test_index_show_diff_coverage_read_s3(tmp_path, s3, corpus):
-    uri = f"s3://{corpus}/tables/t2"
-    kw = dict(max_len=4, min_count=2, doc_sep=0, engine="local")
-    build(None, [f"s3://{corpus}/in"], uri, **kw)
-    build(None, [tmp_path / "a.parquet", tmp_path / "b.bin"], tmp_path / "local", **kw)
-    write_index(uri)
-    write_index(str(tmp_path / "local"))
+    uri = _indexed_tables(tmp_path, corpus, "t2")
     local = FgramIndex.open(str(tmp_path / "local"))
     tokens = np.array([1, 2, 3, 4, 1, 2, 3, 5, 2, 3, 1])
     for mode in ("ram", "mmap"):
@@ -220,16 +226,17 @@ def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
     uri = f"s3://{corpus}/tables/t6"
     assert _cli("build", src, "-o", uri, *base, "--min-count", "1").returncode == 0
     _one_line_error(_cli("build", src, "-o", uri, *base), uri, "output exists")
-    # what cannot write to an object store yet says so, and writes nowhere else
+    # every writer takes an object-store output from the command line, and writes nowhere else
     assert _cli("build", src, "-o", str(tmp_path / "t"), *base, "--min-count", "1",
                 "--storage-option", "region=us-east-1").returncode == 0
     assert _cli("index", str(tmp_path / "t")).returncode == 0
     for args in (("refresh", f"s3://{corpus}/r", src, *base),
                  ("annotate", str(tmp_path / "t"), src, "-o", f"s3://{corpus}/tags", *base),
-                 ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--local"),
-                 ("synth", "-o", f"s3://{corpus}/syn")):
-        _one_line_error(_cli(*args, cwd=tmp_path), "s3://", "not supported" if args[0] != "synth"
-                        else "local folder")
+                 ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--local")):
+        res = _cli(*args, cwd=tmp_path)
+        assert res.returncode == 0 and "s3://" in res.stdout, res.stderr
+    _one_line_error(_cli("synth", "-o", f"s3://{corpus}/syn", cwd=tmp_path), "s3://",
+                    "local folder")
     assert not os.path.exists(tmp_path / "s3:") and not os.path.exists("s3:")
 
 
@@ -302,3 +309,142 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
                                                     if f.startswith("fgrams/"))):
         assert locate(f"{uri}/{remote_name}").read_bytes() == \
             open(tmp_path / "ref" / "fgrams" / name, "rb").read()      # identical bytes
+
+
+def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkeypatch):
+    """Versions, store and `current` on S3: each version equals the oracle; the pointer
+    object switches; old versions and unreferenced store objects are deleted there."""
+    import fgram.jobs.refresh as rf
+    from fgram.pipeline import versions as vs
+    from fgram.pipeline.config import BuildConfig
+
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = s3.bucket()
+    rng = np.random.default_rng(5)
+    shards = {n: [rng.integers(1, 6, int(rng.integers(3, 30))).tolist() for _ in range(12)]
+              for n in ("a", "b", "c")}
+    changed = [doc[::-1] + [5, 5] for doc in shards["a"]]
+    root = f"s3://{bucket}/fg"
+
+    def put(name, docs):
+        _put(s3, write_bin(str(tmp_path / f"{name}.bin"), docs, sep=0),
+             f"s3://{bucket}/in/{name}.bin")
+
+    def refresh(names):
+        cfg = BuildConfig(inputs=[f"s3://{bucket}/in/{n}.bin" for n in names], output=root,
+                          engine="local", unit_tokens=50, doc_sep=0, max_len=4, min_count=3)
+        return rf.run_refresh(cfg, keep=2)
+
+    for name, docs in shards.items():
+        put(name, docs)
+    steps = [(["a"], shards["a"]), (["a", "b"], shards["a"] + shards["b"]),
+             (["a", "b", "c"], shards["a"] + shards["b"] + shards["c"]),
+             (["a", "b", "c"], changed + shards["b"] + shards["c"]),      # a changed in place
+             (["b", "c"], shards["b"] + shards["c"])]                      # a removed
+    versions = []
+    for i, (names, docs) in enumerate(steps):
+        if i == 3:
+            put("a", changed)
+        res = refresh(names)
+        assert res["built"] and remote_result(root) == select(docs, 4, 3, None), i
+        versions.append(res["version"])
+        cur = locate(f"{root}/current").read_bytes().decode().strip()
+        assert cur == f"versions/{res['version']}" and vs.current(locate(root)) == res["version"]
+    m = res["manifest"]
+    assert m["refresh"]["store_reused"] and m["refresh"]["removed_shards"] == 1
+    assert m["refresh"]["new_shards"] == 0
+    assert refresh(["b", "c"])["built"] is False                  # nothing changed
+    assert vs.list_versions(locate(root)) == sorted(versions[-2:])  # --keep 2, on the store
+    named = set()
+    for vid in versions[-2:]:
+        named |= rf.referenced(locate(f"{root}/versions/{vid}/store.json").read_json())
+    assert set(objects(s3.filesystem(), f"{bucket}/fg/store/objects")) == named
+    # a fresh machine (an empty cache) reads the store from S3 alone
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache2"))
+    put("c", shards["a"])
+    assert refresh(["b", "c"])["built"]
+    assert remote_result(root) == select(shards["b"] + shards["a"], 4, 3, None)
+    # readers take the root: show, diff, index, as for a local refresh folder
+    res = _cli("show", root, "--top", "3")
+    assert res.returncode == 0 and "f-grams" in res.stdout, res.stderr
+    res = _cli("diff", f"{root}/versions/{versions[-1]}", root, "--json")
+    assert res.returncode == 0 and '"added"' in res.stdout, res.stderr
+    write_index(root)
+    assert FgramIndex.open(root, mode="ram").meta["fgrams"] == len(remote_result(root))
+
+
+@pytest.mark.parametrize("staged", ["here", "on-store"])
+def test_annotate_to_s3_equals_local_and_training_sequences_read_it(tmp_path, s3, corpus,
+                                                                    monkeypatch, staged):
+    """Parquet and flat tags of S3 inputs, written to S3: staged on this machine (local
+    mode) or on the store (a cluster's way: per-unit objects, then one per flat shard)."""
+    import pyarrow.parquet as pq
+
+    import fgram.jobs.annotate as an
+    from fgram.pipeline.tags import tag_file, training_sequences
+
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    table = f"s3://{corpus}/tables/ann-{staged}"
+    kw = dict(max_len=4, min_count=2, doc_sep=0, engine="local")
+    build(None, [f"s3://{corpus}/in"], table, **kw)
+    write_index(table)
+    if staged == "on-store":
+        monkeypatch.setattr(an, "runs_here", lambda cfg: False)
+    out = f"s3://{corpus}/tags-{staged}"
+    cfg = dict(doc_sep=0, engine="local", unit_tokens=4)
+    m = an.run_annotate(an.AnnotateConfig(table=table, inputs=[f"s3://{corpus}/in"], output=out,
+                                          **cfg))
+    ref = an.run_annotate(an.AnnotateConfig(table=table, inputs=[str(tmp_path / "a.parquet"),
+                                                                 str(tmp_path / "b.bin")],
+                                            output=str(tmp_path / "tags"), **cfg))
+    assert m["coverage"] == ref["coverage"] and m["coverage"]["positions"] > 0
+    loc = locate(out)
+    manifest = loc.child("manifest.json").read_json()
+    names = objects(s3.filesystem(), f"{corpus}/tags-{staged}")
+    assert sorted(manifest["files"] + ["_SUCCESS", "manifest.json"]) == names
+    assert not [n for n in objects(s3.filesystem(), corpus) if "fgram-staging" in n]
+    for rel in ref["files"]:
+        got, want = tag_file(loc, manifest, rel), str(tmp_path / "tags" / rel)
+        if rel.endswith(".npy"):
+            import io
+            assert np.array_equal(np.load(io.BytesIO(got.read_bytes())), np.load(want)), rel
+        else:
+            assert pq.read_table(got.path, filesystem=got.fs).equals(pq.read_table(want)), rel
+    seq = [tuple(a.tolist() for a in s) for s in training_sequences(out, 5)]
+    assert seq == [tuple(a.tolist() for a in s)
+                   for s in training_sequences(str(tmp_path / "tags"), 5)] and seq
+
+
+@pytest.mark.parametrize("staged", ["here", "on-store"])
+def test_embed_to_s3_and_the_store_reads_it(tmp_path, s3, corpus, monkeypatch, staged):
+    """embed into a table on S3 (chunks staged on this machine, or as objects on the store:
+    a cluster's way, then streamed into one matrix object); FgramStore and lookup read it
+    (ram, or a checked copy in the cache); the same bytes as a local table's."""
+    import fgram.jobs.embed as em
+    from fgram.pipeline.embed import FgramStore
+
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    uri = _indexed_tables(tmp_path, corpus, f"emb-{staged}")
+    if staged == "on-store":
+        monkeypatch.setattr(em, "runs_here", lambda cfg: False)
+    opts = dict(model="fgram.pipeline.models:hashed", chunk_rows=3, batch=2, local=True)
+    em.run_embed(em.EmbedConfig(table=str(tmp_path / "local"), **opts))
+    meta = None
+    for _ in range(2):          # the second run replaces the first generation
+        meta = em.run_embed(em.EmbedConfig(table=uri, **opts))
+    want = np.load(tmp_path / "local" / "embeddings" / "matrix.npy")
+    assert meta["chunks"] > 2 and meta["rows"] == len(want)
+    names = objects(s3.filesystem(), f"{corpus}/tables/emb-{staged}/embeddings")
+    assert names == sorted(["embeddings.json", meta["files"]["matrix.npy"]["object"]])
+    assert not [n for n in objects(s3.filesystem(), f"{corpus}/tables/emb-{staged}")
+                if "staging" in n]
+    tokens = np.array([1, 2, 3, 4, 1, 2, 3, 5, 2, 3, 1])
+    ref = FgramStore.open(str(tmp_path / "local"), mode="ram").embed_sequence(tokens)
+    for mode in ("ram", "mmap"):
+        store = FgramStore.open(uri, mode=mode)
+        assert np.array_equal(store.matrix, want)
+        got = store.embed_sequence(tokens)
+        assert all(np.array_equal(a, b) for a, b in zip(got, ref)) and not got[2].all()
+    res = _cli("lookup", uri, "--tokens", "1,2,3,4")
+    ref = _cli("lookup", str(tmp_path / "local"), "--tokens", "1,2,3,4")
+    assert res.returncode == 0 and res.stdout == ref.stdout, res.stderr

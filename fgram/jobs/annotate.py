@@ -15,6 +15,15 @@ tokens, and writes tags aligned with the input:
 
 The manifest names the f-gram table (its manifest's fingerprint) and carries
 the coverage: positions by match length.
+
+OUT may be on an object store. When the tasks run on this machine (local mode,
+``--engine local``) they write into a staging folder here, uploaded when done.
+On a cluster they write into a staging prefix on the store beside OUT: a
+Parquet file per unit as one object, a flat shard's tags as one object per
+unit, which a task per shard then streams into that shard's two ``.npy``
+objects. Either way the output is published with the build's protocol
+(`publish.finish`): files under names of their own generation, the manifest
+(which lists them) last but `_SUCCESS`.
 """
 from __future__ import annotations
 
@@ -26,15 +35,17 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from fgram import __version__
+from fgram.jobs.build import runs_here
 from fgram.jobs.executors import as_task, make_executor
+from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_column, plan_shards,
                                    plan_units, read_flat_range, read_row_groups, reading,
                                    shard_record)
-from fgram.pipeline.publish import check_output, discard, finish, staging_dir
-from fgram.pipeline.storage import is_remote, public_options
-from fgram.pipeline.table import arrow_list
+from fgram.pipeline.publish import OutputLock, check_output, finish, staging_dir
+from fgram.pipeline.storage import Location, public_options
+from fgram.pipeline.table import arrow_list, write_table
 from fgram.pipeline.versions import resolve_table
 
 
@@ -68,8 +79,17 @@ def _index(table: str, storage: dict | None = None) -> FgramIndex:
     return _INDEX[table]
 
 
-def sidecar(folder: str, shard: Shard, what: str) -> str:
-    return os.path.join(folder, f"{os.path.basename(shard.uri)}.{what}.npy")
+def sidecar(folder, shard: Shard, what: str):
+    return wf.join(folder, f"{os.path.basename(shard.uri)}.{what}.npy")
+
+
+def _part(staging, shard: Shard, start: int, what: str):
+    """A flat shard's tags of the unit at ``start``, before `assemble_task` joins them."""
+    return wf.join(staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy")
+
+
+def _remote(folder) -> bool:
+    return isinstance(folder, Location) and not folder.local
 
 
 def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str):
@@ -89,7 +109,7 @@ def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str
 
 @as_task
 def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int,
-                  folder: str | None) -> list[int]:
+                  staging) -> list[int]:
     index = _index(cfg.table, cfg.storage)
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
@@ -98,7 +118,11 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
         raw = read_flat_range(shard, lo, unit.stop, storage=cfg.storage)
         fid, mlen = match_flat(index, raw, cfg.doc_sep, shard.uri)
         fid, mlen = fid[unit.start - lo:], mlen[unit.start - lo:]
-        if folder is not None:
+        if _remote(staging):
+            wf.save_array(_part(staging, shard, unit.start, "fgid"), fid.astype(_id_type(index)))
+            wf.save_array(_part(staging, shard, unit.start, "mlen"), mlen)
+        elif staging is not None:
+            folder = os.path.join(staging, "tags")
             ids = np.load(sidecar(folder, shard, "fgid"), mmap_mode="r+")
             lens = np.load(sidecar(folder, shard, "mlen"), mmap_mode="r+")
             ids[unit.start:unit.stop] = fid
@@ -107,25 +131,34 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
             lens.flush()
             del ids, lens
     else:
-        import pyarrow.parquet as pq
-
         with reading(shard.uri):
             table = read_row_groups(shard, unit, None, cfg.storage)
             lengths, values = list_column(table, cfg.column, shard.uri)
         check_range(values, shard.uri)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         fid, mlen = index.match(values, doc_starts=starts[lengths > 0])
-        if folder is not None:
+        if staging is not None:
             offsets = np.concatenate([[0], np.cumsum(lengths)])
-            id_type = np.int32 if index.meta["fgrams"] < 2**31 else np.int64
             out = table.drop_columns([cfg.column])
-            out = out.append_column("fgram_ids", arrow_list(offsets, fid, id_type))
+            out = out.append_column("fgram_ids", arrow_list(offsets, fid, _id_type(index)))
             out = out.append_column("match_len", arrow_list(offsets, mlen))
             stem = os.path.splitext(os.path.basename(shard.uri))[0]
-            path = os.path.join(folder, f"{stem}.{unit.start:06d}.parquet")
-            pq.write_table(out, path + ".tmp", compression="zstd")
-            os.replace(path + ".tmp", path)
+            write_table(out, wf.join(staging, "tags", f"{stem}.{unit.start:06d}.parquet"))
     return np.bincount(mlen, minlength=k + 1).tolist()
+
+
+def _id_type(index: FgramIndex):
+    return np.int32 if index.meta["fgrams"] < 2**31 else np.int64
+
+
+@as_task
+def assemble_task(shard: Shard, starts: list[int], id_type: str, staging: Location) -> None:
+    """Stream a flat shard's per-unit tag objects, in order, into its two ``.npy``
+    objects (one upload each)."""
+    for what, dtype in (("fgid", id_type), ("mlen", np.uint8)):
+        wf.concat_arrays(sidecar(staging.child("tags"), shard, what),
+                         [_part(staging, shard, start, what) for start in starts], dtype,
+                         (shard.n_items,))
 
 
 def coverage_table(hist: list[int]) -> dict:
@@ -146,56 +179,74 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     t0 = time.time()
     if cfg.engine not in ("spark", "local"):
         raise ConfigError(f"--engine must be spark or local, got {cfg.engine!r}")
-    if cfg.output and is_remote(cfg.output):
-        raise ConfigError(f"{cfg.output}: tags are written to a local or shared folder; an "
-                          f"object-store output is not supported by annotate yet")
     table = resolve_table(cfg.table, cfg.storage)
     index = FgramIndex.open(table, storage=cfg.storage)
-    out = check_output(cfg.output, cfg.overwrite).path if cfg.output else None
+    out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
     names = [os.path.basename(s.uri) for s in shards]
     if len(set(names)) != len(names):
         raise ConfigError("two inputs share a file name; tags are named after their input files")
     ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
-    staging = staging_dir(out) if out else None
-    try:
-        folder = None
-        if staging:
-            folder = os.path.join(staging, "tags")
-            os.makedirs(folder)
-            for shard in shards:
-                if shard.format == "flat":
-                    ids_type = np.int32 if index.meta["fgrams"] < 2**31 else np.int64
-                    np.lib.format.open_memmap(sidecar(folder, shard, "fgid"), mode="w+",
-                                              dtype=ids_type, shape=(shard.n_items,))
-                    np.lib.format.open_memmap(sidecar(folder, shard, "mlen"), mode="w+",
-                                              dtype=np.uint8, shape=(shard.n_items,))
-        hists = ex.map(len(units), lambda u: annotate_task(cfg, shards, units, u, folder))
-        k = index.max_len
-        hist = [sum(h[i] for h in hists) for i in range(k + 1)]
-        manifest = {"fgram_version": __version__, "kind": "fgram-tags",
-                    "table": {"path": table.uri,
-                              "fingerprint": manifest_fingerprint(table),
-                              "fgrams": index.meta["fgrams"], "max_len": k},
-                    "config": {**asdict(cfg), "output": out,
-                               "storage": public_options(cfg.storage)},
-                    "inputs": [shard_record(s) for s in shards],
-                    "units": [{"shard": un.shard, "start": un.start, "stop": un.stop}
-                              for un in units],
-                    "coverage": coverage_table(hist),
-                    "layout": {"parquet": "<stem>.<first row group>.parquet: input columns but "
-                                          "the tokens, fgram_ids list<int>, match_len list<uint8>",
-                               "flat": "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; "
-                                       "separators: id -1, length 0"},
-                    "seconds": round(time.time() - t0, 3)}
-        if staging:
-            finish(staging, out, manifest)
-        return manifest
-    except BaseException:
-        if staging:
-            discard(staging)
-        raise
+    if out is None:
+        return _annotate(cfg, ex, table, index, shards, units, None, None, t0)
+    with OutputLock(out):
+        staging = staging_location(cfg, out)
+        try:
+            return _annotate(cfg, ex, table, index, shards, units, out, staging, t0)
+        except BaseException:
+            wf.remove_tree(staging)
+            raise
+
+
+def staging_location(cfg: AnnotateConfig, out: Location):
+    """A new staging folder: beside a local OUT; for OUT on an object store, this
+    machine's cache when the tasks run here, else a prefix beside OUT on the store."""
+    if out.local or runs_here(cfg):
+        return staging_dir(out)
+    import uuid
+    return out.sibling(f".{out.name}.fgram-staging-{uuid.uuid4().hex[:12]}")
+
+
+def _annotate(cfg: AnnotateConfig, ex, table: Location, index: FgramIndex, shards, units,
+              out: Location | None, staging, t0: float) -> dict:
+    if staging is not None and not _remote(staging):
+        folder = os.path.join(staging, "tags")
+        os.makedirs(folder)
+        for shard in shards:
+            if shard.format == "flat":
+                np.lib.format.open_memmap(sidecar(folder, shard, "fgid"), mode="w+",
+                                          dtype=_id_type(index), shape=(shard.n_items,))
+                np.lib.format.open_memmap(sidecar(folder, shard, "mlen"), mode="w+",
+                                          dtype=np.uint8, shape=(shard.n_items,))
+    hists = ex.map(len(units), lambda u: annotate_task(cfg, shards, units, u, staging))
+    if _remote(staging):
+        flat = [i for i, s in enumerate(shards) if s.format == "flat"]
+        starts = {i: sorted(un.start for un in units if un.shard == i) for i in flat}
+        id_type = np.dtype(_id_type(index)).str
+        ex.map(len(flat), lambda j: assemble_task(shards[flat[j]], starts[flat[j]], id_type,
+                                                  staging))
+        wf.remove_tree(staging.child("_work"))
+    k = index.max_len
+    hist = [sum(h[i] for h in hists) for i in range(k + 1)]
+    manifest = {"fgram_version": __version__, "kind": "fgram-tags",
+                "table": {"path": table.uri,
+                          "fingerprint": manifest_fingerprint(table),
+                          "fgrams": index.meta["fgrams"], "max_len": k},
+                "config": {**asdict(cfg), "output": out.uri if out else None,
+                           "storage": public_options(cfg.storage)},
+                "inputs": [shard_record(s) for s in shards],
+                "units": [{"shard": un.shard, "start": un.start, "stop": un.stop}
+                          for un in units],
+                "coverage": coverage_table(hist),
+                "layout": {"parquet": "<stem>.<first row group>.parquet: input columns but "
+                                      "the tokens, fgram_ids list<int>, match_len list<uint8>",
+                           "flat": "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; "
+                                   "separators: id -1, length 0"},
+                "seconds": round(time.time() - t0, 3)}
+    if staging is not None:
+        finish(staging, out, manifest)
+    return manifest
 
 
 def main(argv=None) -> None:

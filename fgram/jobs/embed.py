@@ -2,31 +2,47 @@
 
 The rows are computed in chunks of ``chunk_rows`` f-grams. Each chunk reads its
 id range from the table (row-group statistics prune the rest), pads the
-f-grams into ``[B, K]`` batches, runs the model and writes its rows into a
-preallocated ``matrix.npy`` in ``OUT/embeddings.staging/``, then a marker.
-A run that was killed leaves the staging folder: the next run with the same
-table, model, dtype and chunk size skips the chunks that have markers (the
+f-grams into ``[B, K]`` batches, runs the model and writes its rows, then a
+marker. A run that was killed leaves its staging folder: the next run with the
+same table, model, dtype and chunk size skips the chunks that are done (the
 rows are a function of the f-gram only, so the bytes are the same). The last
-step writes the checksum and metadata and renames the folder into place.
-The chunks run as Spark tasks (each writes its rows into the shared matrix
-file, so the output must be on a filesystem every executor reaches), or all
-in this process with ``local=True`` (``--local``).
+step writes the checksum and metadata and publishes the folder whole.
+
+Where the rows go while the run lasts:
+
+- A table on a local or shared disk: a preallocated ``matrix.npy`` in
+  ``OUT/embeddings.staging/``, which every task writes its rows into (so on a
+  cluster OUT must be on a filesystem every executor reaches); renamed into
+  place at the end.
+- A table on an object store, tasks on this machine (``--local``, Spark in local
+  mode): the same, in a staging folder of the local cache; the matrix is then
+  uploaded under a name of its own generation, ``embeddings.json`` (which names
+  it, with its sha256) last.
+- A table on an object store, tasks on a cluster: one object per chunk in
+  ``OUT/_embeddings-staging/`` on the store (the object is the chunk's marker);
+  the driver then streams them, in order, into the matrix object (one multipart
+  upload, never the whole matrix in memory).
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from fgram.jobs.build import runs_here
 from fgram.jobs.executors import as_task, make_executor
+from fgram.pipeline import workdir as wf
 from fgram.pipeline.embed import load_model, storage_dtype, to_stored
-from fgram.pipeline.storage import file_sha256, is_remote
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.index import manifest_fingerprint
+from fgram.pipeline.index import manifest_fingerprint, publish_parts
+from fgram.pipeline.publish import generation_name, staging_path
+from fgram.pipeline.storage import Location, file_sha256, json_bytes
+from fgram.pipeline.versions import open_table, table_dataset
 from fgram.pipeline.workdir import save_json
 
 
@@ -41,16 +57,16 @@ class EmbedConfig:
     local: bool = False              # True: every chunk in this process, no Spark
     master: str | None = None
     conf: dict | None = None
+    storage: dict | None = None      # --storage-option (secrets inside)
+
+    @property
+    def engine(self) -> str:
+        return "local" if self.local else "spark"
 
     def validate(self) -> None:
         storage_dtype(self.dtype)
         if self.batch < 1 or self.chunk_rows < 1:
             raise FgramError("--batch and the chunk size must be at least 1")
-        if is_remote(self.table):
-            raise FgramError(f"{self.table}: embeddings are written into a local or shared "
-                             f"table folder; an object-store table is not supported by embed yet")
-        if not os.path.exists(os.path.join(self.table, "_SUCCESS")):
-            raise FgramError(f"{self.table}: not a finished fgram build (no _SUCCESS)")
 
 
 def padded(tokens_column, max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -97,16 +113,23 @@ def _model(spec: str, device: str | None):
     return _MODELS[spec, device]
 
 
-def embed_chunk(cfg: EmbedConfig, c: int, total: int, max_len: int, staging: str) -> float:
-    """Compute chunk c's rows, write them into the staging matrix, then its marker.
+def _dataset(table: Location):
+    return table_dataset(*open_table(table))
+
+
+def embed_chunk(cfg: EmbedConfig, table: Location, c: int, total: int, max_len: int,
+                staging) -> float:
+    """Compute chunk c's rows, write them into the staging matrix, then its marker (on
+    an object store: as the chunk's own object, which is its marker).
 
     Returns the seconds spent inside the model."""
-    import pyarrow.dataset as ds
     before = _MODEL_SECONDS[0]
-    dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
     lo, hi = c * cfg.chunk_rows, min((c + 1) * cfg.chunk_rows, total)
     model = _model(cfg.model, cfg.device)
-    rows = to_stored(_chunk_rows(model, dataset, lo, hi, max_len, cfg.batch), cfg.dtype)
+    rows = to_stored(_chunk_rows(model, _dataset(table), lo, hi, max_len, cfg.batch), cfg.dtype)
+    if isinstance(staging, Location):
+        wf.save_array(_chunk(staging, c), rows)
+        return _MODEL_SECONDS[0] - before
     matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r+")
     if matrix.shape[1] != rows.shape[1]:
         raise FgramError(f"{cfg.model}: rows of width {rows.shape[1]} in chunk {c}, "
@@ -122,19 +145,22 @@ def embed_chunk(cfg: EmbedConfig, c: int, total: int, max_len: int, staging: str
 embed_task = as_task(embed_chunk)
 
 
+def _chunk(staging: Location, c: int) -> Location:
+    return staging.child("chunks", f"{c:08d}.npy")
+
+
 def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.local``."""
-    import pyarrow.dataset as ds
-
     cfg.validate()
     t0 = time.time()
-    with open(os.path.join(cfg.table, "manifest.json")) as fh:
-        manifest = json.load(fh)
+    table, manifest = open_table(cfg.table, cfg.storage)
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
-    final = os.path.join(cfg.table, "embeddings")
-    staging = final + ".staging"
     params = {"model": cfg.model, "device": cfg.device, "dtype": cfg.dtype,
-              "chunk_rows": cfg.chunk_rows, "table": manifest_fingerprint(cfg.table), "rows": total}
+              "chunk_rows": cfg.chunk_rows, "table": manifest_fingerprint(table), "rows": total}
+    if not table.local and not runs_here(cfg):
+        return _embed_on_store(cfg, table, params, total, max_len, spark, t0)
+    final = table.child("embeddings")
+    staging = final.path + ".staging" if table.local else staging_path(final)
     params_path = os.path.join(staging, "params.json")
     path = os.path.join(staging, "matrix.npy")
     resumed = os.path.exists(params_path) and json.load(open(params_path)) == params and \
@@ -142,38 +168,99 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     if not resumed:
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(os.path.join(staging, "done"))
-        # the row width: the model's output for the first f-gram (a row of zeros if none)
-        dataset = ds.dataset(os.path.join(cfg.table, "fgrams"), format="parquet")
-        first = _chunk_rows(_model(cfg.model, cfg.device), dataset, 0, min(total, 1), max_len, 1) \
-            if total else np.zeros((0, 0), np.float32)
+        first = _first_row(cfg, table, total, max_len)
         np.lib.format.open_memmap(path, mode="w+", dtype=storage_dtype(cfg.dtype),
                                   shape=(total, first.shape[1] if total else 0))
         save_json(params_path, params)
     nchunks = -(-total // cfg.chunk_rows)
     todo = [c for c in range(nchunks)
             if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))]
-    if cfg.local:
-        model_seconds = sum(embed_chunk(cfg, c, total, max_len, staging) for c in todo)
-    elif todo:
-        ex = make_executor("spark", spark, cfg.master, cfg.conf)
-        model_seconds = sum(ex.map(len(todo), lambda i: embed_task(cfg, todo[i], total,
-                                                                  max_len, staging)))
-    else:
-        model_seconds = 0.0
+    model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
-    meta = {"format": "fgram-embeddings", "version": 1, "rows": total, "dim": int(shape[1]),
-            "dtype": cfg.dtype, "model": cfg.model, "table": params["table"],
-            "sha256": file_sha256(path), "chunk_rows": cfg.chunk_rows,
-            "chunks": nchunks, "chunks_resumed": nchunks - len(todo),
-            "engine": "local" if cfg.local else "spark", "device": cfg.device,
-            "model_seconds": round(model_seconds, 3), "seconds": round(time.time() - t0, 3)}
-    save_json(os.path.join(staging, "embeddings.json"), meta)
+    meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), model_seconds)
     shutil.rmtree(os.path.join(staging, "done"))
     os.remove(params_path)
-    old = final + ".old"
+    meta["sha256"] = file_sha256(path)
+    if not table.local:
+        meta["seconds"] = round(time.time() - t0, 3)
+        publish_parts(staging, final, meta, "embeddings.json")
+        shutil.rmtree(staging, ignore_errors=True)
+        return meta
+    meta["seconds"] = round(time.time() - t0, 3)
+    save_json(os.path.join(staging, "embeddings.json"), meta)
+    old = final.path + ".old"
     shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(final):
-        os.rename(final, old)
-    os.rename(staging, final)
+    if os.path.exists(final.path):
+        os.rename(final.path, old)
+    os.rename(staging, final.path)
     shutil.rmtree(old, ignore_errors=True)
     return meta
+
+
+def _first_row(cfg: EmbedConfig, table: Location, total: int, max_len: int) -> np.ndarray:
+    """The model's output for the first f-gram (the row width; a row of zeros if none)."""
+    if not total:
+        return np.zeros((0, 0), np.float32)
+    return _chunk_rows(_model(cfg.model, cfg.device), _dataset(table), 0, 1, max_len, 1)
+
+
+def _run_chunks(cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int,
+                staging, spark) -> float:
+    if cfg.local:
+        return sum(embed_chunk(cfg, table, c, total, max_len, staging) for c in todo)
+    if not todo:
+        return 0.0
+    ex = make_executor("spark", spark, cfg.master, cfg.conf)
+    return sum(ex.map(len(todo), lambda i: embed_task(cfg, table, todo[i], total, max_len,
+                                                      staging)))
+
+
+def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int,
+          model_seconds: float) -> dict:
+    return {"format": "fgram-embeddings", "version": 1, "rows": params["rows"], "dim": dim,
+            "dtype": cfg.dtype, "model": cfg.model, "table": params["table"],
+            "chunk_rows": cfg.chunk_rows, "chunks": nchunks, "chunks_resumed": nchunks - ran,
+            "engine": cfg.engine, "device": cfg.device, "model_seconds": round(model_seconds, 3)}
+
+
+def _embed_on_store(cfg: EmbedConfig, table: Location, params: dict, total: int, max_len: int,
+                    spark, t0: float) -> dict:
+    """A table on an object store, chunks on a cluster's executors: one object per chunk
+    in a staging prefix on the store, then streamed into one matrix object."""
+    import uuid
+
+    staging = table.child("_embeddings-staging")
+    record = staging.child("params.json")
+    if not (record.exists() and record.read_json() == params):
+        staging.remove_tree()
+        first = _first_row(cfg, table, total, max_len)
+        record.write_json({**params, "dim": int(first.shape[1]) if total else 0})
+    dim = int(record.read_json()["dim"])
+    nchunks = -(-total // cfg.chunk_rows)
+    have = set(staging.child("chunks").files())
+    todo = [c for c in range(nchunks) if f"{c:08d}.npy" not in have]
+    model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
+    meta = _meta(cfg, params, dim, nchunks, len(todo), model_seconds)
+    final = table.child("embeddings")
+    name = generation_name("matrix.npy", uuid.uuid4().hex[:12])
+    sha, size = wf.concat_arrays(final.child(name), [_chunk(staging, c) for c in range(nchunks)],
+                                 storage_dtype(cfg.dtype), (total, dim))
+    meta["sha256"] = sha
+    meta["files"] = {"matrix.npy": {"object": name, "sha256": sha, "bytes": size}}
+    meta["seconds"] = round(time.time() - t0, 3)
+    final.child("embeddings.json").write_bytes(json_bytes(meta))      # the switch
+    for rel in final.files():
+        if rel not in (name, "embeddings.json"):
+            final.child(rel).remove()
+    staging.remove_tree()
+    return meta
+
+
+def main(argv=None) -> None:
+    """`spark-submit fgram/jobs/embed.py OUT --model module:factory` (the CLI's options)."""
+    from fgram.cli import cli
+    cli.main(args=["embed", *(sys.argv[1:] if argv is None else argv)], prog_name="embed.py")
+
+
+if __name__ == "__main__":
+    main()

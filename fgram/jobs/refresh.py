@@ -54,7 +54,7 @@ import numpy as np
 
 from fgram import __version__
 from fgram.jobs.build import (_SCRATCH, _selection, _Starting, add_length, fingerprint_digest,
-                              rank_split, run_fingerprint)
+                              rank_split, run_fingerprint, runs_here)
 from fgram.jobs.executors import HeadStart, as_task
 from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
@@ -62,8 +62,10 @@ from fgram.pipeline import versions as vs
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
-from fgram.pipeline.publish import OutputLock, discard, finish, staging_path
-from fgram.pipeline.storage import is_remote
+from fgram.pipeline import workdir as wf
+from fgram.pipeline.publish import OutputLock, finish, staging_path
+from fgram.pipeline.storage import (Location, cache_dir, check_bucket, immutable_copy, keep_copy,
+                                    locate)
 from fgram.pipeline.table import Groups, table_record, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
@@ -75,19 +77,33 @@ STORE_OPTIONS = ("max_len", "min_count", "size", "column", "dtype", "doc_sep")
 
 # ---------------------------------------------------------------- the store
 
-def objects_dir(root: str) -> str:
-    return os.path.join(root, "store", "objects")
+def objects_dir(root):
+    """The store's objects: below a local root a local path, else a `Location`."""
+    return wf.join(root, "store", "objects")
 
 
-def put(root: str, arr: np.ndarray) -> str:
-    """Write an immutable object (a .npy file) into the store; returns its name."""
+def put(root, arr: np.ndarray) -> str:
+    """Write an immutable object (a .npy file) into the store; returns its name. On an
+    object store this machine keeps its copy in the cache (`storage.keep_copy`)."""
     name = f"{uuid.uuid4().hex}.npy"
-    save_array(os.path.join(objects_dir(root), name), arr)
+    dest = wf.join(objects_dir(root), name)
+    if isinstance(dest, Location) and not dest.local:
+        tmp = os.path.join(cache_dir("remote"), f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+        save_array(tmp, arr)
+        dest.upload(tmp)
+        keep_copy(dest, tmp)
+    else:
+        save_array(dest, arr)
     return name
 
 
-def get(root: str, name: str, mmap: bool = True) -> np.ndarray:
-    return load_array(os.path.join(objects_dir(root), name), mmap=mmap)
+def get(root, name: str, mmap: bool = True) -> np.ndarray:
+    """An object of the store; from an object store through this machine's cache (the
+    objects never change: each is fetched once per machine)."""
+    src = wf.join(objects_dir(root), name)
+    if isinstance(src, Location) and not src.local:
+        return load_array(immutable_copy(src), mmap=mmap)
+    return load_array(src, mmap=mmap)
 
 
 def shard_digest(shard: Shard) -> str:
@@ -124,13 +140,13 @@ def collect_garbage(root: str) -> int:
     pruned refresh's). Call with the refresh lock held. Returns how many."""
     keep: set[str] = set()
     for vid in vs.list_versions(root):
-        path = os.path.join(vs.version_path(root, vid), "store.json")
-        if os.path.exists(path):
+        path = wf.join(vs.version_path(root, vid), "store.json")
+        if wf.exists(path):
             keep |= referenced(load_json(path))
     folder = objects_dir(root)
-    doomed = [n for n in os.listdir(folder) if n not in keep] if os.path.isdir(folder) else []
+    doomed = [n for n in wf.names(folder) if n not in keep]
     for name in doomed:
-        os.remove(os.path.join(folder, name))
+        wf.remove(wf.join(folder, name))
     return len(doomed)
 
 
@@ -140,8 +156,8 @@ def collect_garbage(root: str) -> int:
 class RPlan:
     """What every task needs (shipped with the task closure: small)."""
     cfg: BuildConfig
-    root: str
-    work: str
+    root: str | Location    # the refresh root: a local path, or a `Location` on an object store
+    work: str | Location
     code: kn.KeyCode    # the store's keys (`store_code`)
     new_shards: list[Shard]
     new_units: list[Unit]
@@ -234,7 +250,7 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     t0 = time.time()
     cfg = plan.cfg
     unit = plan.kept_units[u]
-    rows = load_array(os.path.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
+    rows = load_array(wf.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
     stream = read_unit(plan.kept_shards[unit.shard], unit, cfg.read_options(),
                        overlap=cfg.max_len - 1, scratch=_SCRATCH)
     tables = [_table(plan, j) for j in range(2, k)]
@@ -306,7 +322,7 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
     new_keys, new_ids, new_rows = table.additions(frequent, is_new,
                                                   None if k == 2 else _table(plan, k - 1))
     in_old = (counts - fresh)[is_new] > 0
-    save_array(os.path.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
+    save_array(wf.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
     # the frequent k-grams' ids and counts, for the rank tasks
     known[is_new] = new_ids
     save_array(wd.decoded(k, 0, "freq_ids"), known)
@@ -326,7 +342,7 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
 
 @as_task
 def rank_task(plan: RPlan, r: int, lengths: list[int], groups: Groups, task_firsts: np.ndarray,
-              selected: int, out_dir: str) -> int:
+              selected: int, out_dir) -> int:
     """Rank task r's rows (whole groups), from the table tasks' frequent ids and counts
     and the id tables' tokens, written as one Parquet file."""
     wd = WorkDir(plan.work)
@@ -337,7 +353,7 @@ def rank_task(plan: RPlan, r: int, lengths: list[int], groups: Groups, task_firs
         mask = groups.rows_in(counts, k, g0, g1)
         ids = load_array(wd.decoded(k, 0, "freq_ids"))[mask]
         rows[k] = (_table(plan, k).tokens()[ids], np.asarray(counts[mask]))
-    return write_ranked(rows, groups, lo, hi, os.path.join(out_dir, f"part-{r:05d}.parquet"))
+    return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
 
 
 # ---------------------------------------------------------------- driver
@@ -351,16 +367,26 @@ def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None) -> dict:
     version's manifest under "manifest" when one was built)."""
     t_start = time.time()
     cfg.validate()
-    if is_remote(cfg.output):
-        raise ConfigError(f"{cfg.output}: a refresh folder (versions, store, current) is kept "
-                          f"on a local or shared path; an object-store one is not supported yet")
     vs.check_keep(keep)         # before building, not after
-    root = vs.check_root(cfg.output)
-    with OutputLock(root):
+    where = locate(cfg.output, cfg.storage)
+    check_bucket(where)
+    root = vs.check_root(where)
+    with OutputLock(where):
         return _run_locked(cfg, keep, root, spark, t_start)
 
 
-def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -> dict:
+def _staging(cfg: BuildConfig, root, vid: str):
+    """A new version's staging folder: beside it on a local disk; for a root on an object
+    store, this machine's cache when the tasks run here, else the store itself (a hidden
+    folder in versions/, which every executor reaches and `clear_leftovers` removes)."""
+    if isinstance(root, str):
+        return staging_path(vs.version_path(root, vid))
+    if runs_here(cfg):      # one per root: the next run clears what a killed one left
+        return staging_path(root.child(vs.VERSIONS, ".next"))
+    return root.child(vs.VERSIONS, f".{vid}.fgram-staging")
+
+
+def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float) -> dict:
     vs.clear_leftovers(root)        # of a refresh killed before it could clean up
     previous = vs.current(root)
     shards = plan_shards(cfg.inputs, cfg.read_options())
@@ -369,36 +395,36 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
     old_store = None
     if previous is not None:
         vpath = vs.version_path(root, previous)
-        old = load_json(os.path.join(vpath, "manifest.json"))
+        old = load_json(wf.join(vpath, "manifest.json"))
         if old.get("run_fingerprint") == digest:
             return {"version": previous, "previous": previous, "built": False,
                     "pruned": vs.prune(root, keep), "collected": collect_garbage(root)}
-        if os.path.exists(os.path.join(vpath, "store.json")):
-            old_store = load_json(os.path.join(vpath, "store.json"))
+        if wf.exists(wf.join(vpath, "store.json")):
+            old_store = load_json(wf.join(vpath, "store.json"))
             if old_store.get("options") != store_options(cfg, code):
                 old_store = None        # other options: start the store afresh
     vid = vs.new_version_id()
     out = vs.version_path(root, vid)
-    staging = staging_path(out)
-    discard(staging)
-    os.makedirs(os.path.join(staging, "_work"))
-    os.makedirs(objects_dir(root), exist_ok=True)
+    staging = _staging(cfg, root, vid)
+    wf.remove_tree(staging)
+    work = wf.join(staging, "_work")
+    wf.make_dirs(work)
+    wf.make_dirs(objects_dir(root))
     # Spark's JVM starts (seconds) while the driver plans and counts new units
     starting = _Starting(cfg, spark)
     try:
         bound = old.get("cutoff_count") if old_store and old.get("fgrams") == cfg.size else None
-        manifest, store = _refresh(cfg, root, os.path.join(staging, "_work"), shards,
-                                   old_store, starting, code, bound)
+        manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
         manifest["run_fingerprint"] = digest
         manifest["refresh"]["previous"] = previous
-        save_json(os.path.join(staging, "store.json"), store)
-        discard(os.path.join(staging, "_work"))
+        save_json(wf.join(staging, "store.json"), store)
+        wf.remove_tree(work)
         manifest["seconds"] = round(time.time() - t_start, 3)
-        finish(staging, out, manifest)
+        finish(staging, out, manifest, new_folder=True)
         starting.wait()     # a warm-up job still running would be cut off at exit, noisily
     except BaseException:
         starting.wait()
-        discard(staging)
+        wf.remove_tree(staging)
         raise
     vs.switch_current(root, vid)
     pruned = vs.prune(root, keep)
@@ -406,13 +432,14 @@ def _run_locked(cfg: BuildConfig, keep: int, root: str, spark, t_start: float) -
             "collected": collect_garbage(root), "manifest": manifest}
 
 
-def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_store: dict | None,
+def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: dict | None,
              starting: _Starting, code: kn.KeyCode,
              old_cutoff: int | None = None) -> tuple[dict, dict]:
     """``code``: the store's keys (`store_code` of ``shards``); ``old_cutoff``: the cutoff
     count of the version ``old_store`` belongs to, when that version held S f-grams
     (None otherwise)."""
     t_begin = time.time()
+    work = wf.join(staging, "_work")
     old_store = old_store or {"levels": {}, "shards": {}}
     old_levels = {int(k): v for k, v in old_store["levels"].items()}
     digests = [shard_digest(s) for s in shards]
@@ -528,8 +555,8 @@ def _refresh(cfg: BuildConfig, root: str, work: str, shards: list[Shard], old_st
     groups = Groups(hists, cutoff, cut_len)
     task_firsts = rank_split(groups, ex.parallelism, selected)
     lengths = sorted(hists)
-    out_dir = os.path.join(os.path.dirname(work), "fgrams")
-    os.makedirs(out_dir)
+    out_dir = wf.join(staging, "fgrams")
+    wf.make_dirs(out_dir)
     ex.map(len(task_firsts), lambda r: rank_task(plan, r, lengths, groups, task_firsts, selected,
                                                  out_dir))
     store = {"options": store_options(cfg, code), "fgram_version": __version__,

@@ -8,6 +8,8 @@ Format (``OUT/embeddings/``, written by ``fgram embed``)
 - ``embeddings.json``: ``{"format": "fgram-embeddings", "version": 1, "rows":
   S, "dim": d, "dtype": "float16"|"bfloat16"|"float32", "model": "module:factory",
   "table": <manifest fingerprint>, "sha256": <of matrix.npy>, "chunk_rows": R}``.
+  On an object store the matrix is an object of its own generation, named with its
+  sha256 and size in ``"files": {"matrix.npy": {"object", "sha256", "bytes"}}``.
 
 A model is a factory (``module:factory``, called with no arguments) that
 returns a callable ``model(tokens, lengths) -> array [B, d]``: ``tokens`` int32
@@ -24,7 +26,8 @@ import numpy as np
 
 from .compiled import gather_rows, last_matches, step_matches
 from .errors import ConfigError, FgramError
-from .index import FgramIndex, check_mode, manifest_fingerprint, read_meta
+from .index import FgramIndex, check_mode, manifest_fingerprint, part_arrays, read_meta
+from .versions import resolve_table
 
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -84,26 +87,34 @@ class FgramStore:
         self._bits = matrix.view(np.dtype(f"u{matrix.dtype.itemsize}"))
 
     @classmethod
-    def open(cls, out: str, mode: str = "ram") -> "FgramStore":
-        """``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows from disk on demand."""
+    def open(cls, out, mode: str = "ram", storage: dict | None = None) -> "FgramStore":
+        """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
+        storage options). ``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows
+        from disk on demand (from an object store: from a local copy in the cache,
+        checked against its sha256)."""
         check_mode(mode)
-        folder = os.path.join(out, "embeddings")
-        meta = read_meta(os.path.join(folder, "embeddings.json"), "fgram-embeddings", 1,
-                         f"fgram embed {out} --model ...")
-        if manifest_fingerprint(out) != meta["table"]:
-            raise FgramError(f"{out}: the embeddings were computed for another f-gram table; "
-                             f"rerun `fgram embed`")
-        mapped = np.load(os.path.join(folder, "matrix.npy"), mmap_mode="r")
+        loc = resolve_table(out, storage)
+        folder = loc.child("embeddings")
+        meta = read_meta(folder.child("embeddings.json"), "fgram-embeddings", 1,
+                         f"fgram embed {loc.uri} --model ...")
+        if manifest_fingerprint(loc) != meta["table"]:
+            raise FgramError(f"{loc.uri}: the embeddings were computed for another f-gram "
+                             f"table; rerun `fgram embed`")
+        if folder.local:
+            mapped = np.load(os.path.join(folder.path, "matrix.npy"), mmap_mode="r")
+        else:
+            mapped = part_arrays(folder, meta, "mmap")("matrix.npy")
         if mapped.shape != (meta["rows"], meta["dim"]):
-            raise FgramError(f"{folder}/matrix.npy: shape {mapped.shape} does not match "
+            raise FgramError(f"{folder.uri}/matrix.npy: shape {mapped.shape} does not match "
                              f"embeddings.json ({meta['rows']}, {meta['dim']})")
         if mode == "ram":
             matrix = np.array(mapped)
         else:   # rows are read one by one at random: no read-ahead around them
-            if mapped.size and hasattr(mmap, "MADV_RANDOM"):
-                mapped._mmap.madvise(mmap.MADV_RANDOM)
+            base = getattr(mapped, "_mmap", None) or getattr(mapped.base, "_mmap", None)
+            if mapped.size and base is not None and hasattr(mmap, "MADV_RANDOM"):
+                base.madvise(mmap.MADV_RANDOM)
             matrix = np.asarray(mapped)     # a plain view: np.memmap indexing is slower
-        return cls(FgramIndex.open(out, mode=mode), matrix, meta)
+        return cls(FgramIndex.open(loc, mode=mode), matrix, meta)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""

@@ -214,10 +214,11 @@ def generation_name(rel: str, gen: str) -> str:
     return f"{head}-{gen}.{ext}" if dot and "/" not in ext else f"{rel}-{gen}"
 
 
-def finish(staging, out, manifest: dict) -> None:
+def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
     """Publish the finished staging folder (a local path, or a `Location` on the same
     object store as ``out``) as ``out`` with ``manifest``, which names every file of the
-    output (``files``).
+    output (``files``). ``new_folder``: ``out`` is a folder no reader knows yet (a
+    refresh's new version), so on an object store its files keep their own names.
 
     Local ``out``: manifest, `_SUCCESS`, then two renames (`publish`). On an object
     store, where nothing renames: the data files under names of their own generation
@@ -236,7 +237,7 @@ def finish(staging, out, manifest: dict) -> None:
         publish(staging, loc.path)
         return
     gen = uuid.uuid4().hex[:12]
-    names = {rel: generation_name(rel, gen) for rel in files}
+    names = {rel: rel if new_folder else generation_name(rel, gen) for rel in files}
     manifest["files"] = sorted(names.values())
     manifest["generation"] = gen
     commit_generation(loc, {name: staging.child(rel) if remote_staging else

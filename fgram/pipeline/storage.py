@@ -475,6 +475,34 @@ def cached_copy(obj: Location, sha256: str, size: int) -> str:
     return path
 
 
+def immutable_copy(obj: Location) -> str:
+    """A local copy of an object that never changes once written (a refresh store's
+    objects, which have names of their own), in the cache's ``remote/`` folder under a
+    digest of its URI: fetched once per machine (`keep_copy` spares even that for what
+    this machine wrote), bounded with `cached_copy`'s copies."""
+    path = _immutable_path(obj)
+    if os.path.exists(path):
+        os.utime(path)
+        return path
+    size = obj.info().size or 0
+    _evict(os.path.dirname(path), cache_limit() - size)
+    obj.download(path)
+    return path
+
+
+def keep_copy(obj: Location, local_path: str) -> None:
+    """Keep ``local_path``, the file just uploaded as ``obj``, as its `immutable_copy`."""
+    path = _immutable_path(obj)
+    _evict(os.path.dirname(path), cache_limit() - os.path.getsize(local_path))
+    os.replace(local_path, path)
+
+
+def _immutable_path(obj: Location) -> str:
+    # the endpoint too: one bucket name on two stores is two buckets
+    digest = hashlib.sha256(f"{obj.uri}{_endpoint(dict(obj.options))}".encode()).hexdigest()[:32]
+    return os.path.join(cache_dir("remote"), f"obj-{digest}-{obj.name}")
+
+
 def _evict(folder: str, room: int) -> None:
     """Delete the least recently used copies until the rest take at most ``room`` bytes."""
     entries = []

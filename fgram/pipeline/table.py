@@ -7,6 +7,9 @@ task that holds complete groups can number its rows without seeing the rest:
 """
 from __future__ import annotations
 
+import os
+import uuid
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -215,9 +218,11 @@ def arrow_table(ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
 def write_table(table: pa.Table, path) -> None:
     """One Parquet file at a local path, or at a `storage.Location` (an object: written
     whole, then it appears)."""
-    if isinstance(path, str) or path.local:
-        pq.write_table(table, getattr(path, "path", path), compression="zstd",
-                       row_group_size=1 << 20)
+    if isinstance(path, str) or path.local:        # aside, then renamed: whole or not at all
+        path = getattr(path, "path", path)
+        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+        os.replace(tmp, path)
         return
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20)

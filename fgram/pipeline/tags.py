@@ -9,10 +9,14 @@ match that would reach before the start of its window is truncated: the
 position gets the longest f-gram that ends there and starts inside the window
 (its suffix, which the table holds), so a model never sees context from the
 previous sequence.
+
+TAGS may be a local folder or a URI (``s3://...``, with ``storage`` options): Parquet
+tags are read from the store; a flat shard's ``.npy`` tags are copied once into the
+local cache (`storage.immutable_copy`: an object-store output's files have names of
+their own generation, never rewritten) and memory-mapped.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Iterator
 
@@ -21,44 +25,61 @@ import numpy as np
 from .errors import FgramError
 from .index import FgramIndex, manifest_fingerprint
 from .inputs import Shard, Unit, list_column, read_flat_range, read_row_groups
+from .publish import MANIFEST, SUCCESS, generation_name
+from .storage import Location, immutable_copy, locate
 
 
-def open_tags(tags: str, table: str | None = None) -> tuple[dict, FgramIndex]:
-    """The tags manifest and the index of its table; refuses stale tags."""
-    path = os.path.join(tags, "manifest.json")
-    if not os.path.exists(os.path.join(tags, "_SUCCESS")) or not os.path.exists(path):
-        raise FgramError(f"{tags}: not a finished fgram annotate output")
-    with open(path) as fh:
-        manifest = json.load(fh)
+def open_tags(tags, table: str | None = None, storage: dict | None = None
+              ) -> tuple[Location, dict, FgramIndex]:
+    """The tags' location, their manifest and the index of their table; refuses stale
+    tags."""
+    loc = tags if isinstance(tags, Location) else locate(str(tags), storage)
+    if not loc.child(SUCCESS).exists() or not loc.child(MANIFEST).exists():
+        raise FgramError(f"{loc.uri}: not a finished fgram annotate output")
+    manifest = loc.child(MANIFEST).read_json()
     table = table or manifest["table"]["path"]
-    if manifest_fingerprint(table) != manifest["table"]["fingerprint"]:
-        raise FgramError(f"{tags}: tags were made with another f-gram table than {table} "
+    if manifest_fingerprint(locate(table, storage)) != manifest["table"]["fingerprint"]:
+        raise FgramError(f"{loc.uri}: tags were made with another f-gram table than {table} "
                          "(stale); annotate again")
-    return manifest, FgramIndex.open(table)
+    return loc, manifest, FgramIndex.open(table, storage=storage)
 
 
-def _streams(tags: str, manifest: dict) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def tag_file(loc: Location, manifest: dict, rel: str) -> Location:
+    """Where the tags file ``rel`` (``tags/<name>...``) is: on an object store under the
+    name of its output's generation (`publish.finish`)."""
+    files = manifest.get("files")
+    if files is None or rel in files or "generation" not in manifest:
+        return loc.child(rel)
+    return loc.child(generation_name(rel, manifest["generation"]))
+
+
+def _flat_tags(f: Location) -> np.ndarray:
+    return np.load(f.path if f.local else immutable_copy(f), mmap_mode="r")
+
+
+def _streams(loc: Location, manifest: dict, storage: dict | None
+             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     cfg = manifest["config"]
     shards = [Shard(**{**rec, "row_groups": []}) for rec in manifest["inputs"]]
-    folder = os.path.join(tags, "tags")
     for u in manifest["units"]:
         unit = Unit(u["shard"], u["start"], u["stop"])
         shard = shards[unit.shard]
         name = os.path.basename(shard.uri)
         if shard.format == "flat":
-            tokens = read_flat_range(shard, unit.start, unit.stop).astype(np.int64)
-            fid = np.load(os.path.join(folder, f"{name}.fgid.npy"), mmap_mode="r")
-            mlen = np.load(os.path.join(folder, f"{name}.mlen.npy"), mmap_mode="r")
+            tokens = read_flat_range(shard, unit.start, unit.stop,
+                                     storage=storage).astype(np.int64)
+            fid = _flat_tags(tag_file(loc, manifest, f"tags/{name}.fgid.npy"))
+            mlen = _flat_tags(tag_file(loc, manifest, f"tags/{name}.mlen.npy"))
             yield tokens, np.asarray(fid[unit.start:unit.stop]), np.asarray(mlen[unit.start:unit.stop])
         else:
             import pyarrow.compute as pc
             import pyarrow.parquet as pq
 
             stem = os.path.splitext(name)[0]
-            t = pq.read_table(os.path.join(folder, f"{stem}.{unit.start:06d}.parquet"),
-                              columns=["fgram_ids", "match_len"])
-            _, tokens = list_column(read_row_groups(shard, unit, [cfg["column"]]), cfg["column"],
-                                    shard.uri)
+            f = tag_file(loc, manifest, f"tags/{stem}.{unit.start:06d}.parquet")
+            t = pq.read_table(f.path, filesystem=f.fs, columns=["fgram_ids", "match_len"])
+            _, tokens = list_column(read_row_groups(shard, unit, [cfg["column"]], storage),
+                                    cfg["column"], shard.uri)
             yield (tokens.astype(np.int64),
                    pc.list_flatten(t.column("fgram_ids")).to_numpy().astype(np.int64),
                    pc.list_flatten(t.column("match_len")).to_numpy())
@@ -83,15 +104,17 @@ def truncate(index: FgramIndex, tokens: np.ndarray, fid: np.ndarray, mlen: np.nd
     mlen[fix] = hl[bad.ravel()]
 
 
-def training_sequences(tags: str, seq_len: int, table: str | None = None,
-                       drop_last: bool = True):
-    """Yield (tokens, fgram_ids, match_len) arrays of length seq_len, in stream order."""
+def training_sequences(tags, seq_len: int, table: str | None = None,
+                       drop_last: bool = True, storage: dict | None = None):
+    """Yield (tokens, fgram_ids, match_len) arrays of length seq_len, in stream order.
+    ``tags``: a folder or a URI; ``storage``: storage options for it, its table and its
+    inputs (else the environment's)."""
     if seq_len < 1:
         raise FgramError(f"seq_len must be >= 1, got {seq_len}")
-    manifest, index = open_tags(tags, table)
+    loc, manifest, index = open_tags(tags, table, storage)
     buf_t, buf_f, buf_m = [], [], []
     have = 0
-    for tokens, fid, mlen in _streams(tags, manifest):
+    for tokens, fid, mlen in _streams(loc, manifest, storage):
         buf_t.append(tokens)
         buf_f.append(np.array(fid, dtype=np.int64))
         buf_m.append(np.array(mlen, dtype=np.uint8))

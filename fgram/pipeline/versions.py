@@ -1,22 +1,27 @@
 """Versions of a refreshed f-gram table, side by side.
 
 A refresh root holds ``versions/<id>/`` (each a finished `fgram build` output:
-``fgrams/``, ``manifest.json``, ``_SUCCESS``) and ``current``, a relative
-symlink to the newest published version. A new version is built aside (its
-own staging, then a rename), then ``current`` is switched with one atomic
-rename of a new symlink over the old one: a reader that opens
-``OUT/current`` sees either the old table or the new one, never a mix.
-Version ids sort by time (``20261130T030512Z-1a2b3c``).
+``fgrams/``, ``manifest.json``, ``_SUCCESS``) and ``current``, which names the
+newest published version. A new version is written aside and published whole
+(`publish.finish`), then ``current`` is switched in one step: a reader that
+opens the root sees either the old table or the new one, never a mix.
+
+- On a local or shared disk, ``current`` is a relative symlink, switched by the
+  rename of a new one over it.
+- On an object store, where nothing renames, ``current`` is a small object
+  holding ``versions/<id>``, switched by one PUT (an object is replaced whole).
+
+Version ids sort by time (``20261130T030512Z-1a2b3c``). The functions take a
+root as a local path (and then give local paths back) or a `storage.Location`.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import uuid
 
 from .errors import ConfigError, InputError, OutputError
-from .publish import as_location
+from .publish import SUCCESS, as_location
 from .storage import Location, is_remote
 
 CURRENT = "current"
@@ -36,61 +41,83 @@ def is_finished(path) -> bool:
     return loc.child("_SUCCESS").exists() and loc.child("manifest.json").exists()
 
 
-def list_versions(root: str) -> list[str]:
+def list_versions(root) -> list[str]:
     """Finished version ids, oldest first."""
-    folder = os.path.join(root, VERSIONS)
-    if not os.path.isdir(folder):
-        return []
-    return sorted(v for v in os.listdir(folder)
-                  if not v.startswith(".") and is_finished(os.path.join(folder, v)))
+    folder = as_location(root).child(VERSIONS)
+    return sorted(v for v in folder.names()
+                  if not v.startswith(".") and is_finished(folder.child(v)))
 
 
-def current(root: str) -> str | None:
+def current(root) -> str | None:
     """The id of the published version, or None."""
-    link = os.path.join(root, CURRENT)
-    if not os.path.islink(link):
+    loc = as_location(root)
+    link = loc.child(CURRENT)
+    if loc.local:
+        if not os.path.islink(link.path):
+            return None
+        return os.path.basename(os.readlink(link.path).rstrip("/"))
+    if not link.is_file():
         return None
-    return os.path.basename(os.readlink(link).rstrip("/"))
+    return link.read_bytes().decode().strip().rstrip("/").rsplit("/", 1)[-1]
 
 
-def version_path(root: str, vid: str) -> str:
-    return os.path.join(root, VERSIONS, vid)
+def version_path(root, vid: str):
+    """The folder of version ``vid``: a local path for a local path, else a `Location`."""
+    if isinstance(root, str) and not is_remote(root):
+        return os.path.join(root, VERSIONS, vid)
+    return as_location(root).child(VERSIONS, vid)
 
 
-def check_root(root: str) -> str:
-    """A refresh root: absent, empty, or already one (never a plain build output)."""
-    root = os.path.abspath(root)
-    if os.path.exists(root):
-        if not os.path.isdir(root):
-            raise OutputError(f"{root}: exists and is not a directory")
-        if is_finished(root):
-            raise OutputError(f"{root}: is a plain `fgram build` output; refresh needs a folder "
-                              f"of its own (it keeps versions/ and current there)")
-        extra = set(os.listdir(root)) - {VERSIONS, CURRENT}
-        if extra and not os.path.isdir(os.path.join(root, VERSIONS)):
-            raise OutputError(f"{root}: not empty and not a refresh folder "
-                              f"(found {', '.join(sorted(extra)[:3])})")
-    os.makedirs(os.path.join(root, VERSIONS), exist_ok=True)
-    return root
+def check_root(root, storage: dict | None = None):
+    """A refresh root: absent, empty, or already one (never a plain build output).
+    Returns it as an absolute local path, or as a `Location` on an object store."""
+    loc = as_location(root, storage)
+    if is_finished(loc):
+        raise OutputError(f"{loc.uri}: is a plain `fgram build` output; refresh needs a folder "
+                          f"of its own (it keeps versions/ and current there)")
+    if loc.local and os.path.exists(loc.path) and not os.path.isdir(loc.path):
+        raise OutputError(f"{loc.path}: exists and is not a directory")
+    names = set(loc.names())
+    extra = names - {VERSIONS, CURRENT, "store"}
+    if extra and VERSIONS not in names:
+        raise OutputError(f"{loc.uri}: not empty and not a refresh folder "
+                          f"(found {', '.join(sorted(extra)[:3])})")
+    if loc.local:
+        os.makedirs(os.path.join(loc.path, VERSIONS), exist_ok=True)
+        return loc.path
+    return loc
 
 
-def switch_current(root: str, vid: str) -> None:
-    """Point ``current`` at version ``vid`` atomically (rename of a new symlink)."""
-    if not is_finished(version_path(root, vid)):
-        raise OutputError(f"{version_path(root, vid)}: not a finished version")
-    tmp = os.path.join(root, f".{CURRENT}-{uuid.uuid4().hex[:8]}")
+def switch_current(root, vid: str) -> None:
+    """Point ``current`` at version ``vid`` in one step: locally the rename of a new
+    symlink, on an object store one PUT of the pointer object."""
+    loc = as_location(root)
+    if not is_finished(loc.child(VERSIONS, vid)):
+        raise OutputError(f"{loc.child(VERSIONS, vid).uri}: not a finished version")
+    if not loc.local:
+        loc.child(CURRENT).write_bytes(f"{VERSIONS}/{vid}\n".encode())
+        return
+    tmp = os.path.join(loc.path, f".{CURRENT}-{uuid.uuid4().hex[:8]}")
     os.symlink(os.path.join(VERSIONS, vid), tmp)
-    os.replace(tmp, os.path.join(root, CURRENT))
+    os.replace(tmp, os.path.join(loc.path, CURRENT))
 
 
-def clear_leftovers(root: str) -> list[str]:
+def _delete(loc: Location) -> None:
+    """Delete a folder; on an object store its `_SUCCESS` first, so that a listing that
+    races the deletion never counts a half-deleted version as finished."""
+    if not loc.local:
+        loc.child(SUCCESS).remove()
+    loc.remove_tree()
+
+
+def clear_leftovers(root) -> list[str]:
     """Remove what a killed refresh left in versions/ (its staging folder, a version
     half deleted): hidden entries, never a finished version. Call with the lock held."""
-    folder = os.path.join(root, VERSIONS)
-    gone = [n for n in os.listdir(folder) if n.startswith(".")] if os.path.isdir(folder) else []
+    folder = as_location(root).child(VERSIONS)
+    gone = [n for n in folder.names() if n.startswith(".")]
     for name in gone:
-        path = os.path.join(folder, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        entry = folder.child(name)
+        entry.remove() if entry.is_file() else entry.remove_tree()
     return gone
 
 
@@ -100,18 +127,22 @@ def check_keep(keep: int) -> int:
     return keep
 
 
-def prune(root: str, keep: int) -> list[str]:
+def prune(root, keep: int) -> list[str]:
     """Delete the oldest finished versions beyond the newest ``keep`` (never the current
     one). Returns the ids deleted."""
     check_keep(keep)
-    cur = current(root)
-    old = [v for v in list_versions(root) if v != cur]
+    loc = as_location(root)
+    cur = current(loc)
+    old = [v for v in list_versions(loc) if v != cur]
     survivors = (1 if cur else 0)
     doomed = old[:max(len(old) - (keep - survivors), 0)]
     for vid in doomed:
-        aside = os.path.join(root, VERSIONS, f".{vid}.deleting")
-        os.rename(version_path(root, vid), aside)      # gone from listings at once
-        shutil.rmtree(aside, ignore_errors=True)
+        if loc.local:       # renamed first: gone from listings at once
+            aside = os.path.join(loc.path, VERSIONS, f".{vid}.deleting")
+            os.rename(os.path.join(loc.path, VERSIONS, vid), aside)
+            _delete(as_location(aside))
+        else:
+            _delete(loc.child(VERSIONS, vid))
     return doomed
 
 

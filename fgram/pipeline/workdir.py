@@ -72,6 +72,44 @@ def read_into(path, scratch, name: str) -> np.ndarray:
     return out
 
 
+def concat_arrays(dest: Location, parts: list, dtype, shape: tuple) -> tuple[str, int]:
+    """One ``.npy`` object at ``dest`` of ``dtype`` and ``shape``: a header, then the
+    arrays of ``parts`` (files or objects, read one at a time), in order, streamed as one
+    upload (an object appears only when complete). Returns its sha256 and size."""
+    import hashlib
+
+    from .errors import FgramError
+
+    dtype = np.dtype(dtype)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_2_0(head, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                "fortran_order": False, "shape": tuple(shape)})
+    digest, size, rows = hashlib.sha256(), 0, 0
+    try:
+        with dest.fs.open_output_stream(dest.path) as f:
+            for i, part in enumerate([None, *parts]):
+                if part is None:
+                    data = head.getvalue()
+                else:
+                    arr = load_array(part)
+                    if arr.shape[1:] != tuple(shape[1:]):
+                        raise FgramError(f"{getattr(part, 'uri', part)}: rows of shape "
+                                         f"{arr.shape[1:]}, expected {tuple(shape[1:])}")
+                    rows += len(arr)
+                    data = np.ascontiguousarray(arr, dtype=dtype).tobytes()
+                digest.update(data)
+                f.write(data)
+                size += len(data)
+            if rows != shape[0]:
+                raise FgramError(f"{dest.uri}: {rows} rows in the parts, expected {shape[0]}")
+    except FgramError:
+        dest.remove()
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line, naming the object
+        raise dest._fail(exc) from None
+    return digest.hexdigest(), size
+
+
 def save_json(path, obj, durable: bool = True) -> None:
     """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
     if _remote(path):
