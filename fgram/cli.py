@@ -74,6 +74,9 @@ def _shard_options(fn):
         click.option("--engine", default="spark", show_default=True,
                      type=click.Choice(["spark", "local"]),
                      help="spark, or the same tasks in local processes without a JVM."),
+        click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
+                     help="Most tokens per task (flat files are split into the fewest equal "
+                          "ranges of at most this size)."),
         *_SPARK_OPTIONS,
         _storage_option,
     ]):
@@ -309,14 +312,14 @@ def index_command(output, storage):
     click.echo(f"indexed {meta['fgrams']} f-grams -> {_where(output).rstrip('/')}/index")
 
 
-def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf,
-              storage):
+def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, unit_tokens,
+              master, conf, storage):
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
 
     try:
         cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
                              dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
-                             master=master, conf=_conf_pairs(conf), storage=_storage(storage))
+                             unit_tokens=unit_tokens, master=master, conf=_conf_pairs(conf), storage=_storage(storage))
         return run_annotate(cfg)
     except FgramError as exc:
         _fail(str(exc))
@@ -338,16 +341,16 @@ def _print_coverage(cov: dict) -> None:
 @click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @_shard_options
-def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, engine, master,
-                     conf, storage):
+def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, engine,
+                     unit_tokens, master, conf, storage):
     """Tag every token of SHARDS with its longest f-gram of build output TABLE.
 
     Needs TABLE/index (fgram index TABLE). Parquet shards give Parquet tags
     (fgram_ids, match_len, and the input's other columns, same row order);
     flat shards give <name>.fgid.npy and <name>.mlen.npy aligned with the tokens.
     """
-    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, master, conf,
-                  storage)
+    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, unit_tokens,
+                  master, conf, storage)
     click.echo(f"tagged {m['coverage']['positions']} tokens -> {_where(output)}")
     _print_coverage(m["coverage"])
 
@@ -356,10 +359,11 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, e
 @click.argument("table")
 @click.argument("shards", nargs=-1, required=True)
 @_shard_options
-def coverage_command(table, shards, column, dtype, doc_sep, engine, master, conf, storage):
+def coverage_command(table, shards, column, dtype, doc_sep, engine, unit_tokens, master, conf,
+                     storage):
     """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams."""
-    m = _annotate(table, shards, None, False, column, dtype, doc_sep, engine, master, conf,
-                  storage)
+    m = _annotate(table, shards, None, False, column, dtype, doc_sep, engine, unit_tokens, master,
+                  conf, storage)
     _print_coverage(m["coverage"])
 
 

@@ -217,5 +217,42 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
         assert c.alive_workers() == 1
         assert remote_result(uri) == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
         assert objects(fs, f"{bucket}/.out.fgram-staging") == []     # the work is cleaned up
+        _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path)
     finally:
         c.stop()
+
+
+def _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path):
+    """annotate, embed and refresh on the same cluster (nothing shared), outputs on S3:
+    each equals what local mode writes locally."""
+    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+    from fgram.jobs.embed import EmbedConfig, run_embed
+    from fgram.pipeline.embed import FgramStore
+    from fgram.pipeline.index import write_index
+    from fgram.pipeline.tags import training_sequences
+    from test_s3 import remote_result
+
+    env = {k: v for k, v in _env().items() if not k.startswith("AWS_")}
+
+    def fgram(*args):
+        res = subprocess.run([os.path.join(BIN, "fgram"), *args, "--master", c.url, *opts],
+                             env=env, capture_output=True, text=True, timeout=600,
+                             cwd=str(tmp_path))
+        assert res.returncode == 0, res.stderr[-3000:]
+
+    write_index(uri)
+    local = str(tmp_path / "l")
+    write_index(local)
+    fgram("annotate", uri, f"s3://{bucket}/in", "-o", f"s3://{bucket}/tags", "--dtype", "uint16",
+          "--doc-sep", "0", "--unit-tokens", "25000")
+    run_annotate(AnnotateConfig(table=local, inputs=[src], output=str(tmp_path / "tags"),
+                                doc_sep=0, engine="local", unit_tokens=25000))
+    got = [s for w in training_sequences(f"s3://{bucket}/tags", 999) for s in w]
+    want = [s for w in training_sequences(str(tmp_path / "tags"), 999) for s in w]
+    assert len(got) == len(want) > 3 and all(np.array_equal(a, b) for a, b in zip(got, want))
+    fgram("embed", uri, "--model", "fgram.pipeline.models:hashed", "--chunk-rows", "1000")
+    run_embed(EmbedConfig(table=local, model="fgram.pipeline.models:hashed", chunk_rows=1000,
+                          local=True))
+    assert np.array_equal(FgramStore.open(uri).matrix, FgramStore.open(local).matrix)
+    fgram("refresh", f"s3://{bucket}/versions", f"s3://{bucket}/in", *ARGS)
+    assert remote_result(f"s3://{bucket}/versions") == select(docs, 4, 5, 3000)

@@ -341,11 +341,21 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
              (["a", "b", "c"], shards["a"] + shards["b"] + shards["c"]),
              (["a", "b", "c"], changed + shards["b"] + shards["c"]),      # a changed in place
              (["b", "c"], shards["b"] + shards["c"])]                      # a removed
-    versions = []
+    versions, seen = [], []
+    switch = vs.switch_current
+
+    def checked(where, vid):        # the new version is up, `current` not yet switched to it
+        assert vs.is_finished(vs.version_path(where, vid))
+        seen.append(remote_result(root) if vs.current(where) else None)
+        switch(where, vid)
+
+    monkeypatch.setattr(vs, "switch_current", checked)
     for i, (names, docs) in enumerate(steps):
         if i == 3:
             put("a", changed)
+        before = remote_result(root) if i else None
         res = refresh(names)
+        assert seen[-1] == before           # readers saw the old version whole until the switch
         assert res["built"] and remote_result(root) == select(docs, 4, 3, None), i
         versions.append(res["version"])
         cur = locate(f"{root}/current").read_bytes().decode().strip()
