@@ -26,10 +26,36 @@ def _conf_pairs(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Interrupted(Exception):
+    """Ctrl-C in a command (click would print a blank line for a KeyboardInterrupt)."""
+
+
+class _Commands(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise Interrupted(getattr(exc, "fgram_kept", None)) from None
+
+
+@click.group(cls=_Commands,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="fgram")
-def cli() -> None:
-    """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark."""
+@click.option("--log-level", type=click.Choice(["off", "error", "warn", "info", "debug"]),
+              default=None, help="Spark's log messages at this level and above (default: error; "
+                                 "$FGRAM_LOG_LEVEL). debug also keeps the JVM's start-up lines.")
+@click.option("-q", "--quiet", is_flag=True, help="No log messages at all (--log-level off).")
+def cli(log_level, quiet) -> None:
+    """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark.
+
+    \b
+    fgram synth -o corpus --tokens 10000000           # a small corpus to try
+    fgram build corpus --dtype uint16 --doc-sep 0 -o fgrams
+    fgram show fgrams
+    """
+    from fgram.pipeline.spark import LOG_LEVEL
+    if quiet or log_level:
+        os.environ[LOG_LEVEL] = "off" if quiet else log_level
 
 
 def _storage_option(fn):
@@ -96,9 +122,6 @@ def _build_options(fn):
         click.option("--broadcast-budget", default="512M", show_default=True,
                      help="Largest frequent set shipped whole to every task; above it, a "
                           "distributed join."),
-        click.option("--unit-tokens", default=16 * 2**20, show_default=True, type=int,
-                     help="Most tokens per task (flat files are split into the fewest equal "
-                          "ranges of at most this size)."),
     ]):
         fn = opt(fn)
     return _shard_options(fn)
@@ -431,7 +454,30 @@ def lookup_command(output, tokens, mode, storage):
 
 
 def main() -> None:
-    cli(prog_name="fgram")
+    """The `fgram` command: every way a run can end is one line on stderr (a traceback only
+    with --log-level debug), exit 0, 2 (bad input or options: `FgramError`), 1 (anything
+    else, e.g. a failed Spark job) or 130 (interrupted)."""
+    try:
+        cli.main(prog_name="fgram", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (Interrupted, click.exceptions.Abort, KeyboardInterrupt) as exc:
+        kept = exc.args[0] if isinstance(exc, Interrupted) and exc.args else None
+        click.echo(f"fgram: interrupted{'; ' + kept if kept else ''}", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - one line instead of a py4j traceback
+        from fgram.pipeline.errors import task_failure
+        from fgram.pipeline.spark import log_level
+        if log_level() == "debug":
+            import traceback
+            traceback.print_exc()
+        line, _ = task_failure(str(exc)) if str(exc) else (type(exc).__name__, None)
+        kept = getattr(exc, "fgram_kept", None)
+        click.echo(f"fgram: error: {line}{'; ' + kept if kept else ''}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

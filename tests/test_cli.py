@@ -1,4 +1,5 @@
 """The `fgram` command through click's CliRunner, error cases included."""
+import json
 import os
 
 import numpy as np
@@ -235,7 +236,37 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
             seen |= _listening(_tree(proc.pid))
             time.sleep(0.05)
     assert proc.returncode == 0
-    # nothing logged at ERROR, e.g. by the warm-up job cancelled at the end of the run
-    assert " ERROR " not in (tmp_path / "stderr.txt").read_text()
+    # quiet: no JVM start-up lines, nothing logged (e.g. by the warm-up job cancelled at the
+    # end of the run)
+    assert (tmp_path / "stderr.txt").read_text() == ""
     assert seen, "no listening socket seen: the check itself is broken"
     assert seen <= LOOPBACK, f"listening beyond loopback: {seen - LOOPBACK}"
+    # --log-level reaches the JVM's log4j
+    res = subprocess.run([fgram, "--log-level", "info", "build", str(tmp_path / "syn"), "-o",
+                          str(tmp_path / "o2"), "--dtype", "uint16", "--doc-sep", "0"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and " INFO Executor: " in res.stderr, res.stderr[-2000:]
+
+
+def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
+    """The workers import the installed fgram, not the working directory's folder `fgram`
+    (a checkout, seen from its parent: for an editable install it would become an empty
+    namespace package in every worker). A fresh cache; enough units that the workers, not
+    only the driver's head start, count."""
+    import subprocess
+    import sys
+
+    fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    (tmp_path / "fgram" / "fgram").mkdir(parents=True)
+    (tmp_path / "fgram" / "fgram" / "__init__.py").write_text("raise ImportError('wrong fgram')\n")
+    subprocess.run([fgram, "synth", "-o", "syn", "--tokens", "30000000", "--format", "bin"],
+                   check=True, capture_output=True, cwd=tmp_path)
+    env = {**os.environ, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
+    for _ in ("a fresh cache", "the JVM's class archive made: workers up sooner"):
+        res = subprocess.run([fgram, "build", "syn", "-o", "out", "--dtype", "uint16",
+                              "--doc-sep", "0", "--unit-tokens", "2000000", "--overwrite"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        assert res.returncode == 0 and res.stderr == "", res.stderr[-3000:]
+    manifest = json.load(open(tmp_path / "out" / "manifest.json"))
+    # the executor was up well before the end: the later passes' tasks ran in its workers
+    assert manifest["executor_start_seconds"]["made"] < manifest["seconds"] - 2

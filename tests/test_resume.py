@@ -163,3 +163,36 @@ def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
     _leftover(out, run_json=before)
     with pytest.raises(OutputError, match="other inputs"):
         build(spark, [src], out, min_count=2, resume=True, **kw)
+
+
+def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C: one line that says what
+    is kept and how to resume, exit status 130, no traceback, every process gone."""
+    src, docs = _corpus(tmp_path)
+    out = tmp_path / "o"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.Popen(_cmd(src, out), env=env, start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
+    try:
+        wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 240, "pass 3")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.splitlines() == [f"fgram: interrupted; the completed passes are kept in "
+                                f"{staging_path(str(out))}: rerun with --resume to continue"]
+    deadline = time.time() + 30
+    while True:         # the JVM and the Python workers go too
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.time() < deadline, "processes of the interrupted run are still alive"
+        time.sleep(0.1)
+    res = subprocess.run(_cmd(src, out, "--resume"), env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0 and res.stderr == "", res.stderr[-2000:]
+    assert result(out) == select(docs, 4, 5, 3000)

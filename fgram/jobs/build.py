@@ -414,6 +414,9 @@ def _prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict
             what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
             raise OutputError(f"{out.uri}: cannot resume: the unfinished run there had other {what}; "
                               f"rerun without --resume to start over")
+        if old is not None:     # said, not done silently: it may hold hours of work
+            sys.stderr.write(f"fgram: removing an unfinished run's work in "
+                             f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n")
         wf.remove_tree(staging)
     wf.make_dirs(work)
     save_json(run_record, fingerprint)
@@ -481,9 +484,9 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         elif isinstance(exc, StorageUnavailable):     # one line: the cause, then what is kept
             raise StorageUnavailable(f"{exc}; the completed passes are kept in {where}: "
                                      f"rerun with --resume once it answers") from None
-        else:
-            sys.stderr.write(f"fgram: the run stopped; its completed passes are kept in {where}: "
-                             f"rerun with --resume to continue\n")
+        else:       # for the command line's one line (cli.main)
+            exc.fgram_kept = f"the completed passes are kept in {where}: rerun with --resume " \
+                             f"to continue"
         raise
 
 

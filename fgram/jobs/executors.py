@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from fgram.pipeline.errors import FgramError, from_marker_text
+from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
 from fgram.pipeline.storage import object_store_used
 
 
@@ -34,9 +34,15 @@ def as_task(fn):
 
 
 def _reraise(exc: BaseException):
-    err = from_marker_text(str(exc))
+    text = str(exc)
+    err = from_marker_text(text)
     if err is not None:
         raise err from None
+    _, missing = task_failure(text)
+    if missing is not None:
+        raise WorkerSetupError(f"a Spark worker cannot import what the task needs ({missing}): "
+                               f"install fgram and its dependencies where the executors run, "
+                               f"or ship the package with --py-files") from None
     raise exc
 
 

@@ -48,6 +48,30 @@ class StorageUnavailable(FgramError):
     """An object store did not answer (refused, timed out): worth a --resume later."""
 
 
+class WorkerSetupError(FgramError):
+    """A task could not start its work where it ran (an import failed there): no retry or
+    resume mends that, only the workers' environment."""
+
+
+def task_failure(text: str) -> tuple[str, str | None]:
+    """(the last Python exception line in a failed Spark job's text, or its first line;
+    the name of a module a worker could not import, or None)."""
+    import re
+    found = re.findall(r"^(?:\S+\.)?(\w+(?:Error|Exception|Interrupt)): (.*)$", text, re.M)
+    python = [(n, m) for n, m in found if not n.startswith(("Py4J", "Spark"))
+              and "java" not in m[:40]]
+    if python:
+        name, message = python[-1]
+        line = f"{name}: {message.strip()}"
+    else:
+        line = (text.strip().splitlines() or [""])[0]
+    missing = None
+    m = re.search(r"^(?:ModuleNotFoundError|ImportError): (.*)$", text, re.M)
+    if m:
+        missing = m.group(1).strip()
+    return line[:400], missing
+
+
 def keeps_work(exc: BaseException) -> bool:
     """Whether a run stopped by ``exc`` keeps its completed work for --resume: every
     failure but our own verdicts on the input, the options or the output."""

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import threading
 
 
 def local_defaults() -> dict[str, str]:
@@ -28,6 +30,54 @@ def local_defaults() -> dict[str, str]:
 
 JAVA_OPTS = "spark.driver.extraJavaOptions"
 DAEMON = "spark.python.daemon.module"
+LOG_LEVEL = "FGRAM_LOG_LEVEL"       # `fgram --log-level`: off, error (default), warn, info, debug
+LEVELS = ("off", "error", "warn", "info", "debug")
+# what the JVM prints on every start whatever its log level (the JDK's own warning, Spark's
+# notes about its default profile, Hadoop's native-library warning): dropped unless debugging
+NOISE = ("WARNING: Using incubator modules", "Using Spark's default log4j profile",
+         "Setting default log level to", "To adjust logging level use sc.setLogLevel",
+         "NativeCodeLoader: Unable to load native-hadoop")
+
+
+def log_level() -> str:
+    level = os.environ.get(LOG_LEVEL, "error").lower()
+    return level if level in LEVELS else "error"
+
+
+def _log_options() -> str:
+    """Driver JVM options for fgram's log4j configuration at `log_level`."""
+    level = log_level()
+    config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+    tasks = level if level in ("info", "debug") else "off"
+    return (f"-Dlog4j2.configurationFile=file:{config} -Dfgram.log.level={level} "
+            f"-Dfgram.log.tasks={tasks}")
+
+
+def _forward(stream, out) -> None:
+    """Copy the JVM's stderr lines to ``out``, without the start-up `NOISE` and blank lines."""
+    keep_all = log_level() == "debug"
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        if keep_all or (line.strip() and not any(n in line for n in NOISE)):
+            try:
+                out.write(line)
+                out.flush()
+            except (ValueError, OSError):       # stderr closed at interpreter exit
+                return
+
+
+def _launch_quietly(sconf) -> None:
+    """Launch the driver JVM ourselves (when pyspark is about to: not under spark-submit,
+    no gateway yet), its stderr through `_forward`, and hand the gateway to pyspark."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    gateway = launch_gateway(sconf, popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_forward, args=(gateway.proc.stderr, sys.stderr),
+                     name="fgram-jvm-stderr", daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway, conf=sconf)
 
 
 def class_archive() -> str | None:
@@ -162,6 +212,8 @@ def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | No
         "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
     if submitted:       # --py-files reach a worker only after its daemon has started
         settings.pop(DAEMON, None)
+    else:               # a JVM we launch logs through fgram's configuration
+        settings[JAVA_OPTS] = f"{settings.get(JAVA_OPTS, '')} {_log_options()}".strip()
     settings.update(conf or {})
     return chosen, settings
 
@@ -209,8 +261,9 @@ def get_context(master: str | None = None, conf: dict[str, str] | None = None,
     if chosen:
         sconf.setMaster(chosen)
     sconf.setAll(list(settings.items()))
+    _launch_quietly(sconf)
     sc = SparkContext.getOrCreate(sconf)
-    sc.setLogLevel("ERROR")
+    sc.setLogLevel(log_level().upper())
     if archive:
         _keep_class_archive(sc, archive)
     return sc
@@ -253,13 +306,19 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
                 pass
         return active
     archive = _launching_archive(chosen, conf, settings)
+    from pyspark import SparkConf
+    sconf = SparkConf().setAppName(app_name)
+    if chosen:
+        sconf.setMaster(chosen)
+    sconf.setAll(list(settings.items()))
+    _launch_quietly(sconf)
     builder = SparkSession.builder.appName(app_name)
     if chosen:
         builder = builder.master(chosen)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(log_level().upper())
     if archive:
         _keep_class_archive(spark.sparkContext, archive)
     return spark
