@@ -97,6 +97,9 @@ def _shard_options(fn):
                      help="Token dtype of .bin and header-less .npy files."),
         click.option("--doc-sep", default=None, type=int,
                      help="Document separator id in flat files."),
+        click.option("--strict", is_flag=True,
+                     help="Fail, instead of warning, when a flat file's sample looks wrong: "
+                          "text, the wrong --dtype, a missing or absent --doc-sep."),
         click.option("--engine", default="spark", show_default=True,
                      type=click.Choice(["spark", "local"]),
                      help="spark, or the same tasks in local processes without a JVM."),
@@ -136,7 +139,7 @@ def _build_config(inputs, output, opts: dict, **extra):
                        broadcast_budget=parse_size(opts["broadcast_budget"]),
                        unit_tokens=opts["unit_tokens"], engine=opts["engine"],
                        master=opts["master"], conf=_conf_pairs(opts["conf"]),
-                       storage=_storage(opts["storage"]), **extra)
+                       storage=_storage(opts["storage"]), strict=opts["strict"], **extra)
 
 
 def _summary(manifest: dict, where: str) -> str:
@@ -335,14 +338,14 @@ def index_command(output, storage):
     click.echo(f"indexed {meta['fgrams']} f-grams -> {_where(output).rstrip('/')}/index")
 
 
-def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, unit_tokens,
-              master, conf, storage):
+def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
+              unit_tokens, master, conf, storage):
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
 
     try:
         cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
                              dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
-                             unit_tokens=unit_tokens, master=master, conf=_conf_pairs(conf), storage=_storage(storage))
+                             unit_tokens=unit_tokens, strict=strict, master=master, conf=_conf_pairs(conf), storage=_storage(storage))
         return run_annotate(cfg)
     except FgramError as exc:
         _fail(str(exc))
@@ -364,7 +367,7 @@ def _print_coverage(cov: dict) -> None:
 @click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @_shard_options
-def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, engine,
+def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
                      unit_tokens, master, conf, storage):
     """Tag every token of SHARDS with its longest f-gram of build output TABLE.
 
@@ -372,8 +375,8 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, e
     (fgram_ids, match_len, and the input's other columns, same row order);
     flat shards give <name>.fgid.npy and <name>.mlen.npy aligned with the tokens.
     """
-    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, engine, unit_tokens,
-                  master, conf, storage)
+    m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
+                  unit_tokens, master, conf, storage)
     click.echo(f"tagged {m['coverage']['positions']} tokens -> {_where(output)}")
     _print_coverage(m["coverage"])
 
@@ -382,11 +385,11 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, e
 @click.argument("table")
 @click.argument("shards", nargs=-1, required=True)
 @_shard_options
-def coverage_command(table, shards, column, dtype, doc_sep, engine, unit_tokens, master, conf,
-                     storage):
+def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit_tokens, master,
+                     conf, storage):
     """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams."""
-    m = _annotate(table, shards, None, False, column, dtype, doc_sep, engine, unit_tokens, master,
-                  conf, storage)
+    m = _annotate(table, shards, None, False, column, dtype, doc_sep, strict, engine, unit_tokens,
+                  master, conf, storage)
     _print_coverage(m["coverage"])
 
 

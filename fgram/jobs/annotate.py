@@ -63,10 +63,11 @@ class AnnotateConfig:
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
     storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
+    strict: bool = False            # a flat file whose sample looks wrong fails (`guards`)
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep,
-                           storage=self.storage)
+                           storage=self.storage, strict=self.strict)
 
 
 _INDEX: dict[str, FgramIndex] = {}

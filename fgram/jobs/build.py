@@ -383,7 +383,7 @@ def run_fingerprint(cfg: BuildConfig, shards) -> dict:
     """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
     for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage",
-                "work_dir"):
+                "work_dir", "strict"):
         rec.pop(key, None)
     return {"fgram_version": __version__, "config": rec,
             "inputs": [shard_record(s) for s in shards]}

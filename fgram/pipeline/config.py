@@ -42,6 +42,7 @@ class BuildConfig:
     conf: dict[str, str] = field(default_factory=dict)
     storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
     work_dir: str | None = None     # where the staging folder goes (see build.work_location)
+    strict: bool = False            # a flat file whose sample looks wrong fails (`guards`)
 
     def validate(self) -> "BuildConfig":
         if not self.inputs:
@@ -64,7 +65,7 @@ class BuildConfig:
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep,
-                           storage=self.storage)
+                           storage=self.storage, strict=self.strict)
 
     def record(self) -> dict:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""

@@ -43,6 +43,7 @@ class ReadOptions:
     dtype: str = "uint16"          # for .bin and header-less .npy
     doc_sep: int | None = None     # None: a flat file is one document
     storage: dict = field(default_factory=dict)     # storage options (`storage.filesystem`)
+    strict: bool = False           # a flat file's sample that looks wrong fails (`guards`)
 
 
 @dataclass
@@ -155,9 +156,12 @@ def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
     if (size - offset) % dtype.itemsize:
         raise InputError(uri, f"size {size - offset} bytes is not a multiple of {dtype} "
                               f"({dtype.itemsize} bytes); wrong --dtype?")
+    from .guards import check_flat, report
+    blocks = flat_blocks(fs, path, size)
+    n_items = (size - offset) // dtype.itemsize
+    report(check_flat(uri, blocks, offset, dtype, n_items, opts.doc_sep), opts.strict)
     return Shard(uri=uri, format="flat", size=size, mtime=_mtime(info), dtype=dtype.str,
-                 offset=offset, n_items=(size - offset) // dtype.itemsize,
-                 checksum=content_checksum(fs, path, size, "flat"))
+                 offset=offset, n_items=n_items, checksum=_digest(size, blocks))
 
 
 SAMPLE_BLOCKS = 64      # flat files: checksummed 4 KiB blocks, evenly spaced (plus head and tail)
@@ -165,22 +169,34 @@ SAMPLE_BLOCKS = 64      # flat files: checksummed 4 KiB blocks, evenly spaced (p
 
 def content_checksum(fs, path: str, size: int, fmt: str) -> str:
     """A cheap content fingerprint: sha256 of a Parquet file's footer (its metadata:
-    every page's offsets, sizes and statistics), or of a flat file's first and last
-    64 KiB and SAMPLE_BLOCKS 4 KiB blocks between them. With size and mtime it tells a
-    shard that changed in place from the one that was read before."""
+    every page's offsets, sizes and statistics), or of a flat file's `flat_blocks`. With
+    size and mtime it tells a shard that changed in place from the one that was read
+    before."""
+    if fmt != "parquet":
+        return _digest(size, flat_blocks(fs, path, size))
+    footer = b""
+    with fs.open_input_file(path) as f:
+        if size >= 12:
+            tail = f.read_at(8, size - 8)
+            n = min(int.from_bytes(tail[:4], "little"), size - 8)
+            footer = f.read_at(n + 8, size - 8 - n)
+    return _digest(size, [(0, footer)])
+
+
+def flat_blocks(fs, path: str, size: int) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of a flat file's first and last 64 KiB and SAMPLE_BLOCKS 4 KiB
+    blocks evenly spaced between them: its checksum's input and `guards`' sample."""
+    ends = {0, max(size - 65536, 0)}         # head and tail: 64 KiB each
+    spots = ends | {i * size // (SAMPLE_BLOCKS + 1) for i in range(1, SAMPLE_BLOCKS + 1)}
+    with fs.open_input_file(path) as f:
+        return [(at, f.read_at(65536 if at in ends else 4096, at)) for at in sorted(spots)]
+
+
+def _digest(size: int, blocks: list[tuple[int, bytes]]) -> str:
     import hashlib
     h = hashlib.sha256(str(size).encode())
-    with fs.open_input_file(path) as f:
-        if fmt == "parquet":
-            if size >= 12:
-                tail = f.read_at(8, size - 8)
-                n = min(int.from_bytes(tail[:4], "little"), size - 8)
-                h.update(f.read_at(n + 8, size - 8 - n))
-        else:
-            ends = {0, max(size - 65536, 0)}         # head and tail: 64 KiB each
-            spots = ends | {i * size // (SAMPLE_BLOCKS + 1) for i in range(1, SAMPLE_BLOCKS + 1)}
-            for at in sorted(spots):
-                h.update(f.read_at(65536 if at in ends else 4096, at))
+    for _, data in blocks:
+        h.update(data)
     return h.hexdigest()[:32]
 
 
