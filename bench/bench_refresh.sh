@@ -23,8 +23,8 @@ VA=$(readlink out/refresh/current)
 $F refresh out/refresh $OLD $OPTS --keep 4; t4=$(now)
 $F refresh out/refresh $OLD $NEWB/*.bin $OPTS --keep 4; t5=$(now)
 $F build $OLD $NEWB/*.bin -o out/refresh-full-b $OPTS; t6=$(now)
-$F diff out/refresh-full-a out/refresh/$VA --show 0
-$F diff out/refresh-full-b out/refresh --show 0
+$F diff out/refresh-full-a out/refresh/$VA --top 0
+$F diff out/refresh-full-b out/refresh --top 0
 du -sh out/refresh/store
 python3 -c "
 t=[$t0,$t1,$t2,$t3,$t4,$t5,$t6]

@@ -179,7 +179,7 @@ def build_command(inputs, output, overwrite, resume, work_dir, **opts):
 
 
 @cli.command("refresh")
-@click.argument("out")
+@click.argument("out", metavar="TABLE")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--keep", default=3, show_default=True, type=int,
               help="Versions to keep (the current one always stays).")
@@ -214,20 +214,26 @@ def refresh_command(out, inputs, keep, **opts):
 @cli.command("diff")
 @click.argument("old")
 @click.argument("new")
-@click.option("--show", default=10, show_default=True, type=int,
+@click.option("--top", default=10, show_default=True, type=int,
               help="How many of the most frequent added and removed f-grams to list.")
+@click.option("--show", "old_show", default=None, type=int, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
 @_storage_option
-def diff_command(old, new, show, as_json, storage):
+def diff_command(old, new, top, old_show, as_json, storage):
     """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
 
     OLD and NEW are build outputs, versions (OUT/versions/<id>) or refresh folders
     (their current version).
+
+    \b
+    fgram diff fgrams-june fgrams --top 20
+    fgram diff TABLE/versions/<id> TABLE --json
     """
     from fgram.pipeline.diff import diff_tables
 
+    top = _renamed("--show", "--top", old_show, top)
     try:
-        rep = diff_tables(old, new, show=show, storage=_storage(storage))
+        rep = diff_tables(old, new, show=top, storage=_storage(storage))
     except FgramError as exc:
         _fail(str(exc))
     if as_json:
@@ -274,8 +280,29 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
                f"{output}{hint}")
 
 
+def _renamed(old: str, new: str, old_value, value):
+    """An option's old spelling, still taken for one release, with a one-line note."""
+    if old_value is None:
+        return value
+    click.echo(f"fgram: warning: {old} is deprecated and goes in the next release; use {new}",
+               err=True)
+    return old_value
+
+
+def _tokenizer(path: str):
+    """A Hugging Face tokenizer from ``path`` (the `text` extra), or a one-line error."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        _fail("--tokenizer needs the 'tokenizers' package: pip install 'fgram[text]'")
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as exc:  # noqa: BLE001 - one line
+        _fail(f"{path}: not a tokenizer.json ({str(exc).splitlines()[0][:200]})")
+
+
 @cli.command("show")
-@click.argument("output")
+@click.argument("output", metavar="TABLE")
 @click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
 @click.option("--tokenizer", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).")
@@ -292,14 +319,7 @@ def show_command(output, top, tokenizer, as_json, storage):
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
-    decode = None
-    if tokenizer:
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:
-            _fail("--tokenizer needs the 'tokenizers' package: pip install 'fgram[text]'")
-        tok = Tokenizer.from_file(tokenizer)
-        decode = lambda ids: tok.decode(ids)  # noqa: E731
+    decode = _tokenizer(tokenizer).decode if tokenizer else None
     cfg = manifest["config"]
     click.echo(f"fgram table {_where(loc)} (fgram {manifest['fgram_version']})")
     click.echo(f"  inputs: {len(manifest['inputs'])} files, {manifest['totals']['tokens']} tokens, "
@@ -325,17 +345,19 @@ def show_command(output, top, tokenizer, as_json, storage):
 
 
 @cli.command("index")
-@click.argument("output")
+@click.argument("output", metavar="TABLE")
 @_storage_option
 def index_command(output, storage):
     """Write OUTPUT/index/: the memory-mappable f-gram index (see README) of a build."""
     from fgram.pipeline.index import write_index
 
+    from fgram.pipeline.versions import resolve_table
     try:
         meta = write_index(output, _storage(storage))
+        where = _where(resolve_table(output, _storage(storage)))
     except FgramError as exc:
         _fail(str(exc))
-    click.echo(f"indexed {meta['fgrams']} f-grams -> {_where(output).rstrip('/')}/index")
+    click.echo(f"indexed {meta['fgrams']} f-grams -> {where.rstrip('/')}/index")
 
 
 def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
@@ -362,7 +384,7 @@ def _print_coverage(cov: dict) -> None:
 
 
 @cli.command("annotate")
-@click.argument("table")
+@click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
@@ -382,7 +404,7 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, s
 
 
 @cli.command("coverage")
-@click.argument("table")
+@click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
 @_shard_options
 def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit_tokens, master,
@@ -394,66 +416,117 @@ def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit
 
 
 @cli.command("embed")
-@click.argument("output")
+@click.argument("output", metavar="TABLE")
 @click.option("--model", required=True,
               help="module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) "
                    "-> [B, d] (e.g. fgram.pipeline.models:hashed).")
 @click.option("--batch", default=4096, show_default=True, help="F-grams per model call.")
-@click.option("--dtype", default="float16", show_default=True,
+@click.option("--float", "float_type", default="float16", show_default=True,
               type=click.Choice(["float16", "bfloat16", "float32"]), help="Stored row type.")
+@click.option("--dtype", "old_dtype", default=None, hidden=True,
+              type=click.Choice(["float16", "bfloat16", "float32"]))
 @click.option("--chunk-rows", default=1 << 16, show_default=True,
               help="Rows per chunk: a killed run resumes from its last finished chunk.")
 @click.option("--device", default=None,
               help="Passed to the model factory as device=... (e.g. cpu, cuda; torch models).")
-@click.option("--local", is_flag=True,
-              help="Run every chunk in this process instead of as Spark tasks.")
+@click.option("--engine", default="spark", show_default=True,
+              type=click.Choice(["spark", "local"]),
+              help="spark, or every chunk in this process without a JVM.")
+@click.option("--local", is_flag=True, hidden=True)
 @_SPARK_OPTIONS[0]
 @_SPARK_OPTIONS[1]
 @_storage_option
-def embed_command(output, model, batch, dtype, chunk_rows, device, local, master, conf, storage):
-    """Write OUTPUT/embeddings/: the model's output for every f-gram, row i = fgram_id i.
+def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, device, engine, local,
+                  master, conf, storage):
+    """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
-    OUTPUT is a build output or a refresh folder (its current version), a path or a URI.
-    Chunks run as Spark tasks (or in this process with --local); a killed run
-    resumes from its finished chunks. Lookups afterwards need OUTPUT/index.
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+    Chunks run as Spark tasks (or in this process with --engine local); a killed run
+    resumes from its finished chunks. Lookups afterwards need TABLE/index. --model has
+    no default: the rows are meaningful only for the f-gram model a model is trained
+    with (fgram.pipeline.models:hashed is a deterministic filler for trying the store).
+
+    \b
+    fgram embed fgrams --model fgram.pipeline.models:hashed --engine local
+    fgram embed fgrams --model mypkg.fgram_model:load --device cuda --float bfloat16
     """
     from fgram.jobs.embed import EmbedConfig, run_embed
 
+    float_type = _renamed("--dtype", "--float", old_dtype, float_type)
+    if local:
+        engine = _renamed("--local", "--engine local", "local", engine)
     try:
-        meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=dtype,
-                                     chunk_rows=chunk_rows, device=device, local=local,
+        meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=float_type,
+                                     chunk_rows=chunk_rows, device=device,
+                                     local=engine == "local",
                                      master=master, conf=_conf_pairs(conf),
                                      storage=_storage(storage)))
     except FgramError as exc:
         _fail(str(exc))
+    from fgram.pipeline.versions import resolve_table
     click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
-               f"{meta['seconds']:.1f}s -> {_where(output).rstrip('/')}/embeddings")
+               f"{meta['seconds']:.1f}s -> "
+               f"{_where(resolve_table(output, _storage(storage))).rstrip('/')}/embeddings")
 
 
 @cli.command("lookup")
-@click.argument("output")
-@click.option("--tokens", required=True, help="Comma-separated token ids of one context.")
-@click.option("--mode", default="mmap", show_default=True, type=click.Choice(["ram", "mmap"]))
+@click.argument("output", metavar="TABLE")
+@click.option("--tokens", default=None,
+              help="Token ids of one context, separated by commas or spaces.")
+@click.option("--text", default=None, help="The text of one context (needs --tokenizer).")
+@click.option("--tokenizer", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A Hugging Face tokenizer.json: tokenizes --text and shows the matches as "
+                   "text (extra: tokenizers).")
+@click.option("--mode", default="mmap", show_default=True, type=click.Choice(["ram", "mmap"]),
+              help="mmap: arrays mapped from disk (shared, opens at once); ram: read into "
+                   "memory.")
 @_storage_option
-def lookup_command(output, tokens, mode, storage):
-    """Print, for each position of TOKENS, its longest f-gram and the start of its row."""
-    from fgram.pipeline.embed import FgramStore
+def lookup_command(output, tokens, text, tokenizer, mode, storage):
+    """Print, for each position of a context, its longest f-gram in table OUTPUT (and the
+    start of its embedding row when OUTPUT has embeddings).
 
+    \b
+    fgram lookup fgrams --tokens 464,3290,286
+    fgram lookup fgrams --text "the cat sat" --tokenizer tokenizer.json
+    """
+    from fgram.pipeline.embed import FgramStore
+    from fgram.pipeline.index import FgramIndex
+
+    if (tokens is None) == (text is None):
+        _fail("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
+    tok = _tokenizer(tokenizer) if tokenizer else None
+    if text is not None:
+        if tok is None:
+            _fail("--text needs --tokenizer tokenizer.json")
+        ids = tok.encode(text, add_special_tokens=False).ids
+    else:
+        try:
+            ids = [int(t) for t in tokens.replace(",", " ").split()]
+        except ValueError:
+            _fail(f"--tokens {tokens!r}: expected token ids separated by commas or spaces")
+    opts = _storage(storage)
     try:
-        ids = [int(t) for t in tokens.replace(" ", "").split(",") if t != ""]
-    except ValueError:
-        _fail(f"--tokens {tokens!r}: expected comma-separated integers")
-    try:
-        store = FgramStore.open(output, mode=mode, storage=_storage(storage))
+        index = FgramIndex.open(output, mode=mode, storage=opts)
+        try:
+            store = FgramStore.open(output, mode=mode, storage=opts)
+        except FgramError:
+            store = None        # matches only: the table has no embeddings (`fgram embed`)
     except FgramError as exc:
         _fail(str(exc))
-    rows, lengths, unmatched = store.embed_sequence(ids)
-    fid, _ = store.index.match(ids)
-    click.echo(f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  row[:4]")
+    fid, lengths = index.match(ids)
+    rows = store.rows(fid) if store is not None else None
+    show = (lambda g: repr(tok.decode(g))) if tok else (lambda g: " ".join(map(str, g)))
+    click.echo(f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  match"
+               + ("  |  row[:4]" if store is not None else ""))
     for i, t in enumerate(ids):
-        row = "(unmatched: use the token embedding)" if unmatched[i] else \
-            " ".join(f"{v:.4g}" for v in rows[i, :4])
-        click.echo(f"  {i:>4} {t:>8} {fid[i]:>9} {lengths[i]:>4}  {row}")
+        match = show(ids[i - int(lengths[i]) + 1:i + 1]) if fid[i] >= 0 else "-"
+        line = f"  {i:>4} {t:>8} {fid[i]:>9} {lengths[i]:>4}  {match}"
+        if store is not None:
+            line += "  |  " + ("(unmatched: use the token embedding)" if fid[i] < 0 else
+                               " ".join(f"{v:.4g}" for v in rows[i, :4]))
+        click.echo(line)
+    if store is None:
+        click.echo("  (no embeddings: `fgram embed` adds a row per f-gram)")
 
 
 def main() -> None:

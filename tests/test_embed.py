@@ -71,7 +71,7 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     n = len(result(out))
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "fgram.cli", "embed", str(out), "--model", "slow_models:slow_echo",
-           "--dtype", "float32", "--batch", "2", "--chunk-rows", "2", "--local"]
+           "--float", "float32", "--batch", "2", "--chunk-rows", "2", "--engine", "local"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = out / "embeddings.staging" / "done"
     deadline = time.time() + 60
@@ -144,12 +144,16 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     assert res.exit_code == 2 and "nope_module" in res.output.strip().splitlines()[-1]
     res = runner.invoke(cli, ["embed", str(out), "--model", "no-colon"])
     assert res.exit_code == 2 and "module:factory" in res.output
-    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
-    assert res.exit_code == 2 and "embeddings.json: missing; run `fgram embed" in res.output
-    res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--local"])
-    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])    # matches only
+    assert res.exit_code == 0 and "no embeddings: `fgram embed`" in res.output
+    with pytest.raises(FgramError, match="embeddings.json: missing; run `fgram embed"):
+        FgramStore.open(str(out))
+    res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--local", "--dtype", "float32"])
+    assert res.exit_code == 0, res.output       # the old spellings, for one release, with a note
+    assert "--local is deprecated" in res.output and "--dtype is deprecated" in res.output
+    assert json.load(open(out / "embeddings" / "embeddings.json"))["dtype"] == "float32"
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
-    assert res.exit_code == 2 and "comma-separated" in res.output
+    assert res.exit_code == 2 and "separated by commas or spaces" in res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
     assert res.exit_code == 0 and len(res.output.strip().splitlines()) == 4
     m = json.load(open(out / "manifest.json"))
@@ -182,5 +186,5 @@ def test_torch_reference_model_rows_at_their_ids(tmp_path):
 
 def test_device_needs_a_factory_that_takes_one(tmp_path):
     out = small_table(tmp_path)
-    res = CliRunner().invoke(cli, ["embed", str(out), "--model", ECHO, "--device", "cpu", "--local"])
+    res = CliRunner().invoke(cli, ["embed", str(out), "--model", ECHO, "--device", "cpu", "--engine", "local"])
     assert res.exit_code == 2 and "takes no device argument" in res.output

@@ -88,3 +88,29 @@ def test_refresh_refuses_a_plain_build_output_and_prune_keeps_current(spark, tmp
     assert vs.prune(root, 2) == ["20260102T000000Z-b"]
     assert vs.list_versions(root) == ["20260101T000000Z-a", "20260103T000000Z-c"]
     assert os.path.realpath(os.path.join(root, "current")).endswith("20260101T000000Z-a")
+
+
+def test_every_command_takes_a_refresh_folder(runner, tmp_path):
+    """show, index, coverage, lookup (before and after embed), embed, annotate and
+    training_sequences take OUT, a refresh folder, for its current version."""
+    from fgram.pipeline.tags import training_sequences
+
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
+    out = str(tmp_path / "t")
+    shard = ["--dtype", "uint16", "--doc-sep", "0", "--engine", "local"]
+    assert runner.invoke(cli, ["refresh", out, a, *shard, "--min-count", "3"]).exit_code == 0
+    outputs = []
+    for args in (["show", out], ["index", out], ["coverage", out, a, *shard],
+                 ["lookup", out, "--tokens", "1 2 3 4"],
+                 ["embed", out, "--model", "fgram.pipeline.models:echo", "--engine", "local"],
+                 ["lookup", out, "--tokens", "1,2,3,4"],
+                 ["annotate", out, a, *shard, "-o", str(tmp_path / "tags")]):
+        res = runner.invoke(cli, args)
+        assert res.exit_code == 0, (args, res.output)
+        outputs.append(res.output.splitlines())
+    before, after = outputs[3], outputs[5]       # 1 2 3 4 is an f-gram: the last position's
+    assert before[-2].split()[-4:] == ["1", "2", "3", "4"] and "no embeddings" in before[-1]
+    assert after[-1].split()[4:9] == ["1", "2", "3", "4", "|"]      # ... and its echo row
+    assert after[-1].split()[-4:] == ["1", "2", "3", "4"]
+    seqs = list(training_sequences(str(tmp_path / "tags"), 4))
+    assert seqs and seqs[0][0].tolist() == [1, 2, 3, 1]

@@ -232,7 +232,7 @@ def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
     assert _cli("index", str(tmp_path / "t")).returncode == 0
     for args in (("refresh", f"s3://{corpus}/r", src, *base),
                  ("annotate", str(tmp_path / "t"), src, "-o", f"s3://{corpus}/tags", *base),
-                 ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--local")):
+                 ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--engine", "local")):
         res = _cli(*args, cwd=tmp_path)
         assert res.returncode == 0 and "s3://" in res.stdout, res.stderr
     _one_line_error(_cli("synth", "-o", f"s3://{corpus}/syn", cwd=tmp_path), "s3://",
