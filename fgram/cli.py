@@ -280,6 +280,36 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
                f"{output}{hint}")
 
 
+@cli.command("clean")
+@click.argument("folders", nargs=-1, type=click.Path(exists=True, file_okay=False))
+@click.option("--cache/--no-cache", default=True, show_default=True,
+              help="Also list fgram's cache ($FGRAM_CACHE_DIR, else ~/.cache/fgram).")
+@click.option("--remove", is_flag=True, help="Delete what is listed (default: only list it).")
+def clean_command(folders, cache, remove):
+    """List, or with --remove delete, what fgram leaves besides its outputs: the cache and,
+    in FOLDERS (and one level below), what killed runs left beside their outputs.
+
+    Never touches an output, or anything a live run holds.
+
+    \b
+    fgram clean                     # the cache
+    fgram clean ~/runs --remove     # and leftovers beside the outputs in ~/runs
+    """
+    from fgram.pipeline import clean
+
+    entries = (clean.cache_entries() if cache else []) + clean.leftovers(list(folders))
+    for e in entries:
+        click.echo(f"  {e.bytes / 2**20:>10.1f} MB  {e.kind}: {e.path}")
+    total = sum(e.bytes for e in entries) / 2**20
+    if not entries:
+        click.echo("nothing to clean")
+    elif remove:
+        clean.remove(entries)
+        click.echo(f"removed {len(entries)} entries, {total:.1f} MB")
+    else:
+        click.echo(f"{len(entries)} entries, {total:.1f} MB: pass --remove to delete them")
+
+
 def _renamed(old: str, new: str, old_value, value):
     """An option's old spelling, still taken for one release, with a one-line note."""
     if old_value is None:

@@ -270,3 +270,34 @@ def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
     manifest = json.load(open(tmp_path / "out" / "manifest.json"))
     # the executor was up well before the end: the later passes' tasks ran in its workers
     assert manifest["executor_start_seconds"]["made"] < manifest["seconds"] - 2
+
+
+def test_clean_lists_then_removes_leftovers_and_the_cache_never_an_output(tmp_path,
+                                                                         monkeypatch):
+    import json as js
+    import socket
+
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "remote").mkdir(parents=True)
+    (tmp_path / "cache" / "remote" / "abc.npy").write_bytes(b"x" * 1000)
+    (tmp_path / "cache" / "spark-classes-0123.jsa").write_bytes(b"y" * 10)
+    runs = tmp_path / "runs"
+    (runs / "out").mkdir(parents=True)                               # an output: kept
+    (runs / "out" / "_SUCCESS").write_text("")
+    (runs / ".dead.fgram-staging" / "_work").mkdir(parents=True)     # a killed run's work
+    (runs / ".dead.fgram-lock").write_text(js.dumps({"host": socket.gethostname(), "pid": 2**22 + 7}))
+    (runs / ".live.fgram-staging").mkdir()                           # a live run's: kept
+    (runs / ".live.fgram-lock").write_text(js.dumps({"host": socket.gethostname(),
+                                                     "pid": os.getpid()}))
+    res = CliRunner().invoke(cli, ["clean", str(runs)])
+    assert res.exit_code == 0, res.output
+    listed = res.output
+    for gone in (".dead.fgram-staging", ".dead.fgram-lock", "remote", "spark-classes-0123.jsa"):
+        assert gone in listed
+    assert ".live.fgram" not in listed and "/out" not in listed and "4 entries" in listed
+    assert (runs / ".dead.fgram-staging").exists()                   # listing removes nothing
+    res = CliRunner().invoke(cli, ["clean", str(runs), "--remove"])
+    assert res.exit_code == 0 and "removed 4 entries" in res.output
+    assert sorted(os.listdir(runs)) == [".live.fgram-lock", ".live.fgram-staging", "out"]
+    assert os.listdir(tmp_path / "cache") == []
+    assert "nothing to clean" in CliRunner().invoke(cli, ["clean", "--no-cache"]).output
