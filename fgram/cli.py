@@ -12,6 +12,8 @@ from fgram.pipeline.errors import FgramError
 
 
 def _fail(message: str) -> None:
+    from fgram.jobs.progress import PROGRESS
+    PROGRESS.end(finished=False)
     click.echo(f"fgram: error: {message}", err=True)
     sys.exit(2)
 
@@ -53,9 +55,12 @@ def cli(log_level, quiet) -> None:
     fgram build corpus --dtype uint16 --doc-sep 0 -o fgrams
     fgram show fgrams
     """
+    from fgram.jobs.progress import PROGRESS
     from fgram.pipeline.spark import LOG_LEVEL
     if quiet or log_level:
         os.environ[LOG_LEVEL] = "off" if quiet else log_level
+    if not quiet:
+        PROGRESS.enable()
 
 
 def _storage_option(fn):
@@ -142,7 +147,14 @@ def _build_config(inputs, output, opts: dict, **extra):
                        storage=_storage(opts["storage"]), strict=opts["strict"], **extra)
 
 
+def _end_stages() -> None:
+    """The last stage's line (or bar) before the result's."""
+    from fgram.jobs.progress import PROGRESS
+    PROGRESS.end()
+
+
 def _summary(manifest: dict, where: str) -> str:
+    _end_stages()
     return (f"{manifest['fgrams']} f-grams from {manifest['totals']['tokens']} tokens "
             f"({manifest['totals']['documents']} documents), cutoff count "
             f"{manifest['cutoff_count']}, in {manifest['seconds']:.1f}s -> {where}")
@@ -429,6 +441,7 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, s
     """
     m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
                   unit_tokens, master, conf, storage)
+    _end_stages()
     click.echo(f"tagged {m['coverage']['positions']} tokens -> {_where(output)}")
     _print_coverage(m["coverage"])
 
@@ -442,6 +455,7 @@ def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit
     """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams."""
     m = _annotate(table, shards, None, False, column, dtype, doc_sep, strict, engine, unit_tokens,
                   master, conf, storage)
+    _end_stages()
     _print_coverage(m["coverage"])
 
 
@@ -494,6 +508,7 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
     except FgramError as exc:
         _fail(str(exc))
     from fgram.pipeline.versions import resolve_table
+    _end_stages()
     click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
                f"{meta['seconds']:.1f}s -> "
                f"{_where(resolve_table(output, _storage(storage))).rstrip('/')}/embeddings")
@@ -563,8 +578,14 @@ def main() -> None:
     """The `fgram` command: every way a run can end is one line on stderr (a traceback only
     with --log-level debug), exit 0, 2 (bad input or options: `FgramError`), 1 (anything
     else, e.g. a failed Spark job) or 130 (interrupted)."""
+    from fgram.jobs.progress import PROGRESS
     try:
-        cli.main(prog_name="fgram", standalone_mode=False)
+        finished = False
+        try:
+            cli.main(prog_name="fgram", standalone_mode=False)
+            finished = True
+        finally:
+            PROGRESS.end(finished)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -61,3 +61,9 @@ def wait_for_files(pattern: str, proc, seconds: float, what: str) -> None:
         assert proc.poll() is None, f"the run ended before {what}"
         assert time.time() < deadline, f"{what} never came"
         time.sleep(0.01)
+
+
+def said(stderr: str) -> list[str]:
+    """The lines of a command's stderr that are not progress lines (`progress.PREFIX`)."""
+    from fgram.jobs.progress import PREFIX
+    return [line for line in stderr.splitlines() if not line.startswith(PREFIX)]

@@ -281,7 +281,7 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
     class SlowExecutor:         # runs its tasks in order, one at a time, slowly
         name, parallelism = "spark", 2
 
-        def map(self, n, fn):
+        def map(self, n, fn, progress=False):
             out = []
             for j in range(n):
                 time.sleep(0.02)

@@ -19,7 +19,7 @@ from fgram.pipeline.index import FgramIndex, write_index
 from fgram.pipeline.publish import LeaseLock, staging_path
 from fgram.pipeline.storage import locate
 from fgram.pipeline.versions import open_table, table_dataset
-from helpers import build, result, wait_for_files, write_bin, write_parquet
+from helpers import build, result, said, wait_for_files, write_bin, write_parquet
 from oracle import select
 from s3server import SECRET, SeaweedS3, objects
 
@@ -146,10 +146,10 @@ def test_second_writer_is_refused_through_the_lease(tmp_path, s3, corpus):
     with LeaseLock(locate(uri)):
         res = _cli("build", f"s3://{corpus}/in", "-o", uri, "--doc-sep", "0", "--engine", "local")
         assert res.returncode == 2 and "another fgram run is writing it" in res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1
+        assert len(said(res.stderr)) == 1
     res = _cli("build", f"s3://{corpus}/in", "-o", uri, "--doc-sep", "0", "--engine", "local",
                "--min-count", "2")
-    assert res.returncode == 0 and res.stderr == "", res.stderr      # nothing else said
+    assert res.returncode == 0 and said(res.stderr) == [], res.stderr      # nothing else said
     assert objects(s3.filesystem(), f"{corpus}/tables/.t5.fgram-lock") == []  # released
 
 
@@ -193,7 +193,7 @@ def test_lease_of_a_dead_run_is_taken_over(s3):
 
 def _one_line_error(res, *needles):
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
-    lines = res.stderr.strip().splitlines()
+    lines = said(res.stderr.strip())
     assert len(lines) == 1 and lines[0].startswith("fgram: error: "), res.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]

@@ -37,12 +37,13 @@ import numpy as np
 from fgram import __version__
 from fgram.jobs.build import runs_here
 from fgram.jobs.executors import as_task, make_executor
+from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_column, plan_shards,
                                    plan_units, read_flat_range, read_row_groups, reading,
-                                   shard_record)
+                                   shard_record, tokens_of)
 from fgram.pipeline.publish import OutputLock, check_output, finish, staging_dir
 from fgram.pipeline.storage import Location, public_options
 from fgram.pipeline.table import arrow_list, write_table
@@ -220,10 +221,13 @@ def _annotate(cfg: AnnotateConfig, ex, table: Location, index: FgramIndex, shard
                                           dtype=_id_type(index), shape=(shard.n_items,))
                 np.lib.format.open_memmap(sidecar(folder, shard, "mlen"), mode="w+",
                                           dtype=np.uint8, shape=(shard.n_items,))
-    hists = ex.map(len(units), lambda u: annotate_task(cfg, shards, units, u, staging))
+    PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
+    hists = ex.map(len(units), lambda u: annotate_task(cfg, shards, units, u, staging),
+                   progress=True)
     if _remote(staging):
         flat = [i for i, s in enumerate(shards) if s.format == "flat"]
         starts = {i: sorted(un.start for un in units if un.shard == i) for i in flat}
+        PROGRESS.stage("assemble flat tags", len(flat), unit="shards")
         id_type = np.dtype(_id_type(index)).str
         ex.map(len(flat), lambda j: assemble_task(shards[flat[j]], starts[flat[j]], id_type,
                                                   staging))

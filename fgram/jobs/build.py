@@ -41,11 +41,13 @@ from fgram import __version__
 from fgram.pipeline import kernels as kn
 from fgram.pipeline.config import BuildConfig
 from fgram.jobs.executors import HeadStart, as_task, make_executor
+from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import (ConfigError, FgramError, InputError, OutputError,
                                    StorageUnavailable, keeps_work)
 from fgram.pipeline.table import Groups, arrow_array, bucket_order, table_record, write_ranked
-from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
+from fgram.pipeline.inputs import (Shard, Unit, plan_shards, plan_units, read_unit, shard_record,
+                                   tokens_of)
 from fgram.pipeline.publish import OutputLock, check_output, finish, staging_path
 from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
 from fgram.pipeline.workdir import (Sweeper, WorkDir, load_array, load_json, read_into, save_array,
@@ -543,9 +545,11 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
         floor = threshold = st["threshold"]
         code = _pass_code(k, shards, st["kept"], st["top_token"])
         prev = st["prev"]
+        PROGRESS.stage(f"pass {k}/{cfg.max_len}: count", len(units), tokens_of(shards, units))
         stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c),
-                       overlap=True)
+                       overlap=True, progress=True)
         t_count = time.time()
+        PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, keep")
         if k == 2:
             st["totals"] = {"documents": sum(s["documents"] for s in stats),
                             "tokens": sum(s["tokens"] for s in stats)}
@@ -587,6 +591,7 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
     sweeper.wait()
     totals, passes = st["totals"], st["passes"]
     t0 = time.time()
+    PROGRESS.stage("select")
     plan.codes = {k: kn.KeyCode(*bits) for k, bits in st["codes"].items()}
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)

@@ -36,6 +36,7 @@ import numpy as np
 
 from fgram.jobs.build import runs_here
 from fgram.jobs.executors import as_task, make_executor
+from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.embed import load_model, storage_dtype, to_stored
 from fgram.pipeline.errors import FgramError
@@ -206,13 +207,18 @@ def _first_row(cfg: EmbedConfig, table: Location, total: int, max_len: int) -> n
 
 def _run_chunks(cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int,
                 staging, spark) -> float:
+    PROGRESS.stage("embed", len(todo), unit="chunks")
     if cfg.local:
-        return sum(embed_chunk(cfg, table, c, total, max_len, staging) for c in todo)
+        seconds = 0.0
+        for c in todo:
+            seconds += embed_chunk(cfg, table, c, total, max_len, staging)
+            PROGRESS.advance()
+        return seconds
     if not todo:
         return 0.0
     ex = make_executor("spark", spark, cfg.master, cfg.conf)
     return sum(ex.map(len(todo), lambda i: embed_task(cfg, table, todo[i], total, max_len,
-                                                      staging)))
+                                                      staging), progress=True))
 
 
 def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int,

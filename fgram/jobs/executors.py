@@ -14,6 +14,7 @@ import re
 import time
 
 from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
+from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.storage import object_store_used
 
 
@@ -49,10 +50,11 @@ def _reraise(exc: BaseException):
 class Executor:
     parallelism = 1
 
-    def map(self, n: int, fn, overlap: bool = False) -> list:
+    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
         """Run ``fn(0) .. fn(n-1)``; results in order. ``overlap`` says the tasks are
         idempotent and leave completion markers (see `HeadStart`); an executor that
-        is up from the start has no use for it."""
+        is up from the start has no use for it. ``progress``: report each finished
+        task to `progress.PROGRESS` (the job's current stage counts them)."""
         raise NotImplementedError
 
     def map_batched(self, n: int, fn) -> list:
@@ -85,13 +87,39 @@ class SparkExecutor(Executor):
             self._spark = session()
         return self._spark
 
-    def map(self, n: int, fn, overlap: bool = False) -> list:
+    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
         if n == 0:
             return []
+        watched = progress and PROGRESS.enabled
+        if watched:
+            self._watch()
         try:
             return self.sc.parallelize(range(n), n).map(fn).collect()
         except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
             _reraise(exc)
+        finally:
+            if watched:
+                PROGRESS.watch(None)
+                self.sc.setLocalProperty("spark.jobGroup.id", None)
+                PROGRESS.advance(n)
+
+    def _watch(self) -> None:
+        """This thread's next job in a job group of its own, whose finished tasks the
+        progress display reads from the status tracker (no Python runs in the tasks)."""
+        import uuid
+        group = f"fgram-progress-{uuid.uuid4().hex[:8]}"
+        self.sc.setJobGroup(group, "fgram", False)
+        tracker = self.sc.statusTracker()
+
+        def finished() -> int:
+            done = 0
+            for job in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job)
+                for stage in (info.stageIds if info else ()):
+                    s = tracker.getStageInfo(stage)
+                    done += s.numCompletedTasks if s else 0
+            return done
+        PROGRESS.watch(finished)
 
     def wait_idle(self, limit: float) -> bool:
         """Wait until no task runs, e.g. those of a cancelled job, which end seconds
@@ -159,6 +187,14 @@ def _drop_clean_pool() -> None:
         _CLEAN = None
 
 
+def _counted(results, progress: bool):
+    """The results as they come, each one reported to the progress display."""
+    for r in results:
+        if progress:
+            PROGRESS.advance()
+        yield r
+
+
 class LocalExecutor(Executor):
     """Forked worker processes on this machine; no JVM. Forked from this process for each
     job (they share what it has loaded), or, once it has used an object store, a pool
@@ -169,34 +205,35 @@ class LocalExecutor(Executor):
     def __init__(self, processes: int | None = None):
         self.parallelism = processes or os.cpu_count() or 1
 
-    def map(self, n: int, fn, overlap: bool = False) -> list:
+    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
         global _FN
         if n == 0:
             return []
         if self.parallelism == 1 or n == 1:
             try:
-                return [fn(i) for i in range(n)]
+                return list(_counted((fn(i) for i in range(n)), progress))
             except Exception as exc:  # noqa: BLE001
                 _reraise(exc)
         if object_store_used():
-            return self._map_clean(n, fn)
+            return self._map_clean(n, fn, progress)
         _FN = fn
         try:    # results in order; the first failure ends the pool (and its other tasks) at once
             with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
-                return list(pool.imap(_call, range(n), chunksize=1))
+                return list(_counted(pool.imap(_call, range(n), chunksize=1), progress))
         except Exception as exc:  # noqa: BLE001
             _reraise(exc)
         finally:
             _FN = None
 
-    def _map_clean(self, n: int, fn) -> list:
+    def _map_clean(self, n: int, fn, progress: bool = False) -> list:
         """``map`` on the clean pool: the function travels pickled by value (cloudpickle,
         as Spark sends it), and the first failure ends the pool's other tasks."""
         from pyspark import cloudpickle
         payload = cloudpickle.dumps(fn)
         pool = _clean_pool(self.parallelism)
         try:
-            return list(pool.imap(_call_pickled, [(payload, i) for i in range(n)], chunksize=1))
+            return list(_counted(pool.imap(_call_pickled, [(payload, i) for i in range(n)],
+                                           chunksize=1), progress))
         except BaseException as exc:
             _drop_clean_pool()
             if isinstance(exc, Exception):
@@ -230,7 +267,7 @@ class HeadStart(Executor):
     def spark(self):
         return self._starting.result().spark
 
-    def _split(self, n: int, fn, up=None) -> tuple[list, int]:
+    def _split(self, n: int, fn, up=None, progress: bool = False) -> tuple[list, int]:
         """The driver runs tasks 0, 1, .. until ``up()`` (default: the executor is
         ready) or the job is done: (their results, how many)."""
         up = up or self._starting.ready
@@ -239,6 +276,8 @@ class HeadStart(Executor):
             while len(out) < n and not up():
                 out.append(fn(len(out)))
                 self.in_driver += 1
+                if progress:
+                    PROGRESS.advance()
         except Exception as exc:  # noqa: BLE001 - our errors come back from as_task as markers
             _reraise(exc)
         return out, len(out)
@@ -251,7 +290,7 @@ class HeadStart(Executor):
             self._release = None
         return ex
 
-    def map(self, n: int, fn, overlap: bool = False) -> list:
+    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
         """``overlap``: the tasks are idempotent and each leaves a completion marker that
         a later run of it returns at once (the build's count tasks). Then the rest of
         the job goes to the executor as soon as it is made, not warm, and the driver
@@ -259,21 +298,22 @@ class HeadStart(Executor):
         executor's tasks for those find their markers (at most a task per executor
         slot runs twice, with the same result)."""
         if overlap and not self._starting.ready():
-            return self._overlapped(n, fn)
-        out, i = self._split(n, fn)
-        return out + self._executor().map(n - i, lambda j: fn(i + j)) if i < n else out
+            return self._overlapped(n, fn, progress)
+        out, i = self._split(n, fn, progress=progress)
+        return out + self._executor().map(n - i, lambda j: fn(i + j), progress=progress) \
+            if i < n else out
 
-    def _overlapped(self, n: int, fn) -> list:
+    def _overlapped(self, n: int, fn, progress: bool = False) -> list:
         import threading
 
-        out, i = self._split(n, fn, self._starting.made)
+        out, i = self._split(n, fn, self._starting.made, progress)
         if i == n:
             return out
         ex, box = self._starting.result(), {}
 
-        def job():
+        def job():      # its count includes the tasks that find the driver's markers
             try:
-                box["out"] = ex.map(n - i, lambda j: fn(i + j))
+                box["out"] = ex.map(n - i, lambda j: fn(i + j), progress=progress)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                 box["exc"] = exc
 

@@ -56,6 +56,7 @@ from fgram import __version__
 from fgram.jobs.build import (_SCRATCH, _selection, _Starting, add_length, fingerprint_digest,
                               rank_split, run_fingerprint, runs_here)
 from fgram.jobs.executors import HeadStart, as_task
+from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
 from fgram.pipeline import versions as vs
@@ -482,6 +483,7 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
         todo = [("count", u) for u in range(len(plan.new_units))]
         n_scanned = len(plan.kept_units) if k > 2 and scan_rows else 0
         todo += [("scan", u) for u in range(n_scanned)]
+        PROGRESS.stage(f"pass {k}/{cfg.max_len}: count new, scan old units")
         done_now = ex.map_batched(len(todo), lambda i, k=k, o=old_size, todo=todo: (
             count_task(plan, k, todo[i][1]) if todo[i][0] == "count"
             else scan_task(plan, k, todo[i][1], o)))
@@ -507,6 +509,7 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
         base_n = sum(piece["n"] for piece in level["base"])
         change = sum(r["n"] for r in level["delta"] + fresh + scanned + gone)
         compact = base_n == 0 or change > COMPACT * base_n
+        PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, ids")
         rounds = math.ceil((base_n + change) * 16 / MERGE_BYTES / ex.parallelism)
         nparts = ex.parallelism * max(rounds, 1)       # no lone last round
         merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor, lv=level, c=compact:
@@ -551,6 +554,7 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
     if totals["tokens"] == 0:
         raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
     t0 = time.time()
+    PROGRESS.stage("select")
     cutoff, cut_len, selected, by_len = _selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     task_firsts = rank_split(groups, ex.parallelism, selected)

@@ -250,6 +250,13 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
     return shards
 
 
+def tokens_of(shards: list[Shard], units: list[Unit]) -> int:
+    """How many token slots the units cover (flat: items, separators included; Parquet:
+    list values), from the plan alone."""
+    return sum(u.stop - u.start if shards[u.shard].format == "flat"
+               else sum(shards[u.shard].row_groups[u.start:u.stop]) for u in units)
+
+
 def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
     """Split shards into units of at most `unit_tokens` tokens each: a flat shard into
     as few as that allows, of equal size (a shard of 1.5 units: two of 0.75, which
