@@ -95,7 +95,7 @@ class Progress:
 
     def _refresh(self) -> None:
         while True:
-            time.sleep(0.5)
+            time.sleep(1.0)
             with self._lock:
                 st = self._stage
                 if st is None or st["bar"] is None:
