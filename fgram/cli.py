@@ -160,7 +160,7 @@ def _summary(manifest: dict, where: str) -> str:
             f"{manifest['cutoff_count']}, in {manifest['seconds']:.1f}s -> {where}")
 
 
-@cli.command("build")
+@cli.command("build", short_help="The f-gram table of tokenized shards.")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, help="Output folder (published atomically).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
@@ -173,12 +173,16 @@ def _summary(manifest: dict, where: str) -> str:
                    "OUTPUT on the store).")
 @_build_options
 def build_command(inputs, output, overwrite, resume, work_dir, **opts):
-    """Find the f-grams of tokenized shards INPUTS (files, folders or globs).
+    """Build the f-gram table of tokenized shards INPUTS (files, folders, globs, URIs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
     header-less .npy token files (--dtype, --doc-sep) and true .npy files.
     Writes OUTPUT/fgrams/ (Parquet: fgram_id, length, tokens, count),
     OUTPUT/manifest.json and OUTPUT/_SUCCESS.
+
+    \b
+    fgram build shards/ --dtype uint16 --doc-sep 0 -S 10000000 -o fgrams
+    fgram build s3://corpus/shards --doc-sep 0 -o s3://bucket/fgrams --master spark://host:7077
     """
     from fgram.jobs.build import run_build
 
@@ -190,14 +194,16 @@ def build_command(inputs, output, overwrite, resume, work_dir, **opts):
     click.echo(_summary(manifest, _where(output)))
 
 
-@cli.command("refresh")
+@cli.command("refresh", short_help="A new version of a versioned table, incrementally.")
 @click.argument("out", metavar="TABLE")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--keep", default=3, show_default=True, type=int,
               help="Versions to keep (the current one always stays).")
 @_build_options
 def refresh_command(out, inputs, keep, **opts):
-    """Publish a new version of the table in OUT for the input list INPUTS (the whole new
+    """New version of a versioned table for the input list INPUTS, incrementally.
+
+    Publishes a new version of the table in OUT for the input list INPUTS (the whole new
     corpus: old shards, plus new ones, minus removed ones).
 
     Writes OUT/versions/<id>/, the table `fgram build` would make of INPUTS (exactly),
@@ -207,7 +213,10 @@ def refresh_command(out, inputs, keep, **opts):
     are read again only for n-grams that became frequent); removed or changed shards are
     subtracted. Other -K/--min-count/--size/reading options start the store afresh, as
     does a shard of wider tokens joining 16-bit flat shards. Read the table through
-    OUT/current (`fgram show` and `fgram diff` also take OUT).
+    OUT/current (every command that reads a table also takes OUT).
+
+    \b
+    fgram refresh fgram-versions shards/*.bin --dtype uint16 --doc-sep 0 -S 10000000 --keep 3
     """
     from fgram.jobs.refresh import run_refresh
 
@@ -223,7 +232,7 @@ def refresh_command(out, inputs, keep, **opts):
                + f"; current -> {res['version']} (was {res['previous']}){pruned}")
 
 
-@cli.command("diff")
+@cli.command("diff", short_help="F-grams added and removed between two tables.")
 @click.argument("old")
 @click.argument("new")
 @click.option("--top", default=10, show_default=True, type=int,
@@ -262,11 +271,12 @@ def diff_command(old, new, top, old_show, as_json, storage):
             click.echo(f"  {'+' if name == 'added' else '-'} {row['count']:>10}  {row['tokens']}")
 
 
-@cli.command("synth")
+@cli.command("synth", short_help="Generate a corpus for tries, tests and benchmarks.")
 @click.option("-o", "--output", required=True, help="Output folder.")
 @click.option("--tokens", default=1_000_000, show_default=True, type=int, help="Corpus size.")
 @click.option("--vocab", default=50_000, show_default=True, type=int, help="Vocabulary size.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the text (and of the phrase book, unless --book-seed).")
 @click.option("--book-seed", default=None, type=int,
               help="Seed of the phrase book (default: --seed). The same book with another "
                    "--seed: new text from the same distribution (new shards of a corpus).")
@@ -275,7 +285,11 @@ def diff_command(old, new, top, old_show, as_json, storage):
               help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.")
 @click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
 def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
-    """Generate a corpus with heavy-tailed, realistic n-gram statistics."""
+    """Generate a corpus with heavy-tailed, realistic n-gram statistics.
+
+    \b
+    fgram synth -o corpus --tokens 10000000 --format bin    # then: --dtype uint16 --doc-sep 0
+    """
     from fgram.pipeline.synth import generate
 
     from fgram.pipeline.storage import is_remote
@@ -292,7 +306,7 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
                f"{output}{hint}")
 
 
-@cli.command("clean")
+@cli.command("clean", short_help="List or remove the cache and killed runs' leftovers.")
 @click.argument("folders", nargs=-1, type=click.Path(exists=True, file_okay=False))
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Also list fgram's cache ($FGRAM_CACHE_DIR, else ~/.cache/fgram).")
@@ -343,7 +357,7 @@ def _tokenizer(path: str):
         _fail(f"{path}: not a tokenizer.json ({str(exc).splitlines()[0][:200]})")
 
 
-@cli.command("show")
+@cli.command("show", short_help="A table's summary and top f-grams.")
 @click.argument("output", metavar="TABLE")
 @click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
 @click.option("--tokenizer", default=None, type=click.Path(exists=True, dir_okay=False),
@@ -351,8 +365,13 @@ def _tokenizer(path: str):
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @_storage_option
 def show_command(output, top, tokenizer, as_json, storage):
-    """Summarise a build OUTPUT (or a refresh folder's current version): manifest and the
-    top f-grams."""
+    """Summarise table TABLE: the manifest and the top f-grams.
+
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+
+    \b
+    fgram show fgrams --top 20 --tokenizer tokenizer.json
+    """
     from fgram.pipeline.versions import open_table, table_dataset
     try:
         loc, manifest = open_table(output, _storage(storage))
@@ -386,14 +405,32 @@ def show_command(output, top, tokenizer, as_json, storage):
             click.echo(f"  {row['fgram_id']:>8} {row['count']:>10} {row['tokens']}{text}")
 
 
-@cli.command("index")
+def _refuse_existing(table: str, part: str, storage, overwrite: bool) -> None:
+    """Like every writer: an existing TABLE/<part> is replaced only with --overwrite."""
+    from fgram.pipeline.versions import resolve_table
+    try:
+        where = resolve_table(table, _storage(storage)).child(part)
+        there = where.exists()
+    except FgramError as exc:
+        _fail(str(exc))
+    if there and not overwrite:
+        _fail(f"{_where(where)}: exists; pass --overwrite to replace it")
+
+
+@cli.command("index", short_help="The f-gram index that lookups use.")
 @click.argument("output", metavar="TABLE")
+@click.option("--overwrite", is_flag=True, help="Replace an existing index.")
 @_storage_option
-def index_command(output, storage):
-    """Write OUTPUT/index/: the memory-mappable f-gram index (see README) of a build."""
+def index_command(output, overwrite, storage):
+    """Write TABLE/index/: the memory-mappable f-gram index that lookups use.
+
+    \b
+    fgram index fgrams
+    """
     from fgram.pipeline.index import write_index
 
     from fgram.pipeline.versions import resolve_table
+    _refuse_existing(output, "index", storage, overwrite)
     try:
         meta = write_index(output, _storage(storage))
         where = _where(resolve_table(output, _storage(storage)))
@@ -425,7 +462,7 @@ def _print_coverage(cov: dict) -> None:
     click.echo(f"  mean match length (1 where unmatched): {cov['mean_match_length']:.3f}")
 
 
-@cli.command("annotate")
+@cli.command("annotate", short_help="Per-token f-gram tags of training shards.")
 @click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
 @click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
@@ -433,11 +470,14 @@ def _print_coverage(cov: dict) -> None:
 @_shard_options
 def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
                      unit_tokens, master, conf, storage):
-    """Tag every token of SHARDS with its longest f-gram of build output TABLE.
+    """Tag every token of SHARDS with its longest f-gram of TABLE (needs TABLE/index).
 
-    Needs TABLE/index (fgram index TABLE). Parquet shards give Parquet tags
-    (fgram_ids, match_len, and the input's other columns, same row order);
-    flat shards give <name>.fgid.npy and <name>.mlen.npy aligned with the tokens.
+    Parquet shards give Parquet tags (fgram_ids, match_len, and the input's other
+    columns, same row order); flat shards give <name>.fgid.npy and <name>.mlen.npy
+    aligned with the tokens.
+
+    \b
+    fgram annotate fgrams shards/ --dtype uint16 --doc-sep 0 -o tags
     """
     m = _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
                   unit_tokens, master, conf, storage)
@@ -446,20 +486,24 @@ def annotate_command(table, shards, output, overwrite, column, dtype, doc_sep, s
     _print_coverage(m["coverage"])
 
 
-@cli.command("coverage")
+@cli.command("coverage", short_help="How much of held-out shards a table matches.")
 @click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
 @_shard_options
 def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit_tokens, master,
                      conf, storage):
-    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams."""
+    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams.
+
+    \b
+    fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0
+    """
     m = _annotate(table, shards, None, False, column, dtype, doc_sep, strict, engine, unit_tokens,
                   master, conf, storage)
     _end_stages()
     _print_coverage(m["coverage"])
 
 
-@cli.command("embed")
+@cli.command("embed", short_help="A model's output for every f-gram (the store).")
 @click.argument("output", metavar="TABLE")
 @click.option("--model", required=True,
               help="module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) "
@@ -477,11 +521,12 @@ def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit
               type=click.Choice(["spark", "local"]),
               help="spark, or every chunk in this process without a JVM.")
 @click.option("--local", is_flag=True, hidden=True)
+@click.option("--overwrite", is_flag=True, help="Replace existing embeddings.")
 @_SPARK_OPTIONS[0]
 @_SPARK_OPTIONS[1]
 @_storage_option
 def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, device, engine, local,
-                  master, conf, storage):
+                  overwrite, master, conf, storage):
     """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
     TABLE is a build output or a refresh folder (its current version), a path or a URI.
@@ -496,6 +541,7 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
     """
     from fgram.jobs.embed import EmbedConfig, run_embed
 
+    _refuse_existing(output, "embeddings", storage, overwrite)
     float_type = _renamed("--dtype", "--float", old_dtype, float_type)
     if local:
         engine = _renamed("--local", "--engine local", "local", engine)
@@ -514,7 +560,7 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
                f"{_where(resolve_table(output, _storage(storage))).rstrip('/')}/embeddings")
 
 
-@cli.command("lookup")
+@cli.command("lookup", short_help="The longest f-gram at each position of a context.")
 @click.argument("output", metavar="TABLE")
 @click.option("--tokens", default=None,
               help="Token ids of one context, separated by commas or spaces.")

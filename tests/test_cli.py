@@ -302,3 +302,32 @@ def test_clean_lists_then_removes_leftovers_and_the_cache_never_an_output(tmp_pa
     assert sorted(os.listdir(runs)) == [".live.fgram-lock", ".live.fgram-staging", "out"]
     assert os.listdir(tmp_path / "cache") == []
     assert "nothing to clean" in CliRunner().invoke(cli, ["clean", "--no-cache"]).output
+
+
+def test_every_command_has_help_for_each_option_an_example_and_a_short_summary():
+    import click
+
+    for name, cmd in cli.commands.items():
+        bare = [p.opts[0] for p in cmd.params
+                if isinstance(p, click.Option) and not p.hidden and not p.help]
+        assert bare == [], (name, bare)
+        assert "\b\n    fgram " in cmd.help, name            # an example, kept as written
+        assert cmd.short_help and len(cmd.short_help) <= 55, name
+        args = [p.human_readable_name for p in cmd.params if isinstance(p, click.Argument)]
+        if name in ("show", "index", "annotate", "coverage", "embed", "lookup", "refresh"):
+            assert args[0] == "TABLE", (name, args)       # the table: one name, first
+
+
+def test_index_and_embed_replace_only_with_overwrite(tmp_path):
+    from helpers import build
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 3, 1, 2, 3]] * 3)
+    build(None, [tmp_path / "a.parquet"], tmp_path / "t", min_count=2, engine="local")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["index", str(tmp_path / "t")]).exit_code == 0
+    assert "exists; pass --overwrite" in _err(runner.invoke(cli, ["index", str(tmp_path / "t")]))
+    assert runner.invoke(cli, ["index", str(tmp_path / "t"), "--overwrite"]).exit_code == 0
+    embed = ["embed", str(tmp_path / "t"), "--model", "fgram.pipeline.models:echo",
+             "--engine", "local"]
+    assert runner.invoke(cli, embed).exit_code == 0
+    assert "exists; pass --overwrite" in _err(runner.invoke(cli, embed))
+    assert runner.invoke(cli, [*embed, "--overwrite"]).exit_code == 0
