@@ -488,3 +488,17 @@ def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, c
         build(None, [path], d / "o", min_count=2, engine="local")
     except FgramError as exc:
         assert "a.parquet" in str(exc) and "\n" not in str(exc)
+
+
+def test_a_missing_input_is_found_before_the_jvm_starts(tmp_path, monkeypatch):
+    import fgram.jobs.build as b
+    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.errors import InputError
+
+    def no_jvm(*a, **k):
+        raise AssertionError("the executor was started before the inputs were checked")
+    monkeypatch.setattr(b, "_Starting", no_jvm)
+    for missing in (str(tmp_path / "nope.bin"), str(tmp_path / "*.parquet")):
+        with pytest.raises(InputError, match="nope.bin|no file matches"):
+            b.run_build(BuildConfig(inputs=[missing], output=str(tmp_path / "o")))
+    assert not os.path.exists(tmp_path / "o")

@@ -100,6 +100,14 @@ def discover(paths: list[str], storage: dict | None = None
     return unique
 
 
+def check_local_inputs(paths: list[str]) -> None:
+    """Inputs on this machine's disk exist (files, folders with inputs, matching globs):
+    checked by listing alone, before anything slow starts (a JVM takes seconds)."""
+    local = [p for p in paths if not is_remote(str(p))]
+    if local:
+        discover(local)
+
+
 def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, str]]:
     """One input argument's files: a glob's matches, a folder's known files, or the file."""
     if any(ch in path for ch in "*?["):
