@@ -284,7 +284,8 @@ def diff_command(old, new, top, old_show, as_json, storage):
               type=click.Choice(["parquet", "bin"]),
               help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.")
 @click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
-def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
+@click.option("--overwrite", is_flag=True, help="Replace an existing folder (its files go).")
+def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite):
     """Generate a corpus with heavy-tailed, realistic n-gram statistics.
 
     \b
@@ -299,6 +300,11 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files):
         _fail(f"--tokens must be >= 1, got {tokens}")
     if not 2 <= vocab <= 2**31 - 1:
         _fail(f"--vocab must be in 2..2147483647, got {vocab}")
+    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+        if not overwrite:       # another corpus's shards would stay beside the new ones
+            _fail(f"{os.path.abspath(output)}: exists; pass --overwrite to replace it")
+        import shutil
+        shutil.rmtree(output) if os.path.isdir(output) else os.remove(output)
     meta = generate(output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files,
                     book_seed=book_seed)
     hint = f" (use --dtype {meta['dtype']} --doc-sep 0)" if fmt == "bin" else ""

@@ -331,3 +331,12 @@ def test_index_and_embed_replace_only_with_overwrite(tmp_path):
     assert runner.invoke(cli, embed).exit_code == 0
     assert "exists; pass --overwrite" in _err(runner.invoke(cli, embed))
     assert runner.invoke(cli, [*embed, "--overwrite"]).exit_code == 0
+
+
+def test_synth_refuses_an_existing_corpus_without_overwrite(tmp_path):
+    runner = CliRunner()
+    args = ["synth", "-o", str(tmp_path / "c"), "--tokens", "5000", "--format", "bin"]
+    assert runner.invoke(cli, [*args, "--files", "3"]).exit_code == 0
+    assert "exists; pass --overwrite" in _err(runner.invoke(cli, args))
+    assert runner.invoke(cli, [*args, "--files", "1", "--overwrite"]).exit_code == 0
+    assert len(os.listdir(tmp_path / "c")) == 2     # one shard and its meta: no old shard left
