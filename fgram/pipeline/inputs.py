@@ -228,7 +228,15 @@ def _parquet_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
         raise InputError(uri, f"column {opts.column!r} has type {typ}, expected a list of integers")
     leaf = [i for i in range(meta.num_columns)
             if meta.schema.column(i).path.split(".")[0] == opts.column][0]
-    groups = [meta.row_group(i).column(leaf).num_values for i in range(meta.num_row_groups)]
+    groups = []
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        # a corrupt footer can list fewer columns in a row group than in the schema: Arrow
+        # aborts the process on .column() past them, so it is checked first
+        if group.num_columns != meta.num_columns:
+            raise InputError(uri, f"corrupt Parquet metadata (row group {i} has "
+                                  f"{group.num_columns} columns, the schema {meta.num_columns})")
+        groups.append(group.column(leaf).num_values)
     return Shard(uri=uri, format="parquet", size=info.size, mtime=_mtime(info),
                  n_items=meta.num_rows, row_groups=groups,
                  checksum=content_checksum(fs, path, info.size, "parquet"))
