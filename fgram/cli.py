@@ -411,8 +411,10 @@ def show_command(output, top, tokenizer, as_json, storage):
             click.echo(f"  {row['fgram_id']:>8} {row['count']:>10} {row['tokens']}{text}")
 
 
-def _refuse_existing(table: str, part: str, storage, overwrite: bool) -> None:
-    """Like every writer: an existing TABLE/<part> is replaced only with --overwrite."""
+def _refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:
+    """Like every writer: an existing TABLE/<part> is replaced only with --overwrite.
+    Returns where TABLE/<part> is, as the user is shown it (a refresh folder's: in its
+    current version)."""
     from fgram.pipeline.versions import resolve_table
     try:
         where = resolve_table(table, _storage(storage)).child(part)
@@ -421,6 +423,7 @@ def _refuse_existing(table: str, part: str, storage, overwrite: bool) -> None:
         _fail(str(exc))
     if there and not overwrite:
         _fail(f"{_where(where)}: exists; pass --overwrite to replace it")
+    return _where(where)
 
 
 @cli.command("index", short_help="The f-gram index that lookups use.")
@@ -435,14 +438,12 @@ def index_command(output, overwrite, storage):
     """
     from fgram.pipeline.index import write_index
 
-    from fgram.pipeline.versions import resolve_table
-    _refuse_existing(output, "index", storage, overwrite)
+    where = _refuse_existing(output, "index", storage, overwrite)
     try:
         meta = write_index(output, _storage(storage))
-        where = _where(resolve_table(output, _storage(storage)))
     except FgramError as exc:
         _fail(str(exc))
-    click.echo(f"indexed {meta['fgrams']} f-grams -> {where.rstrip('/')}/index")
+    click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
 
 
 def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, engine,
@@ -452,7 +453,8 @@ def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, 
     try:
         cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
                              dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
-                             unit_tokens=unit_tokens, strict=strict, master=master, conf=_conf_pairs(conf), storage=_storage(storage))
+                             unit_tokens=unit_tokens, strict=strict, master=master,
+                             conf=_conf_pairs(conf), storage=_storage(storage))
         return run_annotate(cfg)
     except FgramError as exc:
         _fail(str(exc))
@@ -547,7 +549,7 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
     """
     from fgram.jobs.embed import EmbedConfig, run_embed
 
-    _refuse_existing(output, "embeddings", storage, overwrite)
+    where = _refuse_existing(output, "embeddings", storage, overwrite)
     float_type = _renamed("--dtype", "--float", old_dtype, float_type)
     if local:
         engine = _renamed("--local", "--engine local", "local", engine)
@@ -559,11 +561,9 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
                                      storage=_storage(storage)))
     except FgramError as exc:
         _fail(str(exc))
-    from fgram.pipeline.versions import resolve_table
     _end_stages()
     click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
-               f"{meta['seconds']:.1f}s -> "
-               f"{_where(resolve_table(output, _storage(storage))).rstrip('/')}/embeddings")
+               f"{meta['seconds']:.1f}s -> {where}")
 
 
 @cli.command("lookup", short_help="The longest f-gram at each position of a context.")

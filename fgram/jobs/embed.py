@@ -41,7 +41,7 @@ from fgram.pipeline import workdir as wf
 from fgram.pipeline.embed import load_model, storage_dtype, to_stored
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import manifest_fingerprint, publish_parts
-from fgram.pipeline.publish import generation_name, staging_path
+from fgram.pipeline.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.storage import Location, file_sha256, json_bytes
 from fgram.pipeline.versions import open_table, table_dataset
 from fgram.pipeline.workdir import save_json
@@ -254,10 +254,7 @@ def _embed_on_store(cfg: EmbedConfig, table: Location, params: dict, total: int,
     meta["sha256"] = sha
     meta["files"] = {"matrix.npy": {"object": name, "sha256": sha, "bytes": size}}
     meta["seconds"] = round(time.time() - t0, 3)
-    final.child("embeddings.json").write_bytes(json_bytes(meta))      # the switch
-    for rel in final.files():
-        if rel not in (name, "embeddings.json"):
-            final.child(rel).remove()
+    commit_generation(final, {}, [("embeddings.json", json_bytes(meta))], written=(name,))
     staging.remove_tree()
     return meta
 

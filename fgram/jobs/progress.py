@@ -93,6 +93,11 @@ class Progress:
             return f", {st['tokens'] * done / st['total'] / seconds / 1e6:.1f}M tokens/s"
         return ""
 
+    def _draw(self, st, done: int) -> None:
+        """Set the bar's count and rate (drawn at its next refresh or close)."""
+        st["bar"].n = done
+        st["bar"].set_postfix_str(self._rate(st, done).lstrip(", "), refresh=False)
+
     def _refresh(self) -> None:
         while True:
             time.sleep(1.0)
@@ -100,9 +105,7 @@ class Progress:
                 st = self._stage
                 if st is None or st["bar"] is None:
                     continue
-                done = self._done(st)
-                st["bar"].n = done
-                st["bar"].set_postfix_str(self._rate(st, done).lstrip(", "), refresh=False)
+                self._draw(st, self._done(st))
                 st["bar"].refresh()
 
     def end(self, finished: bool = True) -> None:
@@ -118,8 +121,7 @@ class Progress:
             return
         done = st["total"] or self._done(st)
         if st["bar"] is not None:
-            st["bar"].n = done
-            st["bar"].set_postfix_str(self._rate(st, done).lstrip(", "), refresh=False)
+            self._draw(st, done)
             st["bar"].close()
             return
         seconds = time.time() - st["t0"]

@@ -65,7 +65,7 @@ from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import Shard, Unit, plan_shards, plan_units, read_unit, shard_record
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.publish import OutputLock, finish, staging_path
-from fgram.pipeline.storage import (Location, cache_dir, check_bucket, immutable_copy, keep_copy,
+from fgram.pipeline.storage import (Location, cache_dir, check_bucket, keep_copy, local_path,
                                     locate)
 from fgram.pipeline.table import Groups, table_record, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
@@ -102,9 +102,7 @@ def get(root, name: str, mmap: bool = True) -> np.ndarray:
     """An object of the store; from an object store through this machine's cache (the
     objects never change: each is fetched once per machine)."""
     src = wf.join(objects_dir(root), name)
-    if isinstance(src, Location) and not src.local:
-        return load_array(immutable_copy(src), mmap=mmap)
-    return load_array(src, mmap=mmap)
+    return load_array(local_path(src) if isinstance(src, Location) else src, mmap=mmap)
 
 
 def shard_digest(shard: Shard) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import mmap
-import os
 
 import numpy as np
 
@@ -100,20 +99,13 @@ class FgramStore:
         if manifest_fingerprint(loc) != meta["table"]:
             raise FgramError(f"{loc.uri}: the embeddings were computed for another f-gram "
                              f"table; rerun `fgram embed`")
-        if folder.local:
-            mapped = np.load(os.path.join(folder.path, "matrix.npy"), mmap_mode="r")
-        else:
-            mapped = part_arrays(folder, meta, "mmap")("matrix.npy")
-        if mapped.shape != (meta["rows"], meta["dim"]):
-            raise FgramError(f"{folder.uri}/matrix.npy: shape {mapped.shape} does not match "
+        matrix = part_arrays(folder, meta, mode)("matrix.npy")    # mmap: a plain view
+        if matrix.shape != (meta["rows"], meta["dim"]):
+            raise FgramError(f"{folder.uri}/matrix.npy: shape {matrix.shape} does not match "
                              f"embeddings.json ({meta['rows']}, {meta['dim']})")
-        if mode == "ram":
-            matrix = np.array(mapped)
-        else:   # rows are read one by one at random: no read-ahead around them
-            base = getattr(mapped, "_mmap", None) or getattr(mapped.base, "_mmap", None)
-            if mapped.size and base is not None and hasattr(mmap, "MADV_RANDOM"):
-                base.madvise(mmap.MADV_RANDOM)
-            matrix = np.asarray(mapped)     # a plain view: np.memmap indexing is slower
+        mapped = getattr(matrix.base, "_mmap", None)
+        if mode == "mmap" and matrix.size and mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+            mapped.madvise(mmap.MADV_RANDOM)    # rows are read one by one at random
         return cls(FgramIndex.open(loc, mode=mode), matrix, meta)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:

@@ -249,16 +249,18 @@ def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
         discard(staging)
 
 
-def commit_generation(dest: Location, files: dict, markers: list[tuple[str, bytes]]) -> None:
+def commit_generation(dest: Location, files: dict, markers: list[tuple[str, bytes]],
+                      written: tuple[str, ...] = ()) -> None:
     """The commit protocol of an object-store folder, where nothing renames: upload
     ``files`` (name below ``dest`` -> a local path or a `Location` of the same store),
-    each under a name of its own generation, beside what an older one left; then write
-    ``markers`` in order (the first is the switch: it names the new files); then delete
-    every other object below ``dest``."""
+    each under a name of its own generation, beside what an older one left (``written``:
+    names of this generation's files already there); then write ``markers`` in order (the
+    first is the switch: it names the new files); then delete every other object below
+    ``dest``."""
     upload_all([(src, dest.child(name)) for name, src in files.items()])
     for name, data in markers:
         dest.child(name).write_bytes(data)
-    keep = set(files) | {name for name, _ in markers}
+    keep = set(files) | set(written) | {name for name, _ in markers}
     for rel in dest.files():
         if rel not in keep:
             dest.child(rel).remove()

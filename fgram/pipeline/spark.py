@@ -66,6 +66,15 @@ def _forward(stream, out) -> None:
                 return
 
 
+def _spark_conf(chosen: str | None, settings: dict, app_name: str):
+    """The SparkConf of a new context or session: ``chosen`` master (None: spark-submit's)."""
+    from pyspark import SparkConf
+    sconf = SparkConf().setAppName(app_name)
+    if chosen:
+        sconf.setMaster(chosen)
+    return sconf.setAll(list(settings.items()))
+
+
 def _launch_quietly(sconf) -> None:
     """Launch the driver JVM ourselves (when pyspark is about to: not under spark-submit,
     no gateway yet), its stderr through `_forward`, and hand the gateway to pyspark."""
@@ -251,16 +260,13 @@ def get_context(master: str | None = None, conf: dict[str, str] | None = None,
     from the tasks on a small machine. `session` makes one on demand.
     """
     chosen, settings = _settings(master, conf)
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkContext
 
     active = SparkContext._active_spark_context
     if active is not None:
         return active
     archive = _launching_archive(chosen, conf, settings)
-    sconf = SparkConf().setAppName(app_name)
-    if chosen:
-        sconf.setMaster(chosen)
-    sconf.setAll(list(settings.items()))
+    sconf = _spark_conf(chosen, settings, app_name)
     _launch_quietly(sconf)
     sc = SparkContext.getOrCreate(sconf)
     sc.setLogLevel(log_level().upper())
@@ -306,12 +312,7 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None,
                 pass
         return active
     archive = _launching_archive(chosen, conf, settings)
-    from pyspark import SparkConf
-    sconf = SparkConf().setAppName(app_name)
-    if chosen:
-        sconf.setMaster(chosen)
-    sconf.setAll(list(settings.items()))
-    _launch_quietly(sconf)
+    _launch_quietly(_spark_conf(chosen, settings, app_name))
     builder = SparkSession.builder.appName(app_name)
     if chosen:
         builder = builder.master(chosen)

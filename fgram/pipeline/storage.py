@@ -490,6 +490,12 @@ def immutable_copy(obj: Location) -> str:
     return path
 
 
+def local_path(loc: Location) -> str:
+    """A path on this machine holding the bytes of ``loc``, a file that never changes once
+    written: its own path, or its `immutable_copy`."""
+    return loc.path if loc.local else immutable_copy(loc)
+
+
 def keep_copy(obj: Location, local_path: str) -> None:
     """Keep ``local_path``, the file just uploaded as ``obj``, as its `immutable_copy`."""
     path = _immutable_path(obj)

@@ -26,7 +26,7 @@ from .errors import FgramError
 from .index import FgramIndex, manifest_fingerprint
 from .inputs import Shard, Unit, list_column, read_flat_range, read_row_groups
 from .publish import MANIFEST, SUCCESS, generation_name
-from .storage import Location, immutable_copy, locate
+from .storage import Location, local_path, locate
 
 
 def open_tags(tags, table: str | None = None, storage: dict | None = None
@@ -54,7 +54,7 @@ def tag_file(loc: Location, manifest: dict, rel: str) -> Location:
 
 
 def _flat_tags(f: Location) -> np.ndarray:
-    return np.load(f.path if f.local else immutable_copy(f), mmap_mode="r")
+    return np.load(local_path(f), mmap_mode="r")
 
 
 def _streams(loc: Location, manifest: dict, storage: dict | None

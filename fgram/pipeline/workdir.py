@@ -87,19 +87,20 @@ def concat_arrays(dest: Location, parts: list, dtype, shape: tuple) -> tuple[str
     digest, size, rows = hashlib.sha256(), 0, 0
     try:
         with dest.fs.open_output_stream(dest.path) as f:
-            for i, part in enumerate([None, *parts]):
-                if part is None:
-                    data = head.getvalue()
-                else:
-                    arr = load_array(part)
-                    if arr.shape[1:] != tuple(shape[1:]):
-                        raise FgramError(f"{getattr(part, 'uri', part)}: rows of shape "
-                                         f"{arr.shape[1:]}, expected {tuple(shape[1:])}")
-                    rows += len(arr)
-                    data = np.ascontiguousarray(arr, dtype=dtype).tobytes()
+            def put(data: bytes) -> None:
+                nonlocal size
                 digest.update(data)
                 f.write(data)
                 size += len(data)
+
+            put(head.getvalue())
+            for part in parts:
+                arr = load_array(part)
+                if arr.shape[1:] != tuple(shape[1:]):
+                    raise FgramError(f"{getattr(part, 'uri', part)}: rows of shape "
+                                     f"{arr.shape[1:]}, expected {tuple(shape[1:])}")
+                rows += len(arr)
+                put(np.ascontiguousarray(arr, dtype=dtype).tobytes())
             if rows != shape[0]:
                 raise FgramError(f"{dest.uri}: {rows} rows in the parts, expected {shape[0]}")
     except FgramError:
