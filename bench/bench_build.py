@@ -80,7 +80,7 @@ def main() -> None:
     out = os.path.join(args.work, "build-out")
     shutil.rmtree(out, ignore_errors=True)
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
-    cmd = [fgram, "build", corpus, "-o", out, "--max-len", str(args.max_len),
+    cmd = [fgram, "build", out, corpus, "--max-len", str(args.max_len),
            "--dtype", args.dtype, *args.extra]
     if args.size:
         cmd += ["--size", str(args.size)]

@@ -46,7 +46,7 @@ def main() -> None:
     for engine in ("spark", "local"):
         out = os.path.join(args.work, f"cmp-{engine}")
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [fgram, "build", args.corpus, "-o", out, "--dtype", "uint16", "--doc-sep", "0",
+        cmd = [fgram, "build", out, args.corpus, "--dtype", "uint16", "--doc-sep", "0",
                "--size", str(args.size), "--max-len", str(args.max_len), "--engine", engine]
         wall, peak, rc = run(cmd)
         if rc:

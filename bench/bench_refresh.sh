@@ -18,11 +18,11 @@ rm -rf out/refresh out/refresh-full out/refresh-full-a out/refresh-full-b
 now() { date +%s.%N; }
 t0=$(now); $F refresh out/refresh $OLD $OPTS --keep 4; t1=$(now)
 $F refresh out/refresh $OLD $NEWA/*.bin $OPTS --keep 4; t2=$(now)
-$F build $OLD $NEWA/*.bin -o out/refresh-full-a $OPTS; t3=$(now)
+$F build out/refresh-full-a $OLD $NEWA/*.bin $OPTS; t3=$(now)
 VA=$(readlink out/refresh/current)
 $F refresh out/refresh $OLD $OPTS --keep 4; t4=$(now)
 $F refresh out/refresh $OLD $NEWB/*.bin $OPTS --keep 4; t5=$(now)
-$F build $OLD $NEWB/*.bin -o out/refresh-full-b $OPTS; t6=$(now)
+$F build out/refresh-full-b $OLD $NEWB/*.bin $OPTS; t6=$(now)
 $F diff out/refresh-full-a out/refresh/$VA --top 0
 $F diff out/refresh-full-b out/refresh --top 0
 du -sh out/refresh/store

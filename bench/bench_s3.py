@@ -91,10 +91,10 @@ def main() -> None:
             for where in (kinds if r % 2 == 0 else kinds[::-1]):
                 if where == "local":
                     out = os.path.join(args.work, "s3cmp-local")
-                    cmd = [fgram, "build", args.corpus, "-o", out, *opts]
+                    cmd = [fgram, "build", out, args.corpus, *opts]
                 else:
                     out = f"s3://{bucket}/{where}"
-                    cmd = [fgram, "build", f"s3://{bucket}/corpus", "-o", out, *opts]
+                    cmd = [fgram, "build", out, f"s3://{bucket}/corpus", *opts]
                     if where == "s3-work":
                         cmd += ["--work-dir", f"s3://{bucket}/work"]
                 before = appended_bytes(server)
@@ -150,7 +150,7 @@ def bench_refresh(args, server, bucket, fgram: str, opts: list[str], upload_s: f
             if kind == "refresh":
                 runs[kind].append(timed([fgram, "refresh", root, old, new, *opts]))
             else:
-                runs[kind].append(timed([fgram, "build", old, new, "-o", full, *opts,
+                runs[kind].append(timed([fgram, "build", full, old, new, *opts,
                                          "--overwrite"]))
         a = table_dataset(*open_table(full)).to_table().sort_by("fgram_id")
         b = table_dataset(*open_table(root)).to_table().sort_by("fgram_id")

@@ -52,7 +52,7 @@ def cli(log_level, quiet) -> None:
 
     \b
     fgram synth -o corpus --tokens 10000000           # a small corpus to try
-    fgram build corpus --dtype uint16 --doc-sep 0 -o fgrams
+    fgram build fgrams corpus --dtype uint16 --doc-sep 0
     fgram show fgrams
     """
     from fgram.jobs.progress import PROGRESS
@@ -161,59 +161,78 @@ def _summary(manifest: dict, where: str) -> str:
 
 
 @cli.command("build", short_help="The f-gram table of tokenized shards.")
-@click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, help="Output folder (published atomically).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@click.argument("table", metavar="TABLE")
+@click.argument("inputs", nargs=-1, metavar="INPUTS...")
+@click.option("-o", "--output", "old_output", default=None, hidden=True)
+@click.option("--overwrite", is_flag=True,
+              help="Replace an existing TABLE (only an fgram output: a folder holding a "
+                   "manifest.json, or an empty one).")
 @click.option("--resume", is_flag=True,
-              help="Continue an unfinished run on the same OUTPUT, INPUTS and options from its "
+              help="Continue an unfinished run on the same TABLE, INPUTS and options from its "
                    "last completed pass and counted units (without it, leftovers are removed).")
 @click.option("--work-dir", default=None,
-              help="Folder or URI for the run's intermediates (default: beside a local OUTPUT; "
-                   "for an object-store OUTPUT, this machine's cache in local mode, else beside "
-                   "OUTPUT on the store).")
+              help="Folder or URI for the run's intermediates (default: beside a local TABLE; "
+                   "for an object-store TABLE, this machine's cache in local mode, else beside "
+                   "TABLE on the store).")
 @_build_options
-def build_command(inputs, output, overwrite, resume, work_dir, **opts):
-    """Build the f-gram table of tokenized shards INPUTS (files, folders, globs, URIs).
+def build_command(table, inputs, old_output, overwrite, resume, work_dir, **opts):
+    """Build the f-gram table TABLE of tokenized shards INPUTS (files, folders, globs, URIs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
     header-less .npy token files (--dtype, --doc-sep) and true .npy files.
-    Writes OUTPUT/fgrams/ (Parquet: fgram_id, length, tokens, count),
-    OUTPUT/manifest.json and OUTPUT/_SUCCESS.
+    Writes TABLE/fgrams/ (Parquet: fgram_id, length, tokens, count),
+    TABLE/manifest.json and TABLE/_SUCCESS, published atomically.
 
     \b
-    fgram build shards/ --dtype uint16 --doc-sep 0 -S 10000000 -o fgrams
-    fgram build s3://corpus/shards --doc-sep 0 -o s3://bucket/fgrams --master spark://host:7077
+    fgram build fgrams shards/ --dtype uint16 --doc-sep 0 -S 10000000
+    fgram build s3://bucket/fgrams s3://corpus/shards --doc-sep 0 --master spark://host:7077
     """
     from fgram.jobs.build import run_build
 
+    if old_output is not None:          # the old spelling: fgram build INPUTS... -o TABLE
+        inputs = (table, *inputs)
+        table = _renamed("-o", "fgram build TABLE INPUTS...", old_output, table)
+    if not inputs:
+        _fail("give the table, then the inputs: fgram build TABLE INPUTS...")
+    _table_first(table)
     try:
-        manifest = run_build(_build_config(inputs, output, opts, overwrite=overwrite,
+        manifest = run_build(_build_config(inputs, table, opts, overwrite=overwrite,
                                            resume=resume, work_dir=work_dir))
     except FgramError as exc:
         _fail(str(exc))
-    click.echo(_summary(manifest, _where(output)))
+    click.echo(_summary(manifest, _where(table)))
+
+
+def _table_first(table: str) -> None:
+    """TABLE, the first argument, names no input: a shard or a corpus folder there means
+    the arguments are in the old order (or the table was left out)."""
+    from fgram.pipeline.publish import foreign_output
+    from fgram.pipeline.storage import is_remote
+    if not is_remote(table) and foreign_output(table):
+        _fail(f"{os.path.abspath(table)}: exists and is not an fgram table; the table comes "
+              f"first: fgram build TABLE INPUTS...")
 
 
 @cli.command("refresh", short_help="A new version of a versioned table, incrementally.")
-@click.argument("out", metavar="TABLE")
+@click.argument("table", metavar="TABLE")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--keep", default=3, show_default=True, type=int,
               help="Versions to keep (the current one always stays).")
 @_build_options
-def refresh_command(out, inputs, keep, **opts):
+def refresh_command(table, inputs, keep, **opts):
     """New version of a versioned table for the input list INPUTS, incrementally.
 
-    Publishes a new version of the table in OUT for the input list INPUTS (the whole new
-    corpus: old shards, plus new ones, minus removed ones).
+    TABLE is a refresh folder (made by the first refresh); INPUTS is the whole new corpus:
+    old shards, plus new ones, minus removed ones.
 
-    Writes OUT/versions/<id>/, the table `fgram build` would make of INPUTS (exactly),
-    and switches OUT/current to it atomically; does nothing if the inputs (size, mtime,
+    Writes TABLE/versions/<id>/, the table `fgram build` would make of INPUTS (exactly),
+    and switches TABLE/current to it atomically; does nothing if the inputs (size, mtime,
     content checksum) and options are those of the current version. Incremental: per-shard
-    partial counts kept in OUT/store/ are reused, so only new shards are counted (old ones
+    partial counts kept in TABLE/store/ are reused, so only new shards are counted (old ones
     are read again only for n-grams that became frequent); removed or changed shards are
     subtracted. Other -K/--min-count/--size/reading options start the store afresh, as
     does a shard of wider tokens joining 16-bit flat shards. Read the table through
-    OUT/current (every command that reads a table also takes OUT).
+    TABLE/current: every command that reads a table takes the refresh folder itself.
 
     \b
     fgram refresh fgram-versions shards/*.bin --dtype uint16 --doc-sep 0 -S 10000000 --keep 3
@@ -221,14 +240,14 @@ def refresh_command(out, inputs, keep, **opts):
     from fgram.jobs.refresh import run_refresh
 
     try:
-        res = run_refresh(_build_config(inputs, out, opts), keep=keep)
+        res = run_refresh(_build_config(inputs, table, opts), keep=keep)
     except FgramError as exc:
         _fail(str(exc))
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     if not res["built"]:
-        click.echo(f"up to date: {_where(out).rstrip('/')}/current -> {res['version']}{pruned}")
+        click.echo(f"up to date: {_where(table).rstrip('/')}/current -> {res['version']}{pruned}")
         return
-    click.echo(_summary(res["manifest"], f"{_where(out).rstrip('/')}/versions/{res['version']}")
+    click.echo(_summary(res["manifest"], f"{_where(table).rstrip('/')}/versions/{res['version']}")
                + f"; current -> {res['version']} (was {res['previous']}){pruned}")
 
 
@@ -243,7 +262,7 @@ def refresh_command(out, inputs, keep, **opts):
 def diff_command(old, new, top, old_show, as_json, storage):
     """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
 
-    OLD and NEW are build outputs, versions (OUT/versions/<id>) or refresh folders
+    OLD and NEW are build outputs, versions (TABLE/versions/<id>) or refresh folders
     (their current version).
 
     \b
@@ -364,13 +383,13 @@ def _tokenizer(path: str):
 
 
 @cli.command("show", short_help="A table's summary and top f-grams.")
-@click.argument("output", metavar="TABLE")
+@click.argument("table", metavar="TABLE")
 @click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
 @click.option("--tokenizer", default=None, type=click.Path(exists=True, dir_okay=False),
               help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @_storage_option
-def show_command(output, top, tokenizer, as_json, storage):
+def show_command(table, top, tokenizer, as_json, storage):
     """Summarise table TABLE: the manifest and the top f-grams.
 
     TABLE is a build output or a refresh folder (its current version), a path or a URI.
@@ -380,7 +399,7 @@ def show_command(output, top, tokenizer, as_json, storage):
     """
     from fgram.pipeline.versions import open_table, table_dataset
     try:
-        loc, manifest = open_table(output, _storage(storage))
+        loc, manifest = open_table(table, _storage(storage))
     except FgramError as exc:
         _fail(str(exc))
     if as_json:
@@ -427,10 +446,10 @@ def _refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:
 
 
 @cli.command("index", short_help="The f-gram index that lookups use.")
-@click.argument("output", metavar="TABLE")
+@click.argument("table", metavar="TABLE")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index.")
 @_storage_option
-def index_command(output, overwrite, storage):
+def index_command(table, overwrite, storage):
     """Write TABLE/index/: the memory-mappable f-gram index that lookups use.
 
     \b
@@ -438,9 +457,9 @@ def index_command(output, overwrite, storage):
     """
     from fgram.pipeline.index import write_index
 
-    where = _refuse_existing(output, "index", storage, overwrite)
+    where = _refuse_existing(table, "index", storage, overwrite)
     try:
-        meta = write_index(output, _storage(storage))
+        meta = write_index(table, _storage(storage))
     except FgramError as exc:
         _fail(str(exc))
     click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
@@ -512,7 +531,7 @@ def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit
 
 
 @cli.command("embed", short_help="A model's output for every f-gram (the store).")
-@click.argument("output", metavar="TABLE")
+@click.argument("table", metavar="TABLE")
 @click.option("--model", required=True,
               help="module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) "
                    "-> [B, d] (e.g. fgram.pipeline.models:hashed).")
@@ -533,7 +552,7 @@ def coverage_command(table, shards, column, dtype, doc_sep, strict, engine, unit
 @_SPARK_OPTIONS[0]
 @_SPARK_OPTIONS[1]
 @_storage_option
-def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, device, engine, local,
+def embed_command(table, model, batch, float_type, old_dtype, chunk_rows, device, engine, local,
                   overwrite, master, conf, storage):
     """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
@@ -549,12 +568,12 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
     """
     from fgram.jobs.embed import EmbedConfig, run_embed
 
-    where = _refuse_existing(output, "embeddings", storage, overwrite)
+    where = _refuse_existing(table, "embeddings", storage, overwrite)
     float_type = _renamed("--dtype", "--float", old_dtype, float_type)
     if local:
         engine = _renamed("--local", "--engine local", "local", engine)
     try:
-        meta = run_embed(EmbedConfig(table=output, model=model, batch=batch, dtype=float_type,
+        meta = run_embed(EmbedConfig(table=table, model=model, batch=batch, dtype=float_type,
                                      chunk_rows=chunk_rows, device=device,
                                      local=engine == "local",
                                      master=master, conf=_conf_pairs(conf),
@@ -567,7 +586,7 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
 
 
 @cli.command("lookup", short_help="The longest f-gram at each position of a context.")
-@click.argument("output", metavar="TABLE")
+@click.argument("table", metavar="TABLE")
 @click.option("--tokens", default=None,
               help="Token ids of one context, separated by commas or spaces.")
 @click.option("--text", default=None, help="The text of one context (needs --tokenizer).")
@@ -578,9 +597,11 @@ def embed_command(output, model, batch, float_type, old_dtype, chunk_rows, devic
               help="mmap: arrays mapped from disk (shared, opens at once); ram: read into "
                    "memory.")
 @_storage_option
-def lookup_command(output, tokens, text, tokenizer, mode, storage):
-    """Print, for each position of a context, its longest f-gram in table OUTPUT (and the
-    start of its embedding row when OUTPUT has embeddings).
+def lookup_command(table, tokens, text, tokenizer, mode, storage):
+    """Print, for each position of a context, its longest f-gram in table TABLE (and the
+    start of its embedding row when TABLE has embeddings).
+
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
 
     \b
     fgram lookup fgrams --tokens 464,3290,286
@@ -603,9 +624,9 @@ def lookup_command(output, tokens, text, tokenizer, mode, storage):
             _fail(f"--tokens {tokens!r}: expected token ids separated by commas or spaces")
     opts = _storage(storage)
     try:
-        index = FgramIndex.open(output, mode=mode, storage=opts)
+        index = FgramIndex.open(table, mode=mode, storage=opts)
         try:
-            store = FgramStore.open(output, mode=mode, storage=opts)
+            store = FgramStore.open(table, mode=mode, storage=opts)
         except FgramError:
             store = None        # matches only: the table has no embeddings (`fgram embed`)
     except FgramError as exc:

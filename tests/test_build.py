@@ -157,7 +157,7 @@ def test_spark_submit_gives_the_same_table(spark, tmp_path):
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                           job, str(tmp_path / "a.parquet"), "-o", str(tmp_path / "s"),
+                           job, str(tmp_path / "s"), str(tmp_path / "a.parquet"),
                            "--min-count", "2", "-K", "4"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

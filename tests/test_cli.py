@@ -32,7 +32,7 @@ def test_synth_build_show(runner, tmp_path):
     res = runner.invoke(cli, ["synth", "-o", str(corpus), "--tokens", "20000", "--vocab", "300",
                               "--format", "bin"])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(cli, ["build", str(corpus), "-o", str(out), "--dtype", "uint16",
+    res = runner.invoke(cli, ["build", str(out), str(corpus), "--dtype", "uint16",
                               "--doc-sep", "0", "-S", "50", "-K", "4"])
     assert res.exit_code == 0, res.output
     flat = np.fromfile(corpus / "part-00000.bin", dtype=np.uint16).tolist()
@@ -75,15 +75,45 @@ def test_synth_book_seed_draws_new_text_from_the_same_phrases(tmp_path):
 def test_existing_output_refused_then_overwrite(runner, tmp_path):
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
     out = tmp_path / "o"
-    out.mkdir()
-    (out / "keep.txt").write_text("x")
-    line = _err(runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(out)]))
+    assert runner.invoke(cli, ["build", str(out), str(tmp_path / "a.parquet")]).exit_code == 0
+    first = json.loads((out / "manifest.json").read_text())
+    line = _err(runner.invoke(cli, ["build", str(out), str(tmp_path / "a.parquet")]))
     assert "exists" in line and "--overwrite" in line
-    assert (out / "keep.txt").exists()
-    res = runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(out), "--overwrite",
+    res = runner.invoke(cli, ["build", str(out), str(tmp_path / "a.parquet"), "--overwrite",
                               "--min-count", "2"])
     assert res.exit_code == 0, res.output
-    assert not (out / "keep.txt").exists() and (out / "_SUCCESS").exists()
+    again = json.loads((out / "manifest.json").read_text())
+    assert (first["config"]["min_count"], again["config"]["min_count"]) == (5, 2)
+
+
+def test_overwrite_never_replaces_what_fgram_did_not_write(runner, tmp_path):
+    """--overwrite replaces an fgram output or an empty folder, never a corpus (say, given
+    in the table's place); a TABLE that is an input says the table comes first."""
+    from fgram.pipeline.errors import OutputError
+    from fgram.pipeline.publish import check_output
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_parquet(str(corpus / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
+    for args in ([str(corpus), str(tmp_path / "o")], [str(corpus / "a.parquet"), str(corpus)]):
+        line = _err(runner.invoke(cli, ["build", *args, "--overwrite"]))
+        assert "is not an fgram table; the table comes first" in line, line
+    assert os.listdir(corpus) == ["a.parquet"] and not (tmp_path / "o").exists()
+    with pytest.raises(OutputError, match="is not an fgram output"):
+        check_output(str(corpus), overwrite=True)       # every writer's check (annotate -o)
+    (tmp_path / "empty").mkdir()
+    assert check_output(str(tmp_path / "empty"), overwrite=True).path == str(tmp_path / "empty")
+
+
+def test_old_build_spelling_still_works_with_a_note(runner, tmp_path):
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
+    res = runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o"),
+                              "--min-count", "2"])
+    assert res.exit_code == 0, res.output
+    assert "-o is deprecated" in res.stderr and "fgram build TABLE INPUTS" in res.stderr
+    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["fgrams"] > 0
+    line = _err(runner.invoke(cli, ["build", str(tmp_path / "o2")]))
+    assert "give the table, then the inputs" in line
 
 
 def _no_leftovers(tmp_path):
@@ -130,7 +160,7 @@ def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
     elif case == "negative_flat_sep":
         np.array([1, 0, 4, -7, 3], dtype=np.int32).tofile(p / "x.bin")
         args, expect = [str(p / "x.bin"), "--dtype", "int32", "--doc-sep", "0"], "negative token id -7"
-    line = _err(runner.invoke(cli, ["build", *args, "-o", str(tmp_path / "o")]))
+    line = _err(runner.invoke(cli, ["build", str(tmp_path / "o"), *args]))
     assert expect in line, line
     assert _no_leftovers(tmp_path)
 
@@ -141,8 +171,8 @@ def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
 ])
 def test_bad_options(runner, tmp_path, opts, expect):
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2]])
-    line = _err(runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o",
-                                    str(tmp_path / "o"), *opts]))
+    line = _err(runner.invoke(cli, ["build", str(tmp_path / "o"), str(tmp_path / "a.parquet"),
+                                    *opts]))
     assert expect in line
     assert _no_leftovers(tmp_path)
 
@@ -172,7 +202,7 @@ def test_show_with_tokenizer_prints_text(runner, tmp_path):
     tok.save(str(tmp_path / "tokenizer.json"))
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 3]] * 5)
     out = tmp_path / "o"
-    assert runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(out)]).exit_code == 0
+    assert runner.invoke(cli, ["build", str(out), str(tmp_path / "a.parquet")]).exit_code == 0
     res = runner.invoke(cli, ["show", str(out), "--tokenizer", str(tmp_path / "tokenizer.json")])
     assert res.exit_code == 0, res.output
     assert "'the cat sat'" in res.output and "'the cat'" in res.output
@@ -229,7 +259,7 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP",)}
     seen = set()
     with open(tmp_path / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([fgram, "build", str(tmp_path / "syn"), "-o", str(tmp_path / "o"),
+        proc = subprocess.Popen([fgram, "build", str(tmp_path / "o"), str(tmp_path / "syn"),
                                  "--dtype", "uint16", "--doc-sep", "0", "--unit-tokens", "20000"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=err)
         while proc.poll() is None:
@@ -243,8 +273,8 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
     assert seen, "no listening socket seen: the check itself is broken"
     assert seen <= LOOPBACK, f"listening beyond loopback: {seen - LOOPBACK}"
     # --log-level reaches the JVM's log4j
-    res = subprocess.run([fgram, "--log-level", "info", "build", str(tmp_path / "syn"), "-o",
-                          str(tmp_path / "o2"), "--dtype", "uint16", "--doc-sep", "0"],
+    res = subprocess.run([fgram, "--log-level", "info", "build", str(tmp_path / "o2"),
+                          str(tmp_path / "syn"), "--dtype", "uint16", "--doc-sep", "0"],
                          capture_output=True, text=True)
     assert res.returncode == 0 and " INFO Executor: " in res.stderr, res.stderr[-2000:]
 
@@ -264,7 +294,7 @@ def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
                    check=True, capture_output=True, cwd=tmp_path)
     env = {**os.environ, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
     for _ in ("a fresh cache", "the JVM's class archive made: workers up sooner"):
-        res = subprocess.run([fgram, "build", "syn", "-o", "out", "--dtype", "uint16",
+        res = subprocess.run([fgram, "build", "out", "syn", "--dtype", "uint16",
                               "--doc-sep", "0", "--unit-tokens", "2000000", "--overwrite"],
                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
         assert res.returncode == 0 and said(res.stderr) == [], res.stderr[-3000:]
@@ -314,8 +344,11 @@ def test_every_command_has_help_for_each_option_an_example_and_a_short_summary()
         assert "\b\n    fgram " in cmd.help, name            # an example, kept as written
         assert cmd.short_help and len(cmd.short_help) <= 55, name
         args = [p.human_readable_name for p in cmd.params if isinstance(p, click.Argument)]
-        if name in ("show", "index", "annotate", "coverage", "embed", "lookup", "refresh"):
+        if name in ("build", "show", "index", "annotate", "coverage", "embed", "lookup",
+                    "refresh"):
             assert args[0] == "TABLE", (name, args)       # the table: one name, first
+            assert "TABLE" in cmd.help and not any(
+                word in cmd.help.replace("OUTPUTS", "") for word in ("OUTPUT", " OUT/", " OUT ")), name
 
 
 def test_index_and_embed_replace_only_with_overwrite(tmp_path):

@@ -133,7 +133,7 @@ def _local(spark, src, out):
 
 def test_build_with_master_equals_local_mode(spark, cluster, corpus, tmp_path):
     src, docs = corpus
-    res = subprocess.run([os.path.join(BIN, "fgram"), "build", src, "-o", str(tmp_path / "c"),
+    res = subprocess.run([os.path.join(BIN, "fgram"), "build", str(tmp_path / "c"), src,
                           "--master", cluster.url, *ARGS],
                          env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -153,8 +153,8 @@ def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
                     z.write(full, os.path.relpath(full, REPO))
     res = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", cluster.url,
                           "--py-files", shipped, "--conf", "spark.ui.enabled=false",
-                          os.path.join(REPO, "fgram", "jobs", "build.py"), src,
-                          "-o", str(tmp_path / "s"), *ARGS],
+                          os.path.join(REPO, "fgram", "jobs", "build.py"), str(tmp_path / "s"),
+                          src, *ARGS],
                          env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert result(tmp_path / "s") == _local(spark, src, tmp_path / "l")
@@ -167,7 +167,7 @@ def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_
     try:
         c.start()
         out = tmp_path / "k"
-        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", src, "-o", str(out),
+        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", str(out), src,
                                  "--master", c.url, *ARGS], env=_env(), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
@@ -200,8 +200,8 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
         c.start()
         uri = f"s3://{bucket}/out"
         opts = [f"--storage-option={k}={v}" for k, v in s3.options.items()]
-        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", f"s3://{bucket}/in",
-                                 "-o", uri, "--master", c.url, *ARGS, *opts],
+        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", uri,
+                                 f"s3://{bucket}/in", "--master", c.url, *ARGS, *opts],
                                 env={k: v for k, v in _env().items() if not k.startswith("AWS_")},
                                 text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, cwd=str(tmp_path))

@@ -81,14 +81,16 @@ def test_warnings_on_the_command_line_and_strict(tmp_path):
     """A warning is one line on stderr and the run goes on; --strict makes it the error."""
     toks = _corpus(np.random.default_rng(5), 30000, 100000).astype(np.uint16)
     toks.tofile(tmp_path / "c.bin")
-    base = [FGRAM, "build", str(tmp_path / "c.bin"), "--engine", "local", "--doc-sep", "0"]
-    res = subprocess.run([*base, "--dtype", "uint32", "-o", str(tmp_path / "o")],
+    base = [FGRAM, "build", "--engine", "local", "--doc-sep", "0"]
+    res = subprocess.run([*base, str(tmp_path / "o"), str(tmp_path / "c.bin"), "--dtype", "uint32"],
                          capture_output=True, text=True)
     assert res.returncode == 0 and said(res.stderr)[0].startswith("fgram: warning: "), res.stderr
     assert len(said(res.stderr)) == 1 and "--dtype" in res.stderr
-    res = subprocess.run([*base, "--dtype", "uint32", "--strict", "-o", str(tmp_path / "o2")],
+    res = subprocess.run([*base, str(tmp_path / "o2"), str(tmp_path / "c.bin"), "--dtype",
+                          "uint32", "--strict"],
                          capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.startswith("fgram: error: ") and \
         "(--strict)" in res.stderr and not os.path.exists(tmp_path / "o2")
-    res = subprocess.run([*base, "-o", str(tmp_path / "o3")], capture_output=True, text=True)
+    res = subprocess.run([*base, str(tmp_path / "o3"), str(tmp_path / "c.bin")],
+                         capture_output=True, text=True)
     assert res.returncode == 0 and said(res.stderr) == [], res.stderr    # the right reading

@@ -39,7 +39,7 @@ def test_a_terminal_gets_a_live_bar(tmp_path):
     subprocess.run([FGRAM, "synth", "-o", str(tmp_path / "c"), "--tokens", "3000000",
                     "--format", "bin"], check=True, capture_output=True)
     master, slave = pty.openpty()
-    proc = subprocess.Popen([FGRAM, "build", str(tmp_path / "c"), "-o", str(tmp_path / "o"),
+    proc = subprocess.Popen([FGRAM, "build", str(tmp_path / "o"), str(tmp_path / "c"),
                              "--dtype", "uint16", "--doc-sep", "0", "--engine", "local",
                              "--unit-tokens", "300000"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)

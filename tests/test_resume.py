@@ -32,7 +32,7 @@ def _corpus(tmp_path) -> tuple[str, list[list[int]]]:
 
 
 def _cmd(src, out, *extra):
-    return [FGRAM, "build", src, "-o", str(out), "--dtype", "uint16", "--doc-sep", "0",
+    return [FGRAM, "build", str(out), src, "--dtype", "uint16", "--doc-sep", "0",
             "--size", "3000", "-K", "4", "--unit-tokens", "6000", "--master", "local[2]", *extra]
 
 

@@ -144,10 +144,10 @@ def test_overwrite_keeps_a_complete_output_at_every_step(tmp_path, s3, corpus, m
 def test_second_writer_is_refused_through_the_lease(tmp_path, s3, corpus):
     uri = f"s3://{corpus}/tables/t5"
     with LeaseLock(locate(uri)):
-        res = _cli("build", f"s3://{corpus}/in", "-o", uri, "--doc-sep", "0", "--engine", "local")
+        res = _cli("build", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local")
         assert res.returncode == 2 and "another fgram run is writing it" in res.stderr
         assert len(said(res.stderr)) == 1
-    res = _cli("build", f"s3://{corpus}/in", "-o", uri, "--doc-sep", "0", "--engine", "local",
+    res = _cli("build", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local",
                "--min-count", "2")
     assert res.returncode == 0 and said(res.stderr) == [], res.stderr      # nothing else said
     assert objects(s3.filesystem(), f"{corpus}/tables/.t5.fgram-lock") == []  # released
@@ -200,34 +200,53 @@ def _one_line_error(res, *needles):
     assert SECRET not in res.stderr and "wrong-secret-123" not in res.stderr
 
 
+def test_a_missing_object_store_input_is_found_before_the_jvm_starts(tmp_path, s3, corpus,
+                                                                    monkeypatch):
+    import fgram.jobs.build as b
+    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.errors import InputError
+
+    def no_jvm(*a, **k):
+        raise AssertionError("the executor was started before the inputs were checked")
+    monkeypatch.setattr(b, "_Starting", no_jvm)
+    for missing, why in ((f"s3://{corpus}/in/nope.bin", "no such file"),
+                         (f"s3://{corpus}/nothing/", "no such file"),
+                         ("s3://no-such-bucket-fgram/in", "no such bucket")):
+        with pytest.raises(InputError, match=why) as err:
+            b.run_build(BuildConfig(inputs=[f"s3://{corpus}/in", missing],
+                                    output=str(tmp_path / "o")))
+        assert missing.rstrip("/") in str(err.value)
+    assert not os.path.exists(tmp_path / "o")
+
+
 def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
     src = str(tmp_path / "b.bin")
     base = ["--doc-sep", "0", "--engine", "local"]
-    _one_line_error(_cli("build", src, "-o", "foo://bucket/x", *base), "foo://bucket/x",
+    _one_line_error(_cli("build", "foo://bucket/x", src, *base), "foo://bucket/x",
                     "unknown storage scheme")
-    _one_line_error(_cli("build", src, "-o", "s3://no-such-bucket-fgram/x", *base),
+    _one_line_error(_cli("build", "s3://no-such-bucket-fgram/x", src, *base),
                     "s3://no-such-bucket-fgram/x", "no such bucket")
-    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base,
+    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base,
                          env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-123"}),
                     f"s3://{corpus}/x", "access denied")
-    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base, "--storage-option",
+    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base, "--storage-option",
                          f"access_key={s3.options['access_key']}", "--storage-option",
                          "secret_key=wrong-secret-123"), "access denied")
     t0 = time.time()
-    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base,
+    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base,
                          env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}),
                     f"s3://{corpus}/x", "connection refused")
     assert time.time() - t0 < 60
     _one_line_error(_cli("show", f"s3://{corpus}/nothing-here"), "not a finished fgram table")
-    _one_line_error(_cli("build", f"s3://{corpus}/in/missing.bin", "-o", str(tmp_path / "o"),
+    _one_line_error(_cli("build", str(tmp_path / "o"), f"s3://{corpus}/in/missing.bin",
                          *base), f"s3://{corpus}/in/missing.bin", "no such file")
-    _one_line_error(_cli("build", src, "-o", f"s3://{corpus}/x", *base, "--storage-option",
+    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base, "--storage-option",
                          "no_such_setting=1"), "--storage-option")
     uri = f"s3://{corpus}/tables/t6"
-    assert _cli("build", src, "-o", uri, *base, "--min-count", "1").returncode == 0
-    _one_line_error(_cli("build", src, "-o", uri, *base), uri, "output exists")
+    assert _cli("build", uri, src, *base, "--min-count", "1").returncode == 0
+    _one_line_error(_cli("build", uri, src, *base), uri, "output exists")
     # every writer takes an object-store output from the command line, and writes nowhere else
-    assert _cli("build", src, "-o", str(tmp_path / "t"), *base, "--min-count", "1",
+    assert _cli("build", str(tmp_path / "t"), src, *base, "--min-count", "1",
                 "--storage-option", "region=us-east-1").returncode == 0
     assert _cli("index", str(tmp_path / "t")).returncode == 0
     for args in (("refresh", f"s3://{corpus}/r", src, *base),
@@ -254,7 +273,7 @@ def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
         locate(f"s3://{bucket}/c.bin", server.options).upload(str(tmp_path / "c.bin"))
         env = {**server.env, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
         uri = f"s3://{bucket}/out"
-        cmd = [FGRAM, "build", f"s3://{bucket}/c.bin", "-o", uri, "--doc-sep", "0", "-K", "4",
+        cmd = [FGRAM, "build", uri, f"s3://{bucket}/c.bin", "--doc-sep", "0", "-K", "4",
                "--min-count", "3", "--unit-tokens", "3000", "--engine", "local"]
         proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
@@ -284,7 +303,7 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
     flat.tofile(tmp_path / "c.bin")
     env = {**os.environ, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
     uri = f"s3://{bucket}/out"
-    cmd = [FGRAM, "build", str(tmp_path / "c.bin"), "-o", uri, "--doc-sep", "0", "-K", "4",
+    cmd = [FGRAM, "build", uri, str(tmp_path / "c.bin"), "--doc-sep", "0", "-K", "4",
            "--size", "2000", "--unit-tokens", "4000", "--master", "local[2]"]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -298,8 +317,8 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
     res = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
-    ref = subprocess.run([FGRAM, "build", str(tmp_path / "c.bin"), "-o", str(tmp_path / "ref"),
-                          *cmd[5:]], env=env, capture_output=True, text=True, timeout=300)
+    ref = subprocess.run([FGRAM, "build", str(tmp_path / "ref"), str(tmp_path / "c.bin"),
+                          *cmd[4:]], env=env, capture_output=True, text=True, timeout=300)
     assert ref.returncode == 0, ref.stderr
     assert remote_result(uri) == result(tmp_path / "ref")
     got = open_table(uri)[1]

@@ -46,7 +46,7 @@ from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import (ConfigError, FgramError, InputError, OutputError,
                                    StorageUnavailable, keeps_work)
 from fgram.pipeline.table import Groups, arrow_array, bucket_order, table_record, write_ranked
-from fgram.pipeline.inputs import (Shard, Unit, check_local_inputs, plan_shards, plan_units,
+from fgram.pipeline.inputs import (Shard, Unit, check_inputs, plan_shards, plan_units,
                                    read_unit, shard_record, tokens_of)
 from fgram.pipeline.publish import OutputLock, check_output, finish, staging_path
 from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
@@ -376,7 +376,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     """
     t_start = time.time()
     cfg.validate()
-    check_local_inputs(cfg.inputs)      # a missing file: said before the JVM starts
+    check_inputs(cfg.inputs, cfg.storage)     # a missing input: said before the JVM starts
     out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
         return _run_locked(cfg, spark, out, t_start)

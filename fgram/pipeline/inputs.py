@@ -100,12 +100,25 @@ def discover(paths: list[str], storage: dict | None = None
     return unique
 
 
-def check_local_inputs(paths: list[str]) -> None:
-    """Inputs on this machine's disk exist (files, folders with inputs, matching globs):
-    checked by listing alone, before anything slow starts (a JVM takes seconds)."""
+def check_inputs(paths: list[str], storage: dict | None = None) -> None:
+    """The inputs exist, checked before anything slow starts (a JVM takes seconds): on
+    this machine's disk by listing them (files, folders with inputs, matching globs); on
+    an object store by one request per argument that is not a pattern (the bucket and
+    the object or prefix are there and readable; listing a big prefix would cost more)."""
+    if not paths:
+        raise ConfigError("no input given")
     local = [p for p in paths if not is_remote(str(p))]
     if local:
         discover(local)
+    for original in paths:
+        if is_remote(str(original)) and not any(ch in str(original) for ch in "*?["):
+            fs, path = _filesystem(original, storage)
+            with reading(original):
+                if fs.get_file_info(path).type == pafs.FileType.NotFound:
+                    bucket = path.split("/", 1)[0]
+                    there = fs.get_file_info(bucket).type != pafs.FileType.NotFound
+                    raise InputError(original, "no such file or directory" if there else
+                                     f"no such bucket {bucket!r}")
 
 
 def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, str]]:

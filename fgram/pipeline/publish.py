@@ -28,12 +28,16 @@ def check_output(out, overwrite: bool, storage: dict | None = None, resume: bool
         check_bucket(loc)
         if loc.exists() and not overwrite and not (resume and not loc.child(SUCCESS).exists()):
             raise OutputError(f"{loc.uri}: output exists; pass --overwrite to replace it")
+        if overwrite and foreign_output(loc):
+            raise OutputError(f"{loc.uri}: {_NOT_OURS}")
         return loc
     path = loc.path
     if os.path.exists(path) and not overwrite:
         raise OutputError(f"{path}: output exists; pass --overwrite to replace it")
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{path}: exists and is not a directory")
+    if overwrite and foreign_output(loc):
+        raise OutputError(f"{path}: {_NOT_OURS}")
     parent = os.path.dirname(path)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -46,6 +50,24 @@ def check_output(out, overwrite: bool, storage: dict | None = None, resume: bool
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "manifest.json"
+_NOT_OURS = ("exists and is not an fgram output (no manifest.json): --overwrite replaces only "
+             "those; remove it yourself or choose another name")
+
+
+def foreign_output(out) -> bool:
+    """Whether ``out`` (a path or a `Location`) is something an fgram writer must not
+    replace, even with --overwrite: a file, or a folder that is neither empty nor an
+    fgram output (a manifest.json or _SUCCESS in it): a corpus, say, given in the
+    output's place."""
+    loc = as_location(out)
+    if loc.local:
+        if not os.path.exists(loc.path):
+            return False
+        if not os.path.isdir(loc.path):
+            return True
+        return bool(os.listdir(loc.path)) and not any(
+            os.path.exists(os.path.join(loc.path, n)) for n in (MANIFEST, SUCCESS))
+    return loc.exists() and not any(loc.child(n).exists() for n in (MANIFEST, SUCCESS))
 
 
 def _beside(out, what: str) -> str:
