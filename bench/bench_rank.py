@@ -23,7 +23,7 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from fgram.jobs.build import _selection
+from fgram.pipeline.selection import selection
 from fgram.pipeline import table as tb
 
 
@@ -55,7 +55,7 @@ def main() -> None:
     hists = {k: dict(zip(*[x.tolist() for x in np.unique(c, return_counts=True)]))
              for k, (_, c) in rows.items()}
     size = a.size or sum(len(c) for _, c in rows.values())
-    cutoff, cut_len, selected, _ = _selection(hists, size)
+    cutoff, cut_len, selected, _ = selection(hists, size)
     groups = tb.Groups(hists, cutoff, cut_len)
     firsts = groups.split(a.tasks, selected)
     impls = {"this": tb.write_ranked}

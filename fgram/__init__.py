@@ -1,3 +1,25 @@
-"""fgram: exact frequent n-gram (f-gram) selection for SCONE-style models, on Spark."""
+"""fgram: exact frequent n-gram (f-gram) selection for SCONE-style models, on Spark.
 
-__version__ = "0.1.0"
+The public API (`fgram.api`), loaded on first use so that ``import fgram`` stays
+light (Spark's worker daemon imports it before it forks):
+
+    fgram.build, fgram.refresh, fgram.index, fgram.annotate, fgram.coverage,
+    fgram.embed, fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences,
+    fgram.open_table, fgram.table_dataset
+"""
+
+from fgram.version import __version__
+
+__all__ = ["FgramIndex", "FgramStore", "__version__", "annotate", "build", "coverage", "embed",
+           "index", "open_table", "refresh", "table_dataset", "training_sequences"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from fgram import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'fgram' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

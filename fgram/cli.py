@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from fgram import __version__
+from fgram.version import __version__
 from fgram.pipeline.errors import FgramError
 
 
@@ -56,7 +56,7 @@ def cli(log_level, quiet) -> None:
     fgram show fgrams
     """
     from fgram.jobs.progress import PROGRESS
-    from fgram.pipeline.spark import LOG_LEVEL
+    from fgram.spark.session import LOG_LEVEL
     if quiet or log_level:
         os.environ[LOG_LEVEL] = "off" if quiet else log_level
     if not quiet:
@@ -136,7 +136,8 @@ def _build_options(fn):
 
 
 def _build_config(inputs, output, opts: dict, **extra):
-    from fgram.pipeline.config import BuildConfig, parse_size
+    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.storage import parse_size
 
     return BuildConfig(inputs=list(inputs), output=output, max_len=opts["max_len"],
                        min_count=opts["min_count"], size=opts["size"], column=opts["column"],
@@ -670,7 +671,7 @@ def main() -> None:
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - one line instead of a py4j traceback
         from fgram.pipeline.errors import task_failure
-        from fgram.pipeline.spark import log_level
+        from fgram.spark.session import log_level
         if log_level() == "debug":
             import traceback
             traceback.print_exc()

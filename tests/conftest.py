@@ -14,7 +14,7 @@ settings.load_profile("fgram")
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole test session (small, 2 cores, UI off)."""
-    from fgram.pipeline.spark import get_session
+    from fgram.spark.session import get_session
 
     session = get_session("local[2]", {"spark.sql.shuffle.partitions": "2",
                                        "spark.default.parallelism": "2"})

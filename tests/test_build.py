@@ -147,17 +147,17 @@ def test_true_npy_and_glob(spark, tmp_path):
 
 
 def test_spark_submit_gives_the_same_table(spark, tmp_path):
-    """`spark-submit fgram/jobs/build.py` takes the CLI's options and writes the same table."""
+    """`spark-submit fgram/__main__.py build` takes the CLI's options and writes the same table."""
     import subprocess
     import sys
 
     docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 3
     write_parquet(str(tmp_path / "a.parquet"), docs)
-    job = os.path.join(os.path.dirname(__file__), "..", "fgram", "jobs", "build.py")
+    job = os.path.join(os.path.dirname(__file__), "..", "fgram", "__main__.py")
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                           job, str(tmp_path / "s"), str(tmp_path / "a.parquet"),
+                           job, "build", str(tmp_path / "s"), str(tmp_path / "a.parquet"),
                            "--min-count", "2", "-K", "4"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -229,7 +229,8 @@ def test_map_batched_runs_every_item_once_in_order(spark):
 
 
 def test_head_start_runs_tasks_in_the_driver_until_the_executor_is_up():
-    from fgram.jobs.executors import HeadStart, LocalExecutor, guess_parallelism
+    from fgram.jobs.executors import LocalExecutor, guess_parallelism
+    from fgram.jobs.headstart import HeadStart
 
     class Starting:
         def __init__(self, checks):
@@ -262,7 +263,7 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
     import threading
     import time
 
-    from fgram.jobs.executors import HeadStart
+    from fgram.jobs.headstart import HeadStart
 
     class Starting:
         def __init__(self, ex):
@@ -319,7 +320,7 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
 def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
     """Units the driver counts while the JVM starts are not counted again by the Spark
     tasks (they find the completion markers) and the table is the oracle's."""
-    from fgram.jobs import build as job
+    from fgram.jobs.headstart import Starting
 
     docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3], [4, 4, 1, 2]] * 4
     write_bin(str(tmp_path / "a.bin"), docs, sep=0)
@@ -329,8 +330,8 @@ def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
         calls["n"] += 1
         return calls["n"] > 3
 
-    monkeypatch.setattr(job._Starting, "ready", not_yet)
-    monkeypatch.setattr(job._Starting, "made", not_yet)
+    monkeypatch.setattr(Starting, "ready", not_yet)
+    monkeypatch.setattr(Starting, "made", not_yet)
     m = build(spark, [tmp_path / "a.bin"], tmp_path / "o", min_count=2, max_len=4,
               unit_tokens=10, doc_sep=0)
     # the first three before the executor is made; then more from the last unit down,
@@ -341,12 +342,12 @@ def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
 
 
 def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
-    """`_Starting.wait` at the end of a run does not wait for the workers to warm up:
+    """`Starting.wait` at the end of a run does not wait for the workers to warm up:
     it cancels the warm-up job (a small build ended seconds before they were warm)."""
     import threading
     import time
 
-    from fgram.jobs import build as job
+    from fgram.jobs import headstart as job
     from fgram.pipeline.config import BuildConfig
 
     class Context:
@@ -378,7 +379,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
 
     ex = Executor()
     monkeypatch.setattr(job, "make_executor", lambda *a, **k: ex)
-    starting = job._Starting(BuildConfig(inputs=["x"], output="y"), None)
+    starting = job.Starting(BuildConfig(inputs=["x"], output="y"), None)
     assert starting.result() is ex
     t0 = time.time()
     starting.wait()
@@ -388,7 +389,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
 
     slow = threading.Event()        # the executor is still being made when the run ends:
     monkeypatch.setattr(job, "make_executor", lambda *a, **k: slow.wait(0.5) or Executor())
-    starting = job._Starting(BuildConfig(inputs=["x"], output="y"), None)
+    starting = job.Starting(BuildConfig(inputs=["x"], output="y"), None)
     t0 = time.time()
     starting.wait()                 # no warm-up job is started at all
     assert time.time() - t0 < 10 and starting.result().sc.group is None
@@ -397,7 +398,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
 
 def test_count_task_returns_its_marker_when_done(tmp_path):
     """A unit with a completion marker is not read again (head start, reruns)."""
-    from fgram.jobs import build as job
+    from fgram.jobs.build import passes as job
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.inputs import plan_shards, plan_units
     from fgram.pipeline.kernels import KeyCode
@@ -415,7 +416,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     """Pass k's count task removes its unit's pass k-1 files after its marker (nothing reads
     them again); a run of the same task that finds them gone returns the marker another
     run left meanwhile, and fails without one (never counts from missing ids)."""
-    from fgram.jobs import build as job
+    from fgram.jobs.build import passes as job
     from fgram.pipeline import kernels as kn
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.inputs import plan_shards, plan_units
@@ -458,12 +459,13 @@ def test_task_closures_pickle_small():
 
     from pyspark import cloudpickle
 
-    from fgram.jobs import build as job
-    for task in (job.count_task, job.merge_task, job.keep_task, job.decode_task, job.rank_task):
+    from fgram.jobs.build import passes, select
+    for task in (passes.count_task, passes.merge_task, passes.keep_task, select.decode_task,
+                 select.rank_task):
         assert len(cloudpickle.dumps(task)) < 200, task.__name__
-    job._SCRATCH.get("probe", 2**20, np.uint64)
-    assert len(pickle.dumps(job._SCRATCH)) < 1000
-    job._SCRATCH.clear()
+    passes.SCRATCH.get("probe", 2**20, np.uint64)
+    assert len(pickle.dumps(passes.SCRATCH)) < 1000
+    passes.SCRATCH.clear()
 
 
 # derandomized: a flip inside a column chunk's size statistics makes pyarrow (26) abort the
@@ -494,13 +496,13 @@ def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, c
 
 
 def test_a_missing_input_is_found_before_the_jvm_starts(tmp_path, monkeypatch):
-    import fgram.jobs.build as b
+    import fgram.jobs.build.driver as b
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):
         raise AssertionError("the executor was started before the inputs were checked")
-    monkeypatch.setattr(b, "_Starting", no_jvm)
+    monkeypatch.setattr(b, "Starting", no_jvm)
     for missing in (str(tmp_path / "nope.bin"), str(tmp_path / "*.parquet")):
         with pytest.raises(InputError, match="nope.bin|no file matches"):
             b.run_build(BuildConfig(inputs=[missing], output=str(tmp_path / "o")))

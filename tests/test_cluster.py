@@ -153,7 +153,7 @@ def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
                     z.write(full, os.path.relpath(full, REPO))
     res = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", cluster.url,
                           "--py-files", shipped, "--conf", "spark.ui.enabled=false",
-                          os.path.join(REPO, "fgram", "jobs", "build.py"), str(tmp_path / "s"),
+                          os.path.join(REPO, "fgram", "__main__.py"), "build", str(tmp_path / "s"),
                           src, *ARGS],
                          env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -270,7 +270,7 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
     fit one sort word."""
     import pyarrow.parquet as pq
 
-    from fgram.jobs.build import _selection
+    from fgram.pipeline.selection import selection
     from fgram.pipeline.table import Groups, write_ranked
     rows = {}
     for k in range(2, 7):
@@ -282,7 +282,7 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
     want = sorted(((-int(c), k, tuple(t.tolist())) for k, (ts, cs) in rows.items()
                    for t, c in zip(ts, cs)))[:size]
     hists = {k: dict(Counter(cs.tolist())) for k, (_, cs) in rows.items() if len(cs)}
-    cutoff, cut_len, selected, _ = _selection(hists, size)
+    cutoff, cut_len, selected, _ = selection(hists, size)
     groups = Groups(hists, cutoff, cut_len)
     firsts = groups.split(tasks, selected)
     out = tmp_path_factory.mktemp("rank")

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fgram.jobs.refresh as rf
+from fgram.jobs.refresh import driver, store, tasks
+from fgram.jobs.refresh import run_refresh
 from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
 from fgram.pipeline import versions as vs
@@ -22,10 +23,10 @@ from oracle import count_ngrams, select
 shard_st = st.lists(st.lists(st.integers(1, 5), max_size=25), min_size=1, max_size=6)
 
 
-def _refresh(root, paths, unit=17, **kw):
+def _refresh(root, paths, unit=17, bound=True, **kw):
     cfg = BuildConfig(inputs=paths, output=str(root), engine="local", unit_tokens=unit,
                       dtype="uint16", doc_sep=0, **kw)
-    return rf.run_refresh(cfg, keep=2)
+    return run_refresh(cfg, keep=2, bound=bound)
 
 
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -39,8 +40,8 @@ def test_every_version_equals_the_oracle(tmp_path_factory, monkeypatch, shards, 
                                          min_count, size, compact, chunks, unit):
     """Shards added, removed and added back in any order; the delta kept or compacted,
     the id tables' chunks merged or not."""
-    monkeypatch.setattr(rf, "COMPACT", compact)
-    monkeypatch.setattr(rf, "MAX_CHUNKS", chunks)
+    monkeypatch.setattr(driver, "COMPACT", compact)
+    monkeypatch.setattr(tasks, "MAX_CHUNKS", chunks)
     d = tmp_path_factory.mktemp("r")
     paths = [write_bin(str(d / f"s{i}.bin"), docs, sep=0) for i, docs in enumerate(shards)]
     for step in steps:
@@ -85,8 +86,8 @@ def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_pat
     assert len(vs.list_versions(root)) == 2       # --keep 2
     named = set()
     for vid in vs.list_versions(root):
-        named |= rf.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
-    assert set(os.listdir(rf.objects_dir(root))) == named
+        named |= store.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
+    assert set(os.listdir(store.objects_dir(root))) == named
 
 
 def test_old_units_are_scanned_at_their_rare_bigrams_or_whole_without_them(tmp_path):
@@ -122,7 +123,7 @@ def test_old_units_are_scanned_at_their_rare_bigrams_or_whole_without_them(tmp_p
     assert tables[False] == tables[True] == select(old + new, 4, 4, 80)
 
 
-def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path, monkeypatch):
+def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path):
     """Counts only grow when shards are only added, so the current version's cutoff
     bounds the new one: more text of the same kind needs no scan of old shards for
     n-grams that crossed min-count (the first version's lower thresholds left ids to
@@ -152,10 +153,8 @@ def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path, monkeyp
     assert m["passes"][0]["count_threshold"] == 2
     assert result(tmp_path / "out" / "current") == select(old + more, 4, 2, 100)
     # the same addition without the bound: a's units are scanned, the same table
-    real = rf._refresh
-    monkeypatch.setattr(rf, "_refresh", lambda *args: real(*args[:-1], None))
-    _refresh(tmp_path / "unbound", [a], **opts)
-    m = _refresh(tmp_path / "unbound", [a, b], **opts)["manifest"]
+    _refresh(tmp_path / "unbound", [a], bound=False, **opts)
+    m = _refresh(tmp_path / "unbound", [a, b], bound=False, **opts)["manifest"]
     assert m["passes"][0]["count_threshold"] == 2
     assert sum(p["scanned_units"] for p in m["passes"]) > 0
     assert result(tmp_path / "unbound" / "current") == select(old + more, 4, 2, 100)
@@ -185,8 +184,8 @@ def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
     a = write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=2)
     b = write_parquet(str(tmp_path / "b.parquet"), docs[:3], rows_per_group=1)
     cfg = dict(engine="local", unit_tokens=5)
-    rf.run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), min_count=2, **cfg))
-    r = rf.run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), min_count=3, **cfg))
+    run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), min_count=2, **cfg))
+    r = run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), min_count=3, **cfg))
     assert r["manifest"]["refresh"]["store_reused"] is False
     assert r["manifest"]["refresh"]["new_shards"] == 2
     assert result(tmp_path / "o" / "current") == select(docs + docs[:3], 5, 3, None)
@@ -248,7 +247,7 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
                   for a, b in zip(t, t[1:])] + [False]
         at = np.array([ids[(a, b)] if old else kn.INVALID for (a, b), old in
                        zip(zip(t, t[1:] + [0]), before)], np.uint32)
-        rare = rf.rare_bigrams(s.tokens, at)
+        rare = tasks.rare_bigrams(s.tokens, at)
         assert len(rare) == sum(1 for a, b, old in zip(t, t[1:], before)
                                 if not old and kn.INVALID not in (a, b))
         keys2, got2 = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables,
@@ -335,28 +334,28 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
     b = write_bin(str(tmp_path / "b.bin"), [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, sep=0)
     root = str(tmp_path / "out")
     first = _refresh(root, [a], min_count=2, max_len=4)["version"]
-    real = rf.table_task
+    real = driver.table_task
 
     def fail_at_3(plan, k, *args):
         if k == 3:
             raise RuntimeError("boom")
         return real(plan, k, *args)
-    monkeypatch.setattr(rf, "table_task", fail_at_3)
+    monkeypatch.setattr(driver, "table_task", fail_at_3)
     with pytest.raises(RuntimeError, match="boom"):
         _refresh(root, [a, b], min_count=2, max_len=4)
     assert vs.current(root) == first and vs.list_versions(root) == [first]
     assert result(os.path.join(root, "current")) == select(docs, 4, 2, None)
     assert not [n for n in os.listdir(os.path.join(root, "versions")) if n.startswith(".")]
-    named = rf.referenced(load_json(os.path.join(vs.version_path(root, first), "store.json")))
-    assert set(os.listdir(rf.objects_dir(root))) > named       # the failed run's leftovers
-    monkeypatch.setattr(rf, "table_task", real)
+    named = store.referenced(load_json(os.path.join(vs.version_path(root, first), "store.json")))
+    assert set(os.listdir(store.objects_dir(root))) > named       # the failed run's leftovers
+    monkeypatch.setattr(driver, "table_task", real)
     r = _refresh(root, [a, b], min_count=2, max_len=4)
     assert r["collected"] > 0 and result(os.path.join(root, "current")) == select(
         docs + [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, 4, 2, None)
     named = set()
     for vid in vs.list_versions(root):
-        named |= rf.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
-    assert set(os.listdir(rf.objects_dir(root))) == named
+        named |= store.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
+    assert set(os.listdir(store.objects_dir(root))) == named
 
 
 def test_leftovers_of_a_killed_refresh_are_removed(tmp_path):
@@ -395,8 +394,8 @@ def test_parquet_shards_old_ones_scanned_for_new_ids(tmp_path):
     a = write_parquet(str(tmp_path / "a.parquet"), old, rows_per_group=4)
     b = write_parquet(str(tmp_path / "b.parquet"), new, rows_per_group=4)
     cfg = dict(engine="local", unit_tokens=2, max_len=5, min_count=3, size=40)
-    rf.run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), **cfg))
-    r = rf.run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), **cfg))
+    run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), **cfg))
+    r = run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), **cfg))
     assert r["manifest"]["refresh"]["kept_shards"] == 1
     assert sum(p["scanned_grams"] for p in r["manifest"]["passes"]) > 0
     assert result(tmp_path / "o" / "current") == select(old + new, 5, 3, 40)

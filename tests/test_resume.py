@@ -139,7 +139,7 @@ def test_a_stale_lock_is_taken_over(spark, tmp_path, holder):
 def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
     """Same size, same mtime, other content: the fingerprint (Parquet footer / sampled
     blocks) differs, so --resume refuses the old run's work."""
-    from fgram.jobs import build as job
+    from fgram.jobs.build import state as job
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.inputs import plan_shards
     from helpers import write_parquet

@@ -202,13 +202,13 @@ def _one_line_error(res, *needles):
 
 def test_a_missing_object_store_input_is_found_before_the_jvm_starts(tmp_path, s3, corpus,
                                                                     monkeypatch):
-    import fgram.jobs.build as b
+    import fgram.jobs.build.driver as b
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):
         raise AssertionError("the executor was started before the inputs were checked")
-    monkeypatch.setattr(b, "_Starting", no_jvm)
+    monkeypatch.setattr(b, "Starting", no_jvm)
     for missing, why in ((f"s3://{corpus}/in/nope.bin", "no such file"),
                          (f"s3://{corpus}/nothing/", "no such file"),
                          ("s3://no-such-bucket-fgram/in", "no such bucket")):
@@ -333,7 +333,7 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
 def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkeypatch):
     """Versions, store and `current` on S3: each version equals the oracle; the pointer
     object switches; old versions and unreferenced store objects are deleted there."""
-    import fgram.jobs.refresh as rf
+    from fgram.jobs.refresh import run_refresh, store
     from fgram.pipeline import versions as vs
     from fgram.pipeline.config import BuildConfig
 
@@ -352,7 +352,7 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
     def refresh(names):
         cfg = BuildConfig(inputs=[f"s3://{bucket}/in/{n}.bin" for n in names], output=root,
                           engine="local", unit_tokens=50, doc_sep=0, max_len=4, min_count=3)
-        return rf.run_refresh(cfg, keep=2)
+        return run_refresh(cfg, keep=2)
 
     for name, docs in shards.items():
         put(name, docs)
@@ -386,7 +386,7 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
     assert vs.list_versions(locate(root)) == sorted(versions[-2:])  # --keep 2, on the store
     named = set()
     for vid in versions[-2:]:
-        named |= rf.referenced(locate(f"{root}/versions/{vid}/store.json").read_json())
+        named |= store.referenced(locate(f"{root}/versions/{vid}/store.json").read_json())
     assert set(objects(s3.filesystem(), f"{bucket}/fg/store/objects")) == named
     # a fresh machine (an empty cache) reads the store from S3 alone
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache2"))

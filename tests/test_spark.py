@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from fgram.pipeline import spark as sp
+from fgram.spark import session as sp
 
 
 def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
@@ -54,7 +54,7 @@ def test_only_the_most_recently_used_archives_are_kept(monkeypatch, tmp_path):
 def test_first_context_publishes_the_archive_and_the_next_one_uses_it(tmp_path):
     """Two fresh processes: the first launches its JVM recording the classes it loads
     and publishes the archive at exit; the second starts from it; both run a job."""
-    script = ("from fgram.pipeline import spark as sp\n"
+    script = ("from fgram.spark import session as sp\n"
               "sc = sp.get_context('local[2]')\n"
               "print(sc.getConf().get('spark.driver.extraJavaOptions'))\n"
               "print('sum', sc.parallelize(range(5), 2).sum())\n")
@@ -126,7 +126,7 @@ def test_the_daemon_module_only_where_fgram_launches_local_spark(monkeypatch):
     the daemon (started before any task) cannot import: pyspark's own daemon there."""
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
-    assert sp._settings(None, None)[1][sp.DAEMON] == "fgram.pipeline.spark_daemon"
+    assert sp._settings(None, None)[1][sp.DAEMON] == "fgram.spark.daemon"
     assert sp.DAEMON not in sp._settings("spark://127.0.0.1:7077", None)[1]
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.master=local[2] pyspark-shell")
     assert sp.DAEMON not in sp._settings("local[2]", None)[1]

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fgram.jobs.build import check_work_reach
+from fgram.jobs.build.state import check_work_reach
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError, StorageUnavailable
 from fgram.pipeline.publish import data_files, generation_name

@@ -28,15 +28,13 @@ objects. Either way the output is published with the build's protocol
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from fgram import __version__
-from fgram.jobs.build import runs_here
-from fgram.jobs.executors import as_task, make_executor
+from fgram.version import __version__
+from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import ConfigError
@@ -252,13 +250,3 @@ def _annotate(cfg: AnnotateConfig, ex, table: Location, index: FgramIndex, shard
     if staging is not None:
         finish(staging, out, manifest)
     return manifest
-
-
-def main(argv=None) -> None:
-    """`spark-submit fgram/jobs/annotate.py OUT SHARDS... -o TAGS` (same options as the CLI)."""
-    from fgram.cli import cli
-    cli.main(args=["annotate", *(sys.argv[1:] if argv is None else argv)], prog_name="annotate.py")
-
-
-if __name__ == "__main__":
-    main()

@@ -28,14 +28,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from fgram.jobs.build import runs_here
-from fgram.jobs.executors import as_task, make_executor
+from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.embed import load_model, storage_dtype, to_stored
@@ -257,13 +255,3 @@ def _embed_on_store(cfg: EmbedConfig, table: Location, params: dict, total: int,
     commit_generation(final, {}, [("embeddings.json", json_bytes(meta))], written=(name,))
     staging.remove_tree()
     return meta
-
-
-def main(argv=None) -> None:
-    """`spark-submit fgram/jobs/embed.py OUT --model module:factory` (the CLI's options)."""
-    from fgram.cli import cli
-    cli.main(args=["embed", *(sys.argv[1:] if argv is None else argv)], prog_name="embed.py")
-
-
-if __name__ == "__main__":
-    main()

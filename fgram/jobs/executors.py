@@ -34,7 +34,7 @@ def as_task(fn):
     return wrapper
 
 
-def _reraise(exc: BaseException):
+def reraise(exc: BaseException):
     text = str(exc)
     err = from_marker_text(text)
     if err is not None:
@@ -83,7 +83,7 @@ class SparkExecutor(Executor):
     @property
     def spark(self):
         if self._spark is None:
-            from fgram.pipeline.spark import session
+            from fgram.spark.session import session
             self._spark = session()
         return self._spark
 
@@ -96,7 +96,7 @@ class SparkExecutor(Executor):
         try:
             return self.sc.parallelize(range(n), n).map(fn).collect()
         except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
-            _reraise(exc)
+            reraise(exc)
         finally:
             if watched:
                 PROGRESS.watch(None)
@@ -213,7 +213,7 @@ class LocalExecutor(Executor):
             try:
                 return list(_counted((fn(i) for i in range(n)), progress))
             except Exception as exc:  # noqa: BLE001
-                _reraise(exc)
+                reraise(exc)
         if object_store_used():
             return self._map_clean(n, fn, progress)
         _FN = fn
@@ -221,7 +221,7 @@ class LocalExecutor(Executor):
             with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
                 return list(_counted(pool.imap(_call, range(n), chunksize=1), progress))
         except Exception as exc:  # noqa: BLE001
-            _reraise(exc)
+            reraise(exc)
         finally:
             _FN = None
 
@@ -237,106 +237,8 @@ class LocalExecutor(Executor):
         except BaseException as exc:
             _drop_clean_pool()
             if isinstance(exc, Exception):
-                _reraise(exc)
+                reraise(exc)
             raise
-
-
-class HeadStart(Executor):
-    """An executor still starting (``starting``: `build._Starting`, a thread) and the
-    driver meanwhile: each job's tasks run in the driver, one after another, until
-    the executor is ready; it then gets the rest of the job, and every later one.
-
-    A JVM takes seconds to start and its first Python tasks seconds more; the
-    driver, with a core of its own, does useful work instead of waiting. Task
-    results are the same wherever a task ran (tasks write files and return
-    summaries). ``in_driver`` counts the tasks the driver ran (in an overlapped
-    job, some of them may have found their marker).
-    """
-
-    def __init__(self, starting, master: str | None = None, release=None):
-        self._starting = starting
-        self.parallelism = guess_parallelism(master)    # until the executor is up
-        self.in_driver = 0
-        self._release = release     # called once, when the driver hands over
-
-    @property
-    def name(self):
-        return self._starting.result().name
-
-    @property
-    def spark(self):
-        return self._starting.result().spark
-
-    def _split(self, n: int, fn, up=None, progress: bool = False) -> tuple[list, int]:
-        """The driver runs tasks 0, 1, .. until ``up()`` (default: the executor is
-        ready) or the job is done: (their results, how many)."""
-        up = up or self._starting.ready
-        out = []
-        try:
-            while len(out) < n and not up():
-                out.append(fn(len(out)))
-                self.in_driver += 1
-                if progress:
-                    PROGRESS.advance()
-        except Exception as exc:  # noqa: BLE001 - our errors come back from as_task as markers
-            _reraise(exc)
-        return out, len(out)
-
-    def _executor(self):
-        ex = self._starting.result()
-        self.parallelism = ex.parallelism
-        if self._release is not None:
-            self._release()
-            self._release = None
-        return ex
-
-    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
-        """``overlap``: the tasks are idempotent and each leaves a completion marker that
-        a later run of it returns at once (the build's count tasks). Then the rest of
-        the job goes to the executor as soon as it is made, not warm, and the driver
-        keeps running tasks, from the last one down, until that job ends: the
-        executor's tasks for those find their markers (at most a task per executor
-        slot runs twice, with the same result)."""
-        if overlap and not self._starting.ready():
-            return self._overlapped(n, fn, progress)
-        out, i = self._split(n, fn, progress=progress)
-        return out + self._executor().map(n - i, lambda j: fn(i + j), progress=progress) \
-            if i < n else out
-
-    def _overlapped(self, n: int, fn, progress: bool = False) -> list:
-        import threading
-
-        out, i = self._split(n, fn, self._starting.made, progress)
-        if i == n:
-            return out
-        ex, box = self._starting.result(), {}
-
-        def job():      # its count includes the tasks that find the driver's markers
-            try:
-                box["out"] = ex.map(n - i, lambda j: fn(i + j), progress=progress)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-                box["exc"] = exc
-
-        thread = threading.Thread(target=job, daemon=True)
-        thread.start()
-        try:
-            for j in range(n - 1, i - 1, -1):
-                if not thread.is_alive():
-                    break
-                fn(j)
-                self.in_driver += 1
-        except Exception as exc:  # noqa: BLE001 - the job fails on the same input too
-            thread.join()
-            _reraise(exc)
-        thread.join()
-        self._executor()        # the driver is done: give back its work arrays
-        if "exc" in box:
-            raise box["exc"]
-        return out + box["out"]
-
-    def map_batched(self, n: int, fn) -> list:
-        out, i = self._split(n, fn)
-        return out + self._executor().map_batched(n - i, lambda j: fn(i + j)) if i < n else out
 
 
 def guess_parallelism(master: str | None) -> int:
@@ -346,6 +248,15 @@ def guess_parallelism(master: str | None) -> int:
     if m is None:
         return 2
     return os.cpu_count() or 1 if m.group(1) in (None, "*") else int(m.group(1))
+
+
+def runs_here(cfg) -> bool:
+    """Whether a job's tasks run on this machine: ``cfg.engine`` local, or Spark in
+    local mode (``cfg.master``)."""
+    if cfg.engine == "local":
+        return True
+    from fgram.spark.session import effective_master
+    return effective_master(cfg.master).startswith("local")
 
 
 def make_executor(engine: str, spark=None, master: str | None = None,
@@ -358,9 +269,9 @@ def make_executor(engine: str, spark=None, master: str | None = None,
         from pyspark.sql import SparkSession
         spark = SparkSession.getActiveSession()
     if spark is None:
-        from fgram.pipeline.spark import get_context
+        from fgram.spark.session import get_context
         spark = get_context(master, conf)
     elif conf:
-        from fgram.pipeline.spark import get_session
+        from fgram.spark.session import get_session
         get_session(master, conf)     # applies the runtime settings to the active session
     return SparkExecutor(spark)

@@ -1,2 +1,3 @@
-"""Pure kernels, formats and schemas. Nothing here imports Spark except `spark.py` (and
-`spark_daemon.py`, the entry point of local mode's Python worker daemon)."""
+"""The library: vectorised kernels over token arrays, input formats, table schemas,
+manifests and the I/O layer. Nothing here imports Spark (`fgram.spark` holds that,
+and a test checks it): every function runs on numpy arrays and plain parameters."""

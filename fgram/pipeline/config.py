@@ -2,26 +2,11 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass, field
 
 from .errors import ConfigError
 from .inputs import FLAT_DTYPES, ReadOptions
 from .storage import is_remote, public_options
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int) -> int:
-    """'512M', '2G', '1048576' -> bytes."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ConfigError(f"not a size: {text!r} (examples: 512M, 2G, 1048576)")
-    scale = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
-    return int(float(m.group(1)) * scale)
-
 
 @dataclass
 class BuildConfig:

@@ -449,8 +449,21 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """'512M', '2G', '1048576' -> bytes."""
+    if isinstance(text, int):
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ConfigError(f"not a size: {text!r} (examples: 512M, 2G, 1048576)")
+    scale = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
 def cache_limit() -> int:
-    from .config import parse_size
     return parse_size(os.environ.get(CACHE_MAX) or DEFAULT_CACHE_MAX)
 
 

@@ -1,4 +1,5 @@
-"""The one module that imports Spark: builds a session that works on a fresh machine."""
+"""The Spark session and context that fgram builds: local mode that works on a fresh
+machine (loopback only, no UI, the quiet log4j configuration), any master when asked."""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ def local_defaults() -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.task.maxFailures": "4",
         # the workers' pyspark from the installed package, not Spark's source zip
-        # (`spark_daemon`): ~1 s of CPU less at every start
-        DAEMON: "fgram.pipeline.spark_daemon",
+        # (`fgram.spark.daemon`): ~1 s of CPU less at every start
+        DAEMON: "fgram.spark.daemon",
         # The driver JVM only schedules here (data moves in files, not through the
         # JVM), and on a small machine its C2 JIT and parallel GC threads take CPU
         # from the tasks: C1-only JIT and the serial GC (about 11% faster at 100M
@@ -158,7 +159,7 @@ def _tidy(folder: str, keep: int) -> None:
     that are gone (killed before their JVM exited), and all but the ``keep`` most
     recently used archives (~180 MB each; one per JDK and Spark install, so each new
     virtual environment adds one)."""
-    from .publish import process_alive
+    from fgram.pipeline.publish import process_alive
 
     doomed, archives = [], []
     for name in os.listdir(folder):

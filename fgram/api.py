@@ -1,0 +1,80 @@
+"""fgram from Python: each job as a function with the command's arguments and options
+(keywords named like the options: ``max_len``, ``min_count``, ``size``, ``dtype``,
+``doc_sep``, ``engine``, ``master``, ``storage``, ...), returning what the command
+prints as a dict. ``spark`` runs a job on a live SparkSession instead of a new one.
+
+    import fgram
+    fgram.build("fgrams", ["shards/"], dtype="uint16", doc_sep=0, size=10_000_000)
+    fgram.index("fgrams")
+    fgram.annotate("fgrams", ["shards/"], "tags", dtype="uint16", doc_sep=0)
+    for tokens, fgram_ids, match_len in fgram.training_sequences("tags", seq_len=2048):
+        ...
+    store = fgram.FgramStore.open("fgrams")      # after fgram.embed("fgrams", model=...)
+
+Errors are `FgramError` subclasses (`fgram.pipeline.errors`), each one line naming the
+file or option at fault.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fgram.pipeline.embed import FgramStore
+from fgram.pipeline.index import FgramIndex, write_index
+from fgram.pipeline.tags import training_sequences
+from fgram.pipeline.versions import open_table, table_dataset
+
+__all__ = ["FgramIndex", "FgramStore", "annotate", "build", "coverage", "embed", "index",
+           "open_table", "refresh", "table_dataset", "training_sequences"]
+
+
+def _paths(inputs: str | Iterable[str]) -> list[str]:
+    return [str(inputs)] if isinstance(inputs, str) or not isinstance(inputs, Iterable) \
+        else [str(p) for p in inputs]
+
+
+def build(table, inputs, spark=None, **options) -> dict:
+    """`fgram build TABLE INPUTS...`: the f-gram table; returns its manifest. Options are
+    `BuildConfig`'s fields."""
+    from fgram.jobs.build import run_build
+    from fgram.pipeline.config import BuildConfig
+    return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
+
+
+def refresh(table, inputs, keep: int = 3, spark=None, **options) -> dict:
+    """`fgram refresh TABLE INPUTS...`: a new version for the whole new input list;
+    returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}."""
+    from fgram.jobs.refresh import run_refresh
+    from fgram.pipeline.config import BuildConfig
+    return run_refresh(BuildConfig(inputs=_paths(inputs), output=str(table), **options), keep,
+                       spark)
+
+
+def index(table, storage: dict | None = None) -> dict:
+    """`fgram index TABLE`: writes TABLE/index/ (replacing one there); returns its
+    index.json."""
+    return write_index(str(table), storage)
+
+
+def annotate(table, inputs, output, spark=None, **options) -> dict:
+    """`fgram annotate TABLE INPUTS... -o OUTPUT`: per-token tags; returns their manifest
+    (its "coverage" as `coverage` gives it). Options are `AnnotateConfig`'s fields."""
+    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+    return run_annotate(AnnotateConfig(table=str(table), inputs=_paths(inputs),
+                                       output=str(output), **options), spark)
+
+
+def coverage(table, inputs, spark=None, **options) -> dict:
+    """`fgram coverage TABLE INPUTS...`: positions matched at each length, nothing
+    written."""
+    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+    return run_annotate(AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None,
+                                       **options), spark)["coverage"]
+
+
+def embed(table, model: str, engine: str = "spark", spark=None, **options) -> dict:
+    """`fgram embed TABLE --model module:factory`: the model's output for every f-gram;
+    returns embeddings.json. Options are `EmbedConfig`'s fields (``dtype``: the float
+    type, as --float)."""
+    from fgram.jobs.embed import EmbedConfig, run_embed
+    return run_embed(EmbedConfig(table=str(table), model=model, local=engine == "local",
+                                 **options), spark)

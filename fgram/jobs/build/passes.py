@@ -1,0 +1,192 @@
+"""The passes of `fgram build`: for k = 2..K, count (a task per unit), merge and keep
+(a task per key range), over numpy arrays in the run's work folder (`WorkDir`).
+The driver (`driver.py`) runs them in order; each task is idempotent and leaves
+its results as files (a count task also a completion marker, for --resume)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fgram.jobs.executors import as_task
+from fgram.pipeline import kernels as kn
+from fgram.pipeline import workdir as wf
+from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.errors import InputError, OutputError
+from fgram.pipeline.inputs import Shard, Unit, read_unit
+from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
+
+
+MERGE_BYTES = 64 * 2**20   # target volume of one merge task
+
+
+@dataclass
+class Plan:
+    """What every task needs: shipped with the task closure."""
+    cfg: BuildConfig
+    shards: list[Shard]
+    units: list[Unit]
+    work: str
+    codes: dict | None = None    # length -> KeyCode of its keys, once every pass has run
+
+
+_TABLE_CACHE: dict[tuple, np.ndarray] = {}
+SCRATCH = kn.Scratch()     # a worker's count tasks reuse its work arrays
+
+
+def _frequent_table(wd: WorkDir, k: int, nparts: int) -> np.ndarray:
+    """The whole frequent set of pass k (sorted mixed keys), cached per worker process."""
+    key = (wd.root, k)
+    if key not in _TABLE_CACHE:
+        _TABLE_CACHE.clear()
+        parts = [load_array(wd.frequent(k, p, "keys"), mmap=False) for p in range(nparts)]
+        _TABLE_CACHE[key] = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    return _TABLE_CACHE[key]
+
+
+def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.ndarray:
+    """Global ids (INVALID where not frequent) of unit u's distinct keys of pass k."""
+    if prev["broadcast"]:
+        keys = load_array(wd.unit(k, u, "keys"))
+        return kn.ids_in(_frequent_table(wd, k, prev["nparts"]), keys,
+                         out=SCRATCH.get("answers", len(keys), np.uint32))
+    chunks = []
+    for p in range(prev["nparts"]):
+        offsets = load_array(wd.answers(k, p, "offsets"))
+        ids = load_array(wd.answers(k, p, "ids"))
+        chunks.append(np.asarray(ids[offsets[u]:offsets[u + 1]]))
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
+
+
+def token_ceiling(shards: list[Shard]) -> int:
+    """The largest token id the shards' types allow (pass 2's key code, before any is read)."""
+    top = 0
+    for s in shards:
+        if s.format == "flat":
+            top = max(top, min(int(np.iinfo(np.dtype(s.dtype)).max), kn.MAX_TOKEN))
+        else:
+            top = kn.MAX_TOKEN
+    return top
+
+
+def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -> kn.KeyCode:
+    """Keys as narrow as the ids and tokens allow: exact one-word counting sorts.
+    Pass 2 knows only what the inputs' types allow; later passes, the largest
+    token read and the previous pass's number of frequent (k-1)-grams."""
+    if k == 2:
+        top = token_ceiling(shards)
+        return kn.KeyCode.fitting(top, top)
+    return kn.KeyCode.fitting(kept_before - 1, top_token)
+
+
+@as_task
+def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
+    cfg = plan.cfg
+    wd = WorkDir(plan.work)
+    if wf.exists(wd.unit_done(k, u)):     # counted already (head start, or a resumed run)
+        return load_json(wd.unit_done(k, u))
+    unit = plan.units[u]
+    stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1,
+                       scratch=SCRATCH)
+    tokens = stream.tokens
+    if k == 2:
+        ids = tokens
+    else:   # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
+        try:
+            order = (read_into(wd.unit(k - 1, u, "pos"), SCRATCH, "prev_pos"),
+                     read_into(wd.unit(k - 1, u, "starts"), SCRATCH, "prev_starts"))
+            answers = _unit_answers(plan, wd, k - 1, u, prev)
+        except (FileNotFoundError, OutputError, InputError):
+            if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
+                return load_json(wd.unit_done(k, u))
+            raise
+        ids = kn.ids_at(answers, order, len(tokens), SCRATCH)
+    last = k == cfg.max_len
+    uniq, counts, order, counted = kn.unit_table(ids, tokens, k, stream.limit, want_order=not last,
+                                                 code=code, scratch=SCRATCH)
+    save_array(wd.unit(k, u, "keys"), uniq)
+    save_array(wd.unit(k, u, "counts"), counts)
+    if not last:
+        save_array(wd.unit(k, u, "pos"), order[0])
+        save_array(wd.unit(k, u, "starts"), order[1])
+    stats = {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
+             "counted": counted, "distinct": len(uniq), "max_token": stream.max_token}
+    save_json(wd.unit_done(k, u), stats, durable=False)    # the unit's completion marker, last
+    if k > 2:
+        _drop_inputs(wd, k - 1, u)
+    return stats
+
+
+UNIT_FILES = ("keys", "counts", "pos", "starts")
+
+
+def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
+    """Remove unit u's files of pass k once pass k+1 has counted the unit: nothing reads
+    them again (pass k merged and kept before pass k+1 began; a rerun of this task finds
+    its marker). Freed now, their pages go to the next files written here; freed a pass
+    later in one batch, their memory would be cold again (a VM hands freed memory back to
+    its host: here, writing a file into fresh pages took 4-6x as long as into reused ones)."""
+    for what in UNIT_FILES:     # gone already (another run of the task): no matter
+        wf.remove(wd.unit(k, u, what))
+
+
+@as_task
+def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.KeyCode) -> dict:
+    wd = WorkDir(plan.work)
+    lo, hi = kn.part_range(nparts, p)
+    runs = []
+    for u in range(len(plan.units)):
+        keys = load_array(wd.unit(k, u, "keys"))
+        a, b = kn.key_slice(keys, lo, hi)
+        if b > a:
+            runs.append((np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b])))
+    keys, counts = kn.merge_counts_bucketed(runs, code, lo, 2**64 if hi is None else hi,
+                                            scratch=SCRATCH)
+    # only keys that may be kept: the threshold only rises from the floor (at 500M tokens
+    # 5% of the merged keys; all of them were 4.5 GB of files, written and read once)
+    kept = counts >= floor
+    counts = counts[kept]
+    save_array(wd.merged(k, p, "keys"), keys[kept])
+    save_array(wd.merged(k, p, "counts"), counts)
+    return {"part": p, "hist": kn.histogram(counts, floor)}
+
+
+@as_task
+def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: int,
+              answer: bool) -> int:
+    wd = WorkDir(plan.work)
+    keys = load_array(wd.merged(k, p, "keys"), mmap=False)
+    counts = load_array(wd.merged(k, p, "counts"), mmap=False)
+    keep = counts >= threshold
+    fkeys = keys[keep]
+    save_array(wd.frequent(k, p, "keys"), fkeys)
+    save_array(wd.frequent(k, p, "counts"), counts[keep])
+    if answer:
+        lo, hi = kn.part_range(nparts, p)
+        offsets = np.zeros(len(plan.units) + 1, dtype=np.int64)
+        chunks = []
+        for u in range(len(plan.units)):
+            ukeys = load_array(wd.unit(k, u, "keys"))
+            a, b = kn.key_slice(ukeys, lo, hi)
+            chunks.append(kn.ids_in(fkeys, np.asarray(ukeys[a:b]), offset))
+            offsets[u + 1] = offsets[u] + (b - a)
+        save_array(wd.answers(k, p, "ids"),
+                   np.concatenate(chunks) if chunks else np.zeros(0, np.uint32))
+        save_array(wd.answers(k, p, "offsets"), offsets)
+    return int(len(fkeys))
+
+
+def unit_files(plan: Plan, k: int) -> list[str]:
+    folder = WorkDir(plan.work).pass_dir(k)
+    return [wf.join(folder, name) for name in wf.names(folder)
+            if name.startswith(("unit-", "merged-", "answers-"))]
+
+
+def candidates(wd: WorkDir, k: int, p: int, code: kn.KeyCode, cutoff: int, cut_len: int):
+    """The frequent k-grams of range p that may be selected: (index in the range, counts,
+    prefix id or first token, last token)."""
+    keys = load_array(wd.frequent(k, p, "keys"), mmap=False)
+    counts = load_array(wd.frequent(k, p, "counts"), mmap=False)
+    idx = np.flatnonzero((counts > cutoff) | ((counts == cutoff) & (k <= cut_len)))
+    prefix, last = code.decode(keys[idx])
+    return idx, counts[idx], prefix, last

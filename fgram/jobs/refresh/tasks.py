@@ -1,0 +1,215 @@
+"""The tasks of a refresh, length by length: count new units, scan old units for what
+their partials lack, merge the partials per key range, extend the id tables, and
+rank and write the new version's table."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from fgram.jobs.build.passes import SCRATCH
+from fgram.jobs.executors import as_task
+from fgram.jobs.refresh.store import get, put, put_chunk, put_run
+from fgram.pipeline import kernels as kn
+from fgram.pipeline import partials as pt
+from fgram.pipeline import workdir as wf
+from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.inputs import Shard, Unit, read_unit
+from fgram.pipeline.storage import Location
+from fgram.pipeline.table import Groups, write_ranked
+from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
+
+
+@dataclass
+class RPlan:
+    """What every task needs (shipped with the task closure: small)."""
+    cfg: BuildConfig
+    root: str | Location    # the refresh root: a local path, or a `Location` on an object store
+    work: str | Location
+    code: kn.KeyCode    # the store's keys (`store_code`)
+    new_shards: list[Shard]
+    new_units: list[Unit]
+    kept_shards: list[Shard]
+    kept_units: list[Unit]
+    tables: dict        # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
+    kept_rare: list     # per kept unit: its rare-bigram positions' object (or None)
+
+
+_TABLES: dict[tuple, pt.IdTable] = {}
+MAX_CHUNKS = 8      # an id table's chunks (one per refresh that added ids) before one is merged
+
+
+def id_table(plan: RPlan, k: int) -> pt.IdTable:
+    """T_k as the plan names it, read once per worker process."""
+    t = plan.tables.get(k) or {"chunks": []}
+    key = (plan.root, k, tuple(c["keys"] for c in t["chunks"]))
+    if key not in _TABLES:
+        if len(_TABLES) > 8:
+            _TABLES.clear()
+        _TABLES[key] = pt.IdTable(k, [tuple(get(plan.root, c[w], mmap=False)
+                                            for w in ("keys", "ids", "tokens"))
+                                      for c in t["chunks"]], plan.code)
+    return _TABLES[key]
+
+
+def release_driver() -> None:
+    """The driver runs no more tasks: give back its work arrays and cached id tables."""
+    SCRATCH.clear()
+    _TABLES.clear()
+
+
+def unit_file(plan: RPlan, k: int, u: int, what: str) -> str:
+    return WorkDir(plan.work).unit(k, u, what)
+
+
+@as_task
+def count_task(plan: RPlan, k: int, u: int) -> dict:
+    """Count new unit u's candidate k-grams (prefix and suffix in T_{k-1})."""
+    t0 = time.time()
+    cfg = plan.cfg
+    unit = plan.new_units[u]
+    stream = read_unit(plan.new_shards[unit.shard], unit, cfg.read_options(),
+                       overlap=cfg.max_len - 1, scratch=SCRATCH)
+    tokens = stream.tokens
+    if k == 2:
+        prev = tokens
+    else:
+        uniq = load_array(unit_file(plan, k - 1, u, "uniq"), mmap=False)
+        order = (read_into(unit_file(plan, k - 1, u, "pos"), SCRATCH, "prev_pos"),
+                 read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"))
+        prev = kn.ids_at(id_table(plan, k - 1).lookup(uniq), order, len(tokens), SCRATCH)
+    rare = put(plan.root, rare_bigrams(tokens, prev)) if k == 3 else None
+    last = k == cfg.max_len
+    uniq, counts, order, counted = kn.unit_table(prev, tokens, k, stream.limit, want_order=not last,
+                                                 code=plan.code, scratch=SCRATCH)
+    if not last:
+        save_array(unit_file(plan, k, u, "uniq"), uniq)
+        save_array(unit_file(plan, k, u, "pos"), order[0])
+        save_array(unit_file(plan, k, u, "starts"), order[1])
+    nz = counts > 0
+    run = put_run(plan.root, uniq[nz], counts[nz])
+    return {"unit": u, "run": run, "documents": stream.documents, "tokens": stream.n_tokens,
+            "counted": counted, "rare": rare, "seconds": time.time() - t0}
+
+
+def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Where a unit's bigrams have no id (``ids``: bigram ids by position): the only
+    places where a bigram can occur that gets an id later (id tables only grow), so
+    a later refresh scans just these for new bigram ids, not the whole unit."""
+    t = tokens
+    at = np.flatnonzero((ids[:len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID)
+                        & (t[1:] != kn.INVALID))
+    return at.astype(np.uint32 if len(t) <= 2**32 else np.int64)   # 4 bytes unless huge units
+
+
+@as_task
+def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
+    """Count, in kept unit u, the k-grams it lacks: prefix or suffix new in T_{k-1}."""
+    t0 = time.time()
+    cfg = plan.cfg
+    unit = plan.kept_units[u]
+    rows = load_array(wf.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
+    stream = read_unit(plan.kept_shards[unit.shard], unit, cfg.read_options(),
+                       overlap=cfg.max_len - 1, scratch=SCRATCH)
+    tables = [id_table(plan, j) for j in range(2, k)]
+    rare = plan.kept_rare[u] if k == 3 else None
+    starts = get(plan.root, rare) if rare is not None else pt.anchored_starts(stream.tokens, rows)
+    keys, counts = pt.scan_unit(stream.tokens, stream.limit, k, pt.window_set(rows), tables,
+                                old_size, starts)
+    run = put_run(plan.root, keys, counts) if len(keys) else None
+    return {"unit": u, "run": run, "at_rare": rare is not None,
+            "at_anchors": rare is None and starts is not None, "seconds": time.time() - t0}
+
+
+def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
+    out = []
+    for run in runs:
+        keys, counts = pt.slice_run(get(root, run["keys"]), get(root, run["counts"]), lo, hi)
+        if len(keys):
+            out.append((keys, counts if sign > 0 else -counts.astype(np.int64)))
+    return out
+
+
+@as_task
+def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict,
+               fresh: list[dict], scanned: list[dict], removed: list[dict], compact: bool) -> dict:
+    """Totals of key range p of length k: base + (old delta + new - removed + scanned).
+
+    Writes the range's keys with total >= floor (and their new-shard counts)
+    to the work folder; returns the range's histogram and its new base piece
+    (``compact``) or delta piece."""
+    root = plan.root
+    lo, hi = kn.part_range(nparts, p)
+    base = _slices(root, level["base"], lo, hi)
+    if len(base) != 1:      # base pieces of another split: at most a few overlap a range
+        base = (np.concatenate([b[0] for b in base]), np.concatenate([b[1] for b in base])) \
+            if base else (pt.EMPTY_KEYS, pt.EMPTY_COUNTS)
+    else:
+        base = base[0]
+    new_runs = _slices(root, fresh, lo, hi)
+    delta = pt.signed_sum(_slices(root, level["delta"], lo, hi) + new_runs +
+                          _slices(root, scanned, lo, hi) + _slices(root, removed, lo, hi, -1))
+    keys, counts, fresh_counts = pt.combine(base, delta, pt.signed_sum(new_runs), floor)
+    wd = WorkDir(plan.work)
+    save_array(wd.merged(k, p, "keys"), keys)
+    save_array(wd.merged(k, p, "counts"), counts)
+    save_array(wd.merged(k, p, "fresh"), fresh_counts)
+    out = pt.signed_sum([base, delta]) if compact else delta
+    piece = put_run(root, *out, lo=lo, hi=hi) if len(out[0]) else None
+    return {"part": p, "hist": kn.histogram(counts, floor), "piece": piece,
+            "delta": len(delta[0])}
+
+
+@as_task
+def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
+    """Append length k's newly frequent k-grams to T_k; write the rows an old shard
+    must be scanned for at length k+1 (new ids that occur in old shards)."""
+    wd = WorkDir(plan.work)
+    keys, counts, fresh = [], [], []
+    for p in range(nparts):
+        c = load_array(wd.merged(k, p, "counts"), mmap=False)
+        keep = c >= threshold
+        keys.append(load_array(wd.merged(k, p, "keys"), mmap=False)[keep])
+        counts.append(c[keep])
+        fresh.append(load_array(wd.merged(k, p, "fresh"), mmap=False)[keep])
+    frequent, counts, fresh = np.concatenate(keys), np.concatenate(counts), np.concatenate(fresh)
+    table = id_table(plan, k)
+    old_size = table.size
+    known = table.lookup(frequent)
+    is_new = known == kn.INVALID
+    new_keys, new_ids, new_rows = table.additions(frequent, is_new,
+                                                  None if k == 2 else id_table(plan, k - 1))
+    in_old = (counts - fresh)[is_new] > 0
+    save_array(wf.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
+    # the frequent k-grams' ids and counts, for the rank tasks
+    known[is_new] = new_ids
+    save_array(wd.decoded(k, 0, "freq_ids"), known)
+    save_array(wd.decoded(k, 0, "freq_counts"), counts)
+    record = plan.tables.get(k) or {"size": 0, "chunks": []}
+    if len(new_keys):
+        chunks = record["chunks"] + [put_chunk(plan.root, new_keys, new_ids, new_rows)]
+        if len(chunks) > MAX_CHUNKS:
+            merged = pt.IdTable(k, table.chunks + [(new_keys, new_ids, new_rows)],
+                                plan.code).merged()
+            chunks = [put_chunk(plan.root, *merged)]
+        record = {"size": old_size + len(new_keys), "chunks": chunks}
+    table = record if record["chunks"] else None
+    return {"table": table, "old_size": old_size, "added": len(new_keys),
+            "scan_rows": int(in_old.sum())}
+
+
+@as_task
+def rank_task(plan: RPlan, r: int, lengths: list[int], groups: Groups, task_firsts: np.ndarray,
+              selected: int, out_dir) -> int:
+    """Rank task r's rows (whole groups), from the table tasks' frequent ids and counts
+    and the id tables' tokens, written as one Parquet file."""
+    wd = WorkDir(plan.work)
+    g0, g1, lo, hi = groups.task_span(task_firsts, r, selected)
+    rows = {}
+    for k in lengths:
+        counts = load_array(wd.decoded(k, 0, "freq_counts"))
+        mask = groups.rows_in(counts, k, g0, g1)
+        ids = load_array(wd.decoded(k, 0, "freq_ids"))[mask]
+        rows[k] = (id_table(plan, k).tokens()[ids], np.asarray(counts[mask]))
+    return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))

@@ -1,0 +1,114 @@
+"""The layout's rules, read from the source (every import, function-level ones included):
+`fgram.pipeline` never imports Spark; no module imports another module's private
+(`_underscored`) names or reads them through a module it imported; the import graph of
+`fgram` has no cycle."""
+import ast
+import os
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "fgram")
+
+
+def _modules() -> dict[str, str]:
+    found = {}
+    for folder, _, files in os.walk(ROOT):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                mod = "fgram." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                found[mod.removesuffix(".__init__")] = path
+    found["fgram"] = found.pop("fgram.__init__", os.path.join(ROOT, "__init__.py"))
+    return found
+
+
+def _imports(mod: str, path: str, known: set[str]):
+    """(modules it imports, external top-level packages, private names it takes from
+    other fgram modules)."""
+    tree = ast.parse(open(path).read())
+    package = mod if path.endswith("__init__.py") else mod.rpartition(".")[0]
+    inner, outer, private, aliases = set(), set(), [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                (inner if a.name.startswith("fgram") else outer).add(
+                    a.name if a.name.startswith("fgram") else a.name.split(".")[0])
+                if a.asname and a.name in known:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if not source.startswith("fgram"):
+                outer.add(source.split(".")[0])
+                continue
+            for a in node.names:
+                full = f"{source}.{a.name}"
+                if full in known:
+                    inner.add(full)
+                    aliases[a.asname or a.name] = full
+                else:
+                    inner.add(source)
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append(f"{mod} imports {a.name} from {source}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and node.attr.startswith("_") \
+                and not node.attr.startswith("__") and aliases[node.value.id] != mod:
+            private.append(f"{mod} reads {aliases[node.value.id]}.{node.attr}")
+    return {m for m in inner if m in known and m != mod}, outer, private
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph (its modules in order), or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(v):
+        state[v] = 1
+        path.append(v)
+        for w in sorted(graph.get(v, ())):
+            if state.get(w) == 1:
+                return path[path.index(w):] + [w]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        state[v] = 2
+        path.pop()
+        return None
+
+    for v in sorted(graph):
+        if v not in state:
+            found = visit(v)
+            if found:
+                return found
+    return None
+
+
+def _graph():
+    mods = _modules()
+    return {m: _imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {m: inner for m, (inner, _, _) in _graph().items()}
+    assert len(graph) > 20 and "fgram.jobs.build.driver" in graph
+    assert _cycle(graph) is None
+
+
+def test_the_library_never_imports_spark():
+    spark = {m: outer & {"pyspark", "py4j"} for m, (_, outer, _) in _graph().items()
+             if m.startswith("fgram.pipeline")}
+    assert {m: s for m, s in spark.items() if s} == {}
+    assert any("pyspark" in outer for m, (_, outer, _) in _graph().items()
+               if m.startswith("fgram.spark"))      # the rule sees imports where they are
+
+
+def test_no_module_takes_another_modules_private_names():
+    assert [p for _, (_, _, private) in _graph().items() for p in private] == []
