@@ -33,11 +33,16 @@ class Interrupted(Exception):
 
 
 class _Commands(click.Group):
+    """Every command's endings in one place: an `FgramError` (bad input, options or
+    output) is one line and exit status 2; Ctrl-C is `Interrupted` (see `main`)."""
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
             raise Interrupted(getattr(exc, "fgram_kept", None)) from None
+        except FgramError as exc:
+            _fail(str(exc))
 
 
 @click.group(cls=_Commands,
@@ -73,10 +78,7 @@ def _storage_option(fn):
 
 def _storage(values) -> dict[str, str]:
     from fgram.pipeline.storage import parse_options
-    try:
-        return parse_options(values)
-    except FgramError as exc:
-        _fail(str(exc))
+    return parse_options(values)
 
 
 def _where(loc_or_path) -> str:
@@ -196,11 +198,8 @@ def build_command(table, inputs, old_output, overwrite, resume, work_dir, **opts
     if not inputs:
         _fail("give the table, then the inputs: fgram build TABLE INPUTS...")
     _table_first(table)
-    try:
-        manifest = run_build(_build_config(inputs, table, opts, overwrite=overwrite,
-                                           resume=resume, work_dir=work_dir))
-    except FgramError as exc:
-        _fail(str(exc))
+    manifest = run_build(_build_config(inputs, table, opts, overwrite=overwrite,
+                                       resume=resume, work_dir=work_dir))
     click.echo(_summary(manifest, _where(table)))
 
 
@@ -240,10 +239,7 @@ def refresh_command(table, inputs, keep, **opts):
     """
     from fgram.jobs.refresh import run_refresh
 
-    try:
-        res = run_refresh(_build_config(inputs, table, opts), keep=keep)
-    except FgramError as exc:
-        _fail(str(exc))
+    res = run_refresh(_build_config(inputs, table, opts), keep=keep)
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     if not res["built"]:
         click.echo(f"up to date: {_where(table).rstrip('/')}/current -> {res['version']}{pruned}")
@@ -273,10 +269,7 @@ def diff_command(old, new, top, old_show, as_json, storage):
     from fgram.pipeline.diff import diff_tables
 
     top = _renamed("--show", "--top", old_show, top)
-    try:
-        rep = diff_tables(old, new, show=top, storage=_storage(storage))
-    except FgramError as exc:
-        _fail(str(exc))
+    rep = diff_tables(old, new, show=top, storage=_storage(storage))
     if as_json:
         click.echo(json.dumps(rep, indent=2))
         return
@@ -399,10 +392,7 @@ def show_command(table, top, tokenizer, as_json, storage):
     fgram show fgrams --top 20 --tokenizer tokenizer.json
     """
     from fgram.pipeline.versions import open_table, table_dataset
-    try:
-        loc, manifest = open_table(table, _storage(storage))
-    except FgramError as exc:
-        _fail(str(exc))
+    loc, manifest = open_table(table, _storage(storage))
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
@@ -420,10 +410,7 @@ def show_command(table, top, tokenizer, as_json, storage):
         click.echo(f"  {p['length']:>4} {p['threshold']:>9} {p['candidates']:>12} "
                    f"{p.get('distinct', '-'):>10} {p['kept']:>10} {p.get('lookup', '-'):>9} "
                    f"{p['seconds']:>8.2f}")
-    try:
-        table = table_dataset(loc, manifest).head(top) if top > 0 else None
-    except FgramError as exc:
-        _fail(str(exc))
+    table = table_dataset(loc, manifest).head(top) if top > 0 else None
     if table is not None and table.num_rows:
         click.echo(f"  top {table.num_rows}:")
         for row in table.to_pylist():
@@ -436,11 +423,8 @@ def _refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:
     Returns where TABLE/<part> is, as the user is shown it (a refresh folder's: in its
     current version)."""
     from fgram.pipeline.versions import resolve_table
-    try:
-        where = resolve_table(table, _storage(storage)).child(part)
-        there = where.exists()
-    except FgramError as exc:
-        _fail(str(exc))
+    where = resolve_table(table, _storage(storage)).child(part)
+    there = where.exists()
     if there and not overwrite:
         _fail(f"{_where(where)}: exists; pass --overwrite to replace it")
     return _where(where)
@@ -459,10 +443,7 @@ def index_command(table, overwrite, storage):
     from fgram.pipeline.index import write_index
 
     where = _refuse_existing(table, "index", storage, overwrite)
-    try:
-        meta = write_index(table, _storage(storage))
-    except FgramError as exc:
-        _fail(str(exc))
+    meta = write_index(table, _storage(storage))
     click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
 
 
@@ -470,14 +451,11 @@ def _annotate(table, shards, output, overwrite, column, dtype, doc_sep, strict, 
               unit_tokens, master, conf, storage):
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
 
-    try:
-        cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
-                             dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
-                             unit_tokens=unit_tokens, strict=strict, master=master,
-                             conf=_conf_pairs(conf), storage=_storage(storage))
-        return run_annotate(cfg)
-    except FgramError as exc:
-        _fail(str(exc))
+    cfg = AnnotateConfig(table=table, inputs=list(shards), output=output, column=column,
+                         dtype=dtype, doc_sep=doc_sep, overwrite=overwrite, engine=engine,
+                         unit_tokens=unit_tokens, strict=strict, master=master,
+                         conf=_conf_pairs(conf), storage=_storage(storage))
+    return run_annotate(cfg)
 
 
 def _print_coverage(cov: dict) -> None:
@@ -573,14 +551,11 @@ def embed_command(table, model, batch, float_type, old_dtype, chunk_rows, device
     float_type = _renamed("--dtype", "--float", old_dtype, float_type)
     if local:
         engine = _renamed("--local", "--engine local", "local", engine)
-    try:
-        meta = run_embed(EmbedConfig(table=table, model=model, batch=batch, dtype=float_type,
-                                     chunk_rows=chunk_rows, device=device,
-                                     local=engine == "local",
-                                     master=master, conf=_conf_pairs(conf),
-                                     storage=_storage(storage)))
-    except FgramError as exc:
-        _fail(str(exc))
+    meta = run_embed(EmbedConfig(table=table, model=model, batch=batch, dtype=float_type,
+                                 chunk_rows=chunk_rows, device=device,
+                                 local=engine == "local",
+                                 master=master, conf=_conf_pairs(conf),
+                                 storage=_storage(storage)))
     _end_stages()
     click.echo(f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
                f"{meta['seconds']:.1f}s -> {where}")
@@ -624,14 +599,11 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
         except ValueError:
             _fail(f"--tokens {tokens!r}: expected token ids separated by commas or spaces")
     opts = _storage(storage)
+    index = FgramIndex.open(table, mode=mode, storage=opts)
     try:
-        index = FgramIndex.open(table, mode=mode, storage=opts)
-        try:
-            store = FgramStore.open(table, mode=mode, storage=opts)
-        except FgramError:
-            store = None        # matches only: the table has no embeddings (`fgram embed`)
-    except FgramError as exc:
-        _fail(str(exc))
+        store = FgramStore.open(table, mode=mode, storage=opts)
+    except FgramError:
+        store = None        # matches only: the table has no embeddings (`fgram embed`)
     fid, lengths = index.match(ids)
     rows = store.rows(fid) if store is not None else None
     show = (lambda g: repr(tok.decode(g))) if tok else (lambda g: " ".join(map(str, g)))

@@ -10,9 +10,11 @@
 """
 from __future__ import annotations
 
+import json
+
 # A marker that survives the trip through a Spark task failure (the Python
-# traceback is embedded in the JVM exception text), so the driver can show the
-# original one-line message instead of a Java stack trace.
+# traceback is embedded in the JVM exception text), so the driver raises the
+# original error, its class and arguments, instead of a Java stack trace.
 MARKER = "FGRAM-ERROR::"
 
 
@@ -20,7 +22,12 @@ class FgramError(Exception):
     """Fails the run. The message is one line, shown as is."""
 
     def marker_text(self) -> str:
-        return f"{MARKER}{type(self).__name__}::{self}::END"
+        """This error as text that `from_marker_text` turns back into an equal one."""
+        return MARKER + json.dumps({"class": type(self).__name__, "args": self.marker_args()})
+
+    def marker_args(self) -> list[str]:
+        """The constructor's arguments that make this error again."""
+        return [str(self)]
 
 
 class InputError(FgramError):
@@ -30,6 +37,12 @@ class InputError(FgramError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+    def marker_args(self) -> list[str]:
+        return [self.path, self.problem]
+
+    def __reduce__(self):       # pickles (to a worker, from a process pool) as it was made
+        return type(self), (self.path, self.problem)
 
 
 class ConfigError(FgramError):
@@ -78,15 +91,24 @@ def keeps_work(exc: BaseException) -> bool:
     return not isinstance(exc, FgramError) or isinstance(exc, StorageUnavailable)
 
 
+def error_classes() -> dict[str, type[FgramError]]:
+    """Every FgramError class by name (subclasses of subclasses too)."""
+    found, todo = {}, [FgramError]
+    while todo:
+        cls = todo.pop()
+        found[cls.__name__] = cls
+        todo.extend(cls.__subclasses__())
+    return found
+
+
 def from_marker_text(text: str) -> FgramError | None:
-    """Recover an FgramError from an exception text that embeds its marker."""
+    """The FgramError (same class, same arguments) whose `marker_text` ``text`` embeds."""
     start = text.find(MARKER)
     if start < 0:
         return None
-    rest = text[start + len(MARKER):]
-    name, _, tail = rest.partition("::")
-    message, _, _ = tail.partition("::END")
-    cls = {"InputError": FgramError, "ConfigError": ConfigError, "OutputError": OutputError,
-           "StorageUnavailable": StorageUnavailable}.get(
-        name, FgramError)
-    return cls(message.strip())
+    try:
+        record, _ = json.JSONDecoder().raw_decode(text, start + len(MARKER))
+        cls = error_classes().get(record["class"], FgramError)
+        return cls(*record["args"])
+    except (ValueError, KeyError, TypeError):
+        return FgramError(text[start + len(MARKER):].splitlines()[0][:400])
