@@ -6,6 +6,7 @@ Peak memory is the largest sum of resident memory over the whole process tree
     python bench/bench_build.py --generate 100000000 --size 10000000
     python bench/bench_build.py --corpus ../shared/corpora/english-dev/tokens.bin --doc-sep 0
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,10 @@ def tree_rss(proc: psutil.Process) -> int:
 
 
 def machine() -> str:
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"{psutil.virtual_memory().total / 2**30:.0f} GiB")
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB"
+    )
 
 
 def run(cmd: list[str]) -> tuple[float, int, int]:
@@ -56,7 +59,9 @@ def run(cmd: list[str]) -> tuple[float, int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--corpus", help="existing input (file, folder or glob)")
     ap.add_argument("--generate", type=int, help="generate a synthetic corpus of this many tokens")
     ap.add_argument("--vocab", type=int, default=50_000)
@@ -75,13 +80,23 @@ def main() -> None:
         corpus = os.path.join(args.work, f"synth-{args.generate}-{args.vocab}")
         if not os.path.exists(os.path.join(corpus, "meta.json")):
             from fgram.pipeline.synth import generate
+
             generate(corpus, args.generate, vocab=args.vocab, fmt="bin")
         args.doc_sep = 0
     out = os.path.join(args.work, "build-out")
     shutil.rmtree(out, ignore_errors=True)
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
-    cmd = [fgram, "build", out, corpus, "--max-len", str(args.max_len),
-           "--dtype", args.dtype, *args.extra]
+    cmd = [
+        fgram,
+        "build",
+        out,
+        corpus,
+        "--max-len",
+        str(args.max_len),
+        "--dtype",
+        args.dtype,
+        *args.extra,
+    ]
     if args.size:
         cmd += ["--size", str(args.size)]
     if args.doc_sep is not None:
@@ -94,10 +109,15 @@ def main() -> None:
     cores = os.cpu_count()
     tokens = m["totals"]["tokens"]
     rec = {
-        "when": time.strftime("%Y-%m-%d %H:%M"), "tag": args.tag, "machine": machine(),
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+        "tag": args.tag,
+        "machine": machine(),
         "command": " ".join(os.path.relpath(c) if os.path.exists(c) else c for c in cmd),
-        "tokens": tokens, "fgrams": m["fgrams"], "cutoff": m["cutoff_count"],
-        "wall_s": round(wall, 1), "tokens_per_s": round(tokens / wall),
+        "tokens": tokens,
+        "fgrams": m["fgrams"],
+        "cutoff": m["cutoff_count"],
+        "wall_s": round(wall, 1),
+        "tokens_per_s": round(tokens / wall),
         "tokens_per_s_per_core": round(tokens / wall / cores),
         "peak_rss_gib": round(peak / 2**30, 2),
         "passes_s": {p["length"]: p["seconds"] for p in m["passes"]},

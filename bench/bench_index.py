@@ -4,6 +4,7 @@
 
 CORPUS.bin: uint16 tokens with separator 0 (documents split there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,16 +38,18 @@ def main() -> None:
         print(f"open ({mode}): {(time.perf_counter() - t) * 1000:.1f} ms")
         indexes[mode].match(tokens[:100_000], doc_starts=starts[starts < 100_000])  # compile
     best = {mode: [] for mode in indexes}
-    for _ in range(3):                      # alternate the modes: side by side in one run
+    for _ in range(3):  # alternate the modes: side by side in one run
         for mode, index in indexes.items():
             t = time.perf_counter()
             fid, mlen = index.match(tokens, doc_starts=starts)
             best[mode].append(time.perf_counter() - t)
     for mode, times in best.items():
         dt = min(times)
-        print(f"match ({mode}): {len(tokens)} tokens in {dt:.2f}s = {len(tokens) / dt / 1e6:.2f}M "
-              f"tokens/s (one process, best of 3); matched {np.mean(fid >= 0):.1%}, "
-              f"mean length {mlen.mean():.2f}")
+        print(
+            f"match ({mode}): {len(tokens)} tokens in {dt:.2f}s = {len(tokens) / dt / 1e6:.2f}M "
+            f"tokens/s (one process, best of 3); matched {np.mean(fid >= 0):.1%}, "
+            f"mean length {mlen.mean():.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ next pass) is included in its column. Three cases on one unit: pass 2
 (every position a candidate), pass 3 with ~60% of the bigrams frequent, and
 the same as a last pass (counts only). Checks that both give the same table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,9 @@ def sort_count_inverse(keys: np.ndarray, n_own: int):
         vals = np.unique(hi[bad])
         lo, up = np.searchsorted(hi, vals, "left"), np.searchsorted(hi, vals, "right")
         lens = up - lo
-        idx = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + \
-            np.arange(int(lens.sum()))
+        idx = np.repeat(lo - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
+            int(lens.sum())
+        )
         sub = np.lexsort((full[idx], hi[idx]))
         order[idx] = order[idx][sub]
         full[idx] = full[idx][sub]
@@ -85,7 +87,7 @@ def numpy_unit_table(prev, tokens, k, limit, want_inverse, chunk=1 << 20):
     step = chunk if want_inverse else max(n_pos, 1)
     for s in range(0, n_pos, step):
         e = min(s + step, n_pos)
-        pos, keys = kn.ngram_keys(prev[s:e + 1], tokens[s:e + k - 1], k)
+        pos, keys = kn.ngram_keys(prev[s : e + 1], tokens[s : e + k - 1], k)
         n_own = int(np.searchsorted(pos, limit - s))
         counted += n_own
         if want_inverse:
@@ -114,30 +116,37 @@ def numpy_unit_table(prev, tokens, k, limit, want_inverse, chunk=1 << 20):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=16_000_000)
-    ap.add_argument("--corpus", default=None, help="uint16 .bin with separator 0 (default: synthetic)")
+    ap.add_argument(
+        "--corpus", default=None, help="uint16 .bin with separator 0 (default: synthetic)"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     if args.corpus:
         raw = np.fromfile(args.corpus, dtype=np.uint16, count=args.tokens)
     else:
         from fgram.pipeline.synth import PhraseBook
+
         raw = PhraseBook(50_000, 0).sample(np.random.default_rng(1), args.tokens).astype(np.uint16)
     tok = raw.astype(np.uint32)
     tok[raw == 0] = kn.SENTINEL
-    limit = len(tok) - 100                       # a flat range's overlap: looked up, not counted
-    scratch = kn.Scratch()     # what a build's worker does: work arrays reused unit after unit
-    kn.unit_table(tok[:1000], tok[:1000], 2, 900, True)          # compile outside the timing
+    limit = len(tok) - 100  # a flat range's overlap: looked up, not counted
+    scratch = kn.Scratch()  # what a build's worker does: work arrays reused unit after unit
+    kn.unit_table(tok[:1000], tok[:1000], 2, 900, True)  # compile outside the timing
     u2, _, order, _ = kn.unit_table(tok, tok, 2, limit, True)
     frequent = np.random.default_rng(2).random(len(u2)) < 0.6
     ids = kn.ids_at(np.where(frequent, np.arange(len(u2)), kn.INVALID), order, len(tok))
-    cases = {"pass 2 (all positions)": (tok, 2, True, kn.KeyCode(16, 16)),
-             "pass 3 (60% of bigrams frequent)": (ids, 3, True, kn.KeyCode.fitting(len(u2), 65535)),
-             "pass 3 as the last pass (no inverse)": (ids, 3, False, kn.KeyCode.fitting(len(u2), 65535))}
+    cases = {
+        "pass 2 (all positions)": (tok, 2, True, kn.KeyCode(16, 16)),
+        "pass 3 (60% of bigrams frequent)": (ids, 3, True, kn.KeyCode.fitting(len(u2), 65535)),
+        "pass 3 as the last pass (no inverse)": (ids, 3, False, kn.KeyCode.fitting(len(u2), 65535)),
+    }
     print(f"{len(tok)} tokens; best of {args.repeat}, implementations interleaved")
     for case, (prev, k, inv, code) in cases.items():
-        impls = {"exact": lambda *a, c=code: kn.unit_table(*a, code=c, scratch=scratch),
-                 "indirect": lambda *a: kn.unit_table(*a, code=kn.WIDE, exact=False),
-                 "numpy": numpy_unit_table}
+        impls = {
+            "exact": lambda *a, c=code: kn.unit_table(*a, code=c, scratch=scratch),
+            "indirect": lambda *a: kn.unit_table(*a, code=kn.WIDE, exact=False),
+            "numpy": numpy_unit_table,
+        }
         codes = {"exact": code, "indirect": kn.WIDE, "numpy": kn.WIDE}
         best = {name: np.inf for name in impls}
         tables = {}
@@ -154,11 +163,16 @@ def main() -> None:
                 tables[name] = (p_[o], l_[o], np.asarray(out[1])[o].astype(np.int64), out[3])
         ref = tables["numpy"]
         for name, t in tables.items():
-            assert all(np.array_equal(a, b) for a, b in zip(t[:3], ref[:3])) and t[3] == ref[3], name
+            assert all(np.array_equal(a, b) for a, b in zip(t[:3], ref[:3])) and t[3] == ref[3], (
+                name
+            )
         per = {name: best[name] * 1e9 / len(tok) for name in impls}
-        print(f"  {case:38s} exact {per['exact']:5.1f}, indirect {per['indirect']:5.1f}, "
-              f"numpy {per['numpy']:5.1f} ns/position: exact is {per['indirect'] / per['exact']:.2f}x "
-              f"indirect, {per['numpy'] / per['exact']:.2f}x numpy")
+        print(
+            f"  {case:38s} exact {per['exact']:5.1f}, indirect {per['indirect']:5.1f}, "
+            f"numpy {per['numpy']:5.1f} ns/position: exact is {per['indirect'] / per['exact']:.2f}x "
+            f"indirect, {per['numpy'] / per['exact']:.2f}x numpy"
+        )
+
 
 if __name__ == "__main__":
     main()

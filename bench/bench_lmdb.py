@@ -11,6 +11,7 @@ runs `embed_last` (mmap mode). Both warm (page cache) and cold (LMDB's data
 file and the embedding matrix evicted before each call; the index stays warm). Checks both return the same rows.
 Needs the bench extra: pip install lmdb.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def load(out: str, path: str, matrix: np.ndarray) -> None:
         ids = batch.column(0).to_numpy()
         toks = batch.column(1).to_pylist()
         items.extend((np.asarray(tk, "<i4").tobytes(), int(i)) for i, tk in zip(ids, toks))
-    items.sort()                                       # append in key order: LMDB's fast path
+    items.sort()  # append in key order: LMDB's fast path
     with env.begin(write=True) as txn:
         cur = txn.cursor()
         for key, i in items:
@@ -70,16 +71,16 @@ def main() -> None:
                     break
         return rows
 
-    with env.begin() as txn:           # touch what the warm runs will read: truly warm
+    with env.begin() as txn:  # touch what the warm runs will read: truly warm
         for s in range(n):
-            lmdb_last(txn, raw[:, s:s + 64])
-            store.embed_last(raw[:, s:s + 64])
+            lmdb_last(txn, raw[:, s : s + 64])
+            store.embed_last(raw[:, s : s + 64])
     for mode in ("warm", "cold"):
         reps = n if mode == "warm" else min(200, n)
         t_l = t_s = 0.0
         with env.begin() as txn:
             for s in range(reps):
-                ctx = raw[:, s:s + 64]
+                ctx = raw[:, s : s + 64]
                 if mode == "cold":
                     evict(os.path.join(path, "data.mdb"))
                 t = time.perf_counter()
@@ -91,9 +92,11 @@ def main() -> None:
                 rows, _, _ = store.embed_last(ctx)
                 t_s += time.perf_counter() - t
                 assert np.array_equal(a, rows), "LMDB and FgramStore disagree"
-        print(f"{mode}: LMDB {t_l / (reps * b) * 1e6:8.2f} us/token, FgramStore (mmap) "
-              f"{t_s / (reps * b) * 1e6:8.2f} us/token, batch {b}; "
-              f"ratio {t_l / t_s:.1f}x")
+        print(
+            f"{mode}: LMDB {t_l / (reps * b) * 1e6:8.2f} us/token, FgramStore (mmap) "
+            f"{t_s / (reps * b) * 1e6:8.2f} us/token, batch {b}; "
+            f"ratio {t_l / t_s:.1f}x"
+        )
 
 
 if __name__ == "__main__":

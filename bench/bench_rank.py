@@ -11,6 +11,7 @@ groups are made as the select makes them, then every rank task's rows are writte
 by each implementation in turn; the outputs must be equal. Prints seconds per
 implementation (sum over tasks, one process).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from fgram.pipeline.selection import selection
 from fgram.pipeline import table as tb
+from fgram.pipeline.selection import selection
 
 
 def load_rows(path: str, seed: int = 0) -> dict:
@@ -52,8 +53,10 @@ def main() -> None:
     ap.add_argument("--against", help="another version of fgram/pipeline/table.py")
     a = ap.parse_args()
     rows = load_rows(a.table)
-    hists = {k: dict(zip(*[x.tolist() for x in np.unique(c, return_counts=True)]))
-             for k, (_, c) in rows.items()}
+    hists = {
+        k: dict(zip(*[x.tolist() for x in np.unique(c, return_counts=True)]))
+        for k, (_, c) in rows.items()
+    }
     size = a.size or sum(len(c) for _, c in rows.values())
     cutoff, cut_len, selected, _ = selection(hists, size)
     groups = tb.Groups(hists, cutoff, cut_len)
@@ -75,7 +78,7 @@ def main() -> None:
                 m = groups.rows_in(cnts, k, g0, g1)
                 mine[k] = (toks[m], cnts[m])
             tasks.append((mine, lo, hi))
-        for name, fn in impls.items():      # warm-up (compiled kernels load)
+        for name, fn in impls.items():  # warm-up (compiled kernels load)
             mine, lo, hi = tasks[-1]
             fn(mine, groups, lo, hi, os.path.join(out, "w.parquet"))
         times = {n: [] for n in impls}

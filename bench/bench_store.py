@@ -7,6 +7,7 @@ contexts are slices of it). "cold" evicts the matrix file from the page
 cache before each timed call (posix_fadvise DONTNEED, no root needed), so
 every row read is a disk read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,11 @@ def arguments() -> argparse.Namespace:
 def contexts(args: argparse.Namespace) -> np.ndarray:
     """[batch, steps + 64] tokens from the corpus at --offset: step s's contexts are [:, s:s+64]."""
     b, n = args.batch, args.steps
-    return np.fromfile(args.corpus, dtype=np.uint16, count=b * (n + 64),
-                       offset=2 * args.offset).astype(np.int64).reshape(b, n + 64)
+    return (
+        np.fromfile(args.corpus, dtype=np.uint16, count=b * (n + 64), offset=2 * args.offset)
+        .astype(np.int64)
+        .reshape(b, n + 64)
+    )
 
 
 def main() -> None:
@@ -53,7 +57,7 @@ def main() -> None:
         t = time.perf_counter()
         store = FgramStore.open(args.out, mode="ram" if mode == "ram" else "mmap")
         opened = time.perf_counter() - t
-        store.embed_last(raw[:, :8])                           # compile / warm the code paths
+        store.embed_last(raw[:, :8])  # compile / warm the code paths
         store.step(store.start(b), raw[:, 0])
         store.embed_sequence(raw[0, :100])
         cold = mode == "mmap-cold"
@@ -63,7 +67,7 @@ def main() -> None:
         for s in range(reps):
             if cold:
                 evict(matrix)
-            ctx = raw[:, s:s + 64]
+            ctx = raw[:, s : s + 64]
             t = time.perf_counter()
             store.embed_last(ctx)
             total += time.perf_counter() - t
@@ -83,8 +87,10 @@ def main() -> None:
         t = time.perf_counter()
         store.embed_sequence(seq)
         seq_us = (time.perf_counter() - t) / len(seq) * 1e6
-        print(f"{mode:9s} open {opened * 1e3:7.1f} ms  embed_last {last_us:7.2f} us/token  "
-              f"step {step_us:7.2f} us/token (batch {b})  embed_sequence {seq_us:6.3f} us/token")
+        print(
+            f"{mode:9s} open {opened * 1e3:7.1f} ms  embed_last {last_us:7.2f} us/token  "
+            f"step {step_us:7.2f} us/token (batch {b})  embed_sequence {seq_us:6.3f} us/token"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ Counts the same n-grams as `fgram build --doc-sep 0 --dtype uint16` (none spans
 separator 0) with LEAD windows and GROUP BY, ranks them the same way, and
 writes the top S. Bench-only (needs `pip install duckdb`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,12 +39,16 @@ def main() -> None:
     for k in range(2, K + 1):
         cols = [f"t{j}" for j in range(k)]
         ok = " AND ".join(f"{c} <> 0" for c in cols)
-        parts.append(f"SELECT {k} AS length, [{', '.join(cols)}] AS tokens, count(*) AS count "
-                     f"FROM w WHERE {ok} GROUP BY {', '.join(cols)} HAVING count(*) >= {args.min_count}")
-    sql = (f"WITH w AS (SELECT tok AS t0, {leads} FROM t WINDOW o AS (ORDER BY pos)), "
-           f"g AS ({' UNION ALL '.join(parts)}) "
-           f"SELECT row_number() OVER (ORDER BY count DESC, length, tokens) - 1 AS fgram_id, "
-           f"length, tokens, count FROM g ORDER BY count DESC, length, tokens LIMIT {args.size}")
+        parts.append(
+            f"SELECT {k} AS length, [{', '.join(cols)}] AS tokens, count(*) AS count "
+            f"FROM w WHERE {ok} GROUP BY {', '.join(cols)} HAVING count(*) >= {args.min_count}"
+        )
+    sql = (
+        f"WITH w AS (SELECT tok AS t0, {leads} FROM t WINDOW o AS (ORDER BY pos)), "
+        f"g AS ({' UNION ALL '.join(parts)}) "
+        f"SELECT row_number() OVER (ORDER BY count DESC, length, tokens) - 1 AS fgram_id, "
+        f"length, tokens, count FROM g ORDER BY count DESC, length, tokens LIMIT {args.size}"
+    )
     con.execute(f"COPY ({sql}) TO '{args.out}' (FORMAT parquet, COMPRESSION zstd)")
     print(f"duckdb: {time.time() - t0:.1f}s")
 

@@ -1,5 +1,6 @@
 """Plot the scale records of bench/results.jsonl (tags scale-tokens, scale-size) to bench/scale.png
 and print them as markdown tables. Needs matplotlib (pip install 'fgram[bench]')."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ def load(tag: str) -> list[dict]:
             r = json.loads(line)
             if r.get("tag") == tag:
                 key = (r["tokens"], r["command"])
-                recs[key] = r            # the latest record of each command wins
+                recs[key] = r  # the latest record of each command wins
     return sorted(recs.values(), key=lambda r: (r["tokens"], r["command"]))
 
 
@@ -25,21 +26,26 @@ def size_of(r: dict) -> int:
 
 
 def table(recs: list[dict]) -> str:
-    rows = ["| tokens | S | f-grams | cutoff | wall (s) | tokens/s | per core | peak RSS (GiB) | "
-            "passes 2/3/4/5 (s) | thresholds 2/3/4/5 | select (s) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| tokens | S | f-grams | cutoff | wall (s) | tokens/s | per core | peak RSS (GiB) | "
+        "passes 2/3/4/5 (s) | thresholds 2/3/4/5 | select (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in recs:
         passes = " / ".join(f"{v:.1f}" for v in r["passes_s"].values())
         thr = " / ".join(str(v) for v in r.get("thresholds", {}).values())
-        rows.append(f"| {r['tokens'] / 1e6:.0f}M | {size_of(r) / 1e6:g}M | {r['fgrams']:,} | "
-                    f"{r['cutoff']} | {r['wall_s']} | {r['tokens_per_s'] / 1e6:.2f}M | "
-                    f"{r['tokens_per_s_per_core'] / 1e6:.2f}M | {r['peak_rss_gib']} | {passes} | "
-                    f"{thr} | {r['select_s']:.1f} |")
+        rows.append(
+            f"| {r['tokens'] / 1e6:.0f}M | {size_of(r) / 1e6:g}M | {r['fgrams']:,} | "
+            f"{r['cutoff']} | {r['wall_s']} | {r['tokens_per_s'] / 1e6:.2f}M | "
+            f"{r['tokens_per_s_per_core'] / 1e6:.2f}M | {r['peak_rss_gib']} | {passes} | "
+            f"{thr} | {r['select_s']:.1f} |"
+        )
     return "\n".join(rows)
 
 
 def main() -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -54,8 +60,9 @@ def main() -> None:
     ax.set_xlabel("corpus tokens (millions), S = 10M, K = 5")
     ax.set_ylabel("seconds")
     ax2 = ax.twinx()
-    ax2.plot(x, [r["peak_rss_gib"] for r in by_tokens], "s--", color="tab:red",
-             label="peak RSS (GiB)")
+    ax2.plot(
+        x, [r["peak_rss_gib"] for r in by_tokens], "s--", color="tab:red", label="peak RSS (GiB)"
+    )
     ax2.set_ylabel("peak RSS, all processes (GiB)")
     ax2.set_ylim(0, 8.5)
     ax2.axhline(8, color="tab:red", lw=0.8, ls=":")
@@ -63,15 +70,22 @@ def main() -> None:
     ax.legend(loc="upper left")
     ax2.legend(loc="center right")
     ax = axes[1]
-    pts = sorted(([size_of(r), r] for r in by_size + [r for r in by_tokens if r["tokens"] == 500_000_000]),
-                 key=lambda p: p[0])
+    pts = sorted(
+        ([size_of(r), r] for r in by_size + [r for r in by_tokens if r["tokens"] == 500_000_000]),
+        key=lambda p: p[0],
+    )
     ax.plot([p[0] / 1e6 for p in pts], [p[1]["wall_s"] for p in pts], "o-", label="wall time (s)")
     ax.set_xscale("log")
     ax.set_xlabel("S (millions), 500M tokens, K = 5")
     ax.set_ylabel("seconds")
     ax2 = ax.twinx()
-    ax2.plot([p[0] / 1e6 for p in pts], [p[1]["peak_rss_gib"] for p in pts], "s--",
-             color="tab:red", label="peak RSS (GiB)")
+    ax2.plot(
+        [p[0] / 1e6 for p in pts],
+        [p[1]["peak_rss_gib"] for p in pts],
+        "s--",
+        color="tab:red",
+        label="peak RSS (GiB)",
+    )
     ax2.set_ylabel("peak RSS (GiB)")
     ax2.set_ylim(0, 8.5)
     ax.set_title("fgram build vs S")

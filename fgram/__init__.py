@@ -10,13 +10,26 @@ light (Spark's worker daemon imports it before it forks):
 
 from fgram.version import __version__
 
-__all__ = ["FgramIndex", "FgramStore", "__version__", "annotate", "build", "coverage", "embed",
-           "index", "open_table", "refresh", "table_dataset", "training_sequences"]
+__all__ = [
+    "FgramIndex",
+    "FgramStore",
+    "__version__",
+    "annotate",
+    "build",
+    "coverage",
+    "embed",
+    "index",
+    "open_table",
+    "refresh",
+    "table_dataset",
+    "training_sequences",
+]
 
 
 def __getattr__(name: str):
     if name in __all__:
         from fgram import api
+
         return getattr(api, name)
     raise AttributeError(f"module 'fgram' has no attribute {name!r}")
 

@@ -5,6 +5,7 @@
 
 Same commands, options and endings (one line, exit status) as `fgram`.
 """
+
 from fgram.cli import main
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ prints as a dict. ``spark`` runs a job on a live SparkSession instead of a new o
 Errors are `FgramError` subclasses (`fgram.pipeline.errors`), each one line naming the
 file or option at fault.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -23,13 +24,27 @@ from fgram.pipeline.index import FgramIndex, write_index
 from fgram.pipeline.tags import training_sequences
 from fgram.pipeline.versions import open_table, table_dataset
 
-__all__ = ["FgramIndex", "FgramStore", "annotate", "build", "coverage", "embed", "index",
-           "open_table", "refresh", "table_dataset", "training_sequences"]
+__all__ = [
+    "FgramIndex",
+    "FgramStore",
+    "annotate",
+    "build",
+    "coverage",
+    "embed",
+    "index",
+    "open_table",
+    "refresh",
+    "table_dataset",
+    "training_sequences",
+]
 
 
 def _paths(inputs: str | Iterable[str]) -> list[str]:
-    return [str(inputs)] if isinstance(inputs, str) or not isinstance(inputs, Iterable) \
+    return (
+        [str(inputs)]
+        if isinstance(inputs, str) or not isinstance(inputs, Iterable)
         else [str(p) for p in inputs]
+    )
 
 
 def build(table, inputs, spark=None, **options) -> dict:
@@ -37,6 +52,7 @@ def build(table, inputs, spark=None, **options) -> dict:
     `BuildConfig`'s fields."""
     from fgram.jobs.build import run_build
     from fgram.pipeline.config import BuildConfig
+
     return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
 
 
@@ -45,8 +61,10 @@ def refresh(table, inputs, keep: int = 3, spark=None, **options) -> dict:
     returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}."""
     from fgram.jobs.refresh import run_refresh
     from fgram.pipeline.config import BuildConfig
-    return run_refresh(BuildConfig(inputs=_paths(inputs), output=str(table), **options), keep,
-                       spark)
+
+    return run_refresh(
+        BuildConfig(inputs=_paths(inputs), output=str(table), **options), keep, spark
+    )
 
 
 def index(table, storage: dict | None = None) -> dict:
@@ -59,16 +77,21 @@ def annotate(table, inputs, output, spark=None, **options) -> dict:
     """`fgram annotate TABLE INPUTS... -o OUTPUT`: per-token tags; returns their manifest
     (its "coverage" as `coverage` gives it). Options are `AnnotateConfig`'s fields."""
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
-    return run_annotate(AnnotateConfig(table=str(table), inputs=_paths(inputs),
-                                       output=str(output), **options), spark)
+
+    return run_annotate(
+        AnnotateConfig(table=str(table), inputs=_paths(inputs), output=str(output), **options),
+        spark,
+    )
 
 
 def coverage(table, inputs, spark=None, **options) -> dict:
     """`fgram coverage TABLE INPUTS...`: positions matched at each length, nothing
     written."""
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
-    return run_annotate(AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None,
-                                       **options), spark)["coverage"]
+
+    return run_annotate(
+        AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None, **options), spark
+    )["coverage"]
 
 
 def embed(table, model: str, engine: str = "spark", spark=None, **options) -> dict:
@@ -76,5 +99,7 @@ def embed(table, model: str, engine: str = "spark", spark=None, **options) -> di
     returns embeddings.json. Options are `EmbedConfig`'s fields (``dtype``: the float
     type, as --float)."""
     from fgram.jobs.embed import EmbedConfig, run_embed
-    return run_embed(EmbedConfig(table=str(table), model=model, local=engine == "local",
-                                 **options), spark)
+
+    return run_embed(
+        EmbedConfig(table=str(table), model=model, local=engine == "local", **options), spark
+    )

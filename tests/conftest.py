@@ -16,8 +16,9 @@ def spark():
     """One local SparkSession for the whole test session (small, 2 cores, UI off)."""
     from fgram.spark.session import get_session
 
-    session = get_session("local[2]", {"spark.sql.shuffle.partitions": "2",
-                                       "spark.default.parallelism": "2"})
+    session = get_session(
+        "local[2]", {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+    )
     yield session
     session.stop()
 

@@ -12,10 +12,15 @@ from fgram.jobs.build import run_build
 from fgram.pipeline.config import BuildConfig
 
 
-def write_parquet(path: str, docs: list[list[int]], rows_per_group: int = 3,
-                  column: str = "tokens") -> str:
-    table = pa.table({"doc_id": pa.array(range(len(docs)), pa.int64()),
-                      column: pa.array(docs, pa.list_(pa.int32()))})
+def write_parquet(
+    path: str, docs: list[list[int]], rows_per_group: int = 3, column: str = "tokens"
+) -> str:
+    table = pa.table(
+        {
+            "doc_id": pa.array(range(len(docs)), pa.int64()),
+            column: pa.array(docs, pa.list_(pa.int32())),
+        }
+    )
     pq.write_table(table, path, row_group_size=max(1, rows_per_group))
     return path
 
@@ -56,6 +61,7 @@ def wait_for_files(pattern: str, proc, seconds: float, what: str) -> None:
     catches a run in the middle of a pass to kill it there."""
     import glob
     import time
+
     deadline = time.time() + seconds
     while not glob.glob(pattern):
         assert proc.poll() is None, f"the run ended before {what}"
@@ -66,4 +72,5 @@ def wait_for_files(pattern: str, proc, seconds: float, what: str) -> None:
 def said(stderr: str) -> list[str]:
     """The lines of a command's stderr that are not progress lines (`progress.PREFIX`)."""
     from fgram.jobs.progress import PREFIX
+
     return [line for line in stderr.splitlines() if not line.startswith(PREFIX)]

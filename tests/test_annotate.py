@@ -1,4 +1,5 @@
 """fgram annotate, the training reader and coverage, against a brute-force oracle."""
+
 import json
 import os
 
@@ -6,16 +7,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import build, result, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_index import oracle_match
 
 from fgram.cli import cli
 from fgram.jobs.annotate import AnnotateConfig, run_annotate
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import write_index
 from fgram.pipeline.tags import training_sequences
-from helpers import build, result, write_bin, write_parquet
-from test_index import oracle_match
 
 HSET = settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 docs_st = st.lists(st.lists(st.integers(1, 4), max_size=30), min_size=1, max_size=8)
@@ -31,8 +32,10 @@ def _table(d, docs, k, size=None):
 
 def _flat_oracle(fgrams, flat, sep, k):
     """Tags of a flat stream: separators isolate documents and get (-1, 0)."""
-    starts = sorted({i for i, t in enumerate(flat) if t == sep} |
-                    {i + 1 for i, t in enumerate(flat) if t == sep})
+    starts = sorted(
+        {i for i, t in enumerate(flat) if t == sep}
+        | {i + 1 for i, t in enumerate(flat) if t == sep}
+    )
     fid, mlen = oracle_match(fgrams, flat, [s for s in starts if s < len(flat)], k)
     for i, t in enumerate(flat):
         if t == sep:
@@ -46,14 +49,21 @@ def test_parquet_tags_match_oracle(tmp_path_factory, docs, held, k, unit):
     d = tmp_path_factory.mktemp("ann")
     table, fgrams = _table(d, docs, k)
     src = write_parquet(str(d / "held.parquet"), held, rows_per_group=2)
-    m = run_annotate(AnnotateConfig(table=table, inputs=[src], output=str(d / "tags"),
-                                    engine="local", unit_tokens=unit))
+    m = run_annotate(
+        AnnotateConfig(
+            table=table, inputs=[src], output=str(d / "tags"), engine="local", unit_tokens=unit
+        )
+    )
     files = sorted(f for f in os.listdir(d / "tags" / "tags"))
-    t = pq.read_table([str(d / "tags" / "tags" / f) for f in files]) if len(files) > 1 else \
-        pq.read_table(str(d / "tags" / "tags" / files[0]))
+    t = (
+        pq.read_table([str(d / "tags" / "tags" / f) for f in files])
+        if len(files) > 1
+        else pq.read_table(str(d / "tags" / "tags" / files[0]))
+    )
     assert t.column("doc_id").to_pylist() == list(range(len(held)))
-    for doc, ids, lens in zip(held, t.column("fgram_ids").to_pylist(),
-                              t.column("match_len").to_pylist()):
+    for doc, ids, lens in zip(
+        held, t.column("fgram_ids").to_pylist(), t.column("match_len").to_pylist()
+    ):
         assert (ids, lens) == tuple(map(list, oracle_match(fgrams, doc, [0], k)))
     hist = {}
     for doc in held:
@@ -65,15 +75,24 @@ def test_parquet_tags_match_oracle(tmp_path_factory, docs, held, k, unit):
 
 
 @HSET
-@given(docs=docs_st, held=docs_st, k=st.integers(2, 5), unit=st.integers(1, 9),
-       seq=st.integers(1, 12))
+@given(
+    docs=docs_st, held=docs_st, k=st.integers(2, 5), unit=st.integers(1, 9), seq=st.integers(1, 12)
+)
 def test_flat_tags_and_reader_truncation(tmp_path_factory, docs, held, k, unit, seq):
     d = tmp_path_factory.mktemp("flat")
     table, fgrams = _table(d, docs, k)
     write_bin(str(d / "held.bin"), held, sep=0)
     flat = np.fromfile(d / "held.bin", dtype=np.uint16).tolist()
-    run_annotate(AnnotateConfig(table=table, inputs=[str(d / "held.bin")], output=str(d / "tags"),
-                                doc_sep=0, engine="local", unit_tokens=unit))
+    run_annotate(
+        AnnotateConfig(
+            table=table,
+            inputs=[str(d / "held.bin")],
+            output=str(d / "tags"),
+            doc_sep=0,
+            engine="local",
+            unit_tokens=unit,
+        )
+    )
     fid = np.load(d / "tags" / "tags" / "held.bin.fgid.npy")
     mlen = np.load(d / "tags" / "tags" / "held.bin.mlen.npy")
     exp_f, exp_m = _flat_oracle(fgrams, flat, 0, k)
@@ -82,7 +101,7 @@ def test_flat_tags_and_reader_truncation(tmp_path_factory, docs, held, k, unit, 
     got = list(training_sequences(str(d / "tags"), seq))
     assert len(got) == len(flat) // seq
     for w, (t, f, m) in enumerate(got):
-        window = flat[w * seq:(w + 1) * seq]
+        window = flat[w * seq : (w + 1) * seq]
         assert t.tolist() == window
         ef, em = _flat_oracle(fgrams, window, 0, k)
         assert f.tolist() == ef and m.tolist() == em
@@ -101,15 +120,24 @@ def test_spark_annotate_stale_and_cli(spark, tmp_path):
     res = CliRunner().invoke(cli, ["coverage", table, src, "--engine", "local"])
     assert res.exit_code == 0 and "none" in res.output
     # rebuild the table: the tags are stale now
-    build(None, [tmp_path / "train.parquet"], tmp_path / "table", max_len=3, min_count=2,
-          engine="local", overwrite=True)
+    build(
+        None,
+        [tmp_path / "train.parquet"],
+        tmp_path / "table",
+        max_len=3,
+        min_count=2,
+        engine="local",
+        overwrite=True,
+    )
     write_index(table)
     with pytest.raises(FgramError, match="stale"):
         next(training_sequences(str(tmp_path / "tags"), 4))
-    res = CliRunner().invoke(cli, ["annotate", table, str(tmp_path / "nope.parquet"), "-o",
-                                   str(tmp_path / "t2")])
+    res = CliRunner().invoke(
+        cli, ["annotate", table, str(tmp_path / "nope.parquet"), "-o", str(tmp_path / "t2")]
+    )
     assert res.exit_code == 2 and "no such file" in res.output
     assert not (tmp_path / "t2").exists()
-    res = CliRunner().invoke(cli, ["annotate", str(tmp_path / "nothing"), src, "-o",
-                                   str(tmp_path / "t3")])
+    res = CliRunner().invoke(
+        cli, ["annotate", str(tmp_path / "nothing"), src, "-o", str(tmp_path / "t3")]
+    )
     assert res.exit_code == 2 and "index.json: missing; run `fgram index" in res.output

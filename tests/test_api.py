@@ -1,18 +1,21 @@
 """The public API at the top of the package: `import fgram` and call the jobs."""
+
 import subprocess
 import sys
 
 import numpy as np
-
-import fgram
 from helpers import result, write_bin
 from oracle import select, split_flat
+
+import fgram
 
 
 def test_import_fgram_stays_light():
     """Spark's worker daemon imports fgram before it forks: nothing heavy may load."""
-    code = ("import sys, fgram; heavy = {'numpy', 'pyarrow', 'pyspark', 'numba'} & "
-            "set(m.split('.')[0] for m in sys.modules); print(sorted(heavy))")
+    code = (
+        "import sys, fgram; heavy = {'numpy', 'pyarrow', 'pyspark', 'numba'} & "
+        "set(m.split('.')[0] for m in sys.modules); print(sorted(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert {"build", "FgramIndex", "training_sequences"} <= set(dir(fgram))

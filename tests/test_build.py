@@ -1,36 +1,43 @@
 """`fgram build` on Spark against the brute-force Counter oracle."""
+
 import os
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import build, manifest, read_table, result, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from helpers import build, manifest, read_table, result, write_bin, write_parquet
 from oracle import select, split_flat
 
 pytestmark = pytest.mark.spark
 
-SPARK_SETTINGS = settings(max_examples=6, deadline=None,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                 HealthCheck.too_slow])
+SPARK_SETTINGS = settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # small alphabets make repeats, ties and long frequent n-grams likely
 docs_st = st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=10)
 
 
 @SPARK_SETTINGS
-@given(docs=docs_st, k=st.integers(2, 5), min_count=st.integers(1, 4),
-       size=st.one_of(st.none(), st.integers(1, 40)))
+@given(
+    docs=docs_st,
+    k=st.integers(2, 5),
+    min_count=st.integers(1, 4),
+    size=st.one_of(st.none(), st.integers(1, 40)),
+)
 def test_parquet_matches_oracle(spark, tmp_path_factory, docs, k, min_count, size):
     if not any(docs):
         docs = docs + [[1, 2]]
     d = tmp_path_factory.mktemp("pq")
     write_parquet(str(d / "a.parquet"), docs, rows_per_group=2)
     out = d / "out"
-    m = build(spark, [d / "a.parquet"], out, max_len=k, min_count=min_count, size=size,
-              unit_tokens=10)
+    m = build(
+        spark, [d / "a.parquet"], out, max_len=k, min_count=min_count, size=size, unit_tokens=10
+    )
     expect = select(docs, k, min_count, size)
     assert result(out) == expect
     assert m["totals"] == {"documents": len(docs), "tokens": sum(map(len, docs))}
@@ -42,18 +49,23 @@ def test_parquet_matches_oracle(spark, tmp_path_factory, docs, k, min_count, siz
 
 
 @SPARK_SETTINGS
-@given(docs=docs_st, k=st.integers(2, 6), unit=st.integers(1, 13),
-       size=st.one_of(st.none(), st.integers(1, 30)))
+@given(
+    docs=docs_st,
+    k=st.integers(2, 6),
+    unit=st.integers(1, 13),
+    size=st.one_of(st.none(), st.integers(1, 30)),
+)
 def test_flat_ranges_match_oracle(spark, tmp_path_factory, docs, k, unit, size):
     """Range boundaries anywhere (even inside n-grams) neither lose nor double-count."""
     if not any(docs):
         docs = docs + [[1, 2, 3]]
     d = tmp_path_factory.mktemp("bin")
-    docs = [[t + 1 for t in doc] for doc in docs]          # 0 is the separator
+    docs = [[t + 1 for t in doc] for doc in docs]  # 0 is the separator
     write_bin(str(d / "a.bin"), docs, sep=0)
     out = d / "out"
-    m = build(spark, [d / "a.bin"], out, max_len=k, min_count=2, size=size, doc_sep=0,
-              unit_tokens=unit)
+    m = build(
+        spark, [d / "a.bin"], out, max_len=k, min_count=2, size=size, doc_sep=0, unit_tokens=unit
+    )
     flat = np.fromfile(d / "a.bin", dtype=np.uint16).tolist()
     assert result(out) == select(split_flat(flat, 0), k, 2, size)
     assert m["totals"]["tokens"] == sum(map(len, docs))
@@ -64,15 +76,31 @@ def test_broadcast_and_join_paths_agree(spark, tmp_path):
     rng = np.random.default_rng(7)
     docs = [rng.integers(0, 6, size=rng.integers(0, 60)).tolist() for _ in range(40)]
     write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=5)
-    m1 = build(spark, [tmp_path / "a.parquet"], tmp_path / "b", max_len=5, min_count=2,
-               unit_tokens=50)
-    m2 = build(spark, [tmp_path / "a.parquet"], tmp_path / "j", max_len=5, min_count=2,
-               unit_tokens=50, broadcast_budget=0)
+    m1 = build(
+        spark, [tmp_path / "a.parquet"], tmp_path / "b", max_len=5, min_count=2, unit_tokens=50
+    )
+    m2 = build(
+        spark,
+        [tmp_path / "a.parquet"],
+        tmp_path / "j",
+        max_len=5,
+        min_count=2,
+        unit_tokens=50,
+        broadcast_budget=0,
+    )
     assert {p["lookup"] for p in m1["passes"]} == {"broadcast"}
     assert {p["lookup"] for p in m2["passes"]} == {"join"}
     assert m1["select"]["decode"] == "broadcast" and m2["select"]["decode"] == "join"
-    m3 = build(spark, [tmp_path / "a.parquet"], tmp_path / "js", max_len=5, min_count=2,
-               unit_tokens=50, broadcast_budget=0, size=37)
+    m3 = build(
+        spark,
+        [tmp_path / "a.parquet"],
+        tmp_path / "js",
+        max_len=5,
+        min_count=2,
+        unit_tokens=50,
+        broadcast_budget=0,
+        size=37,
+    )
     assert m3["select"]["decode"] == "join"
     assert result(tmp_path / "js") == select(docs, 5, 2, 37)
     expect = select(docs, 5, 2, None)
@@ -139,7 +167,7 @@ def test_true_npy_and_glob(spark, tmp_path):
     np.save(tmp_path / "a.npy", flat)
     raw = tmp_path / "raw"
     raw.mkdir()
-    flat.astype(np.uint32).tofile(raw / "b.npy")     # OLMo-style: no header
+    flat.astype(np.uint32).tofile(raw / "b.npy")  # OLMo-style: no header
     out1, out2 = tmp_path / "o1", tmp_path / "o2"
     build(spark, [str(tmp_path / "*.npy")], out1, max_len=3, min_count=2, doc_sep=0)
     build(spark, [raw / "b.npy"], out2, max_len=3, min_count=2, doc_sep=0, dtype="uint32")
@@ -156,20 +184,45 @@ def test_spark_submit_gives_the_same_table(spark, tmp_path):
     job = os.path.join(os.path.dirname(__file__), "..", "fgram", "__main__.py")
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                           job, "build", str(tmp_path / "s"), str(tmp_path / "a.parquet"),
-                           "--min-count", "2", "-K", "4"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            submit,
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            job,
+            "build",
+            str(tmp_path / "s"),
+            str(tmp_path / "a.parquet"),
+            "--min-count",
+            "2",
+            "-K",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     build(spark, [tmp_path / "a.parquet"], tmp_path / "l", min_count=2, max_len=4)
     assert result(tmp_path / "s") == result(tmp_path / "l") == select(docs, 4, 2, None)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(docs=st.lists(st.lists(st.integers(0, 5), max_size=60), min_size=1, max_size=12),
-       k=st.integers(2, 8), min_count=st.integers(1, 3), unit=st.integers(1, 40),
-       size=st.one_of(st.none(), st.integers(1, 60)), flat=st.booleans())
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    docs=st.lists(st.lists(st.integers(0, 5), max_size=60), min_size=1, max_size=12),
+    k=st.integers(2, 8),
+    min_count=st.integers(1, 3),
+    unit=st.integers(1, 40),
+    size=st.one_of(st.none(), st.integers(1, 60)),
+    flat=st.booleans(),
+)
 def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit, size, flat):
     """The same tasks without Spark: cheap enough for many examples (all K up to 8)."""
     if not any(docs):
@@ -183,8 +236,17 @@ def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit,
     else:
         src, kw = write_parquet(str(d / "a.parquet"), docs, rows_per_group=3), {}
     out = d / "out"
-    m = build(None, [src], out, max_len=k, min_count=min_count, size=size, unit_tokens=unit,
-              engine="local", **kw)
+    m = build(
+        None,
+        [src],
+        out,
+        max_len=k,
+        min_count=min_count,
+        size=size,
+        unit_tokens=unit,
+        engine="local",
+        **kw,
+    )
     expect = select(docs, k, min_count, size)
     assert result(out) == expect
     assert m["fgrams"] == len(expect) and m["engine"] == "local"
@@ -196,6 +258,7 @@ def test_extreme_token_ids_and_file_uri(tmp_path):
     docs = [[big, 0, big, 0, big - 1], [big, 0, big]] * 3
     table = pa.table({"tokens": pa.array(docs, pa.list_(pa.int64()))})
     import pyarrow.parquet as pq
+
     pq.write_table(table, tmp_path / "a.parquet")
     out = tmp_path / "o"
     build(None, [f"file://{tmp_path / 'a.parquet'}"], out, max_len=4, min_count=2, engine="local")
@@ -223,6 +286,7 @@ def test_corrupt_row_group_fails_cleanly(spark, tmp_path):
 
 def test_map_batched_runs_every_item_once_in_order(spark):
     from fgram.jobs.executors import LocalExecutor, SparkExecutor
+
     for ex in (SparkExecutor(spark), LocalExecutor(2), LocalExecutor(1)):
         for n in (0, 1, 3, 4, 5, 17):
             assert ex.map_batched(n, lambda i: (i, i * i)) == [(i, i * i) for i in range(n)]
@@ -250,8 +314,8 @@ def test_head_start_runs_tasks_in_the_driver_until_the_executor_is_up():
         assert ex.map(4, lambda i: i * i) == [0, 1, 4, 9]
         assert ex.map_batched(9, lambda i: -i) == [-i for i in range(9)]
         assert ex.in_driver == min(checks, 13)
-        assert ex.parallelism == (3 if checks >= 13 else 2)      # the executor's, once up
-    assert len(released) == 3          # once per executor that got work
+        assert ex.parallelism == (3 if checks >= 13 else 2)  # the executor's, once up
+    assert len(released) == 3  # once per executor that got work
     assert guess_parallelism("local[5]") == 5 and guess_parallelism("spark://h:7077") == 2
     assert guess_parallelism(None) == guess_parallelism("local[*]") == (os.cpu_count() or 1)
 
@@ -279,7 +343,7 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
         def result(self):
             return self.ex
 
-    class SlowExecutor:         # runs its tasks in order, one at a time, slowly
+    class SlowExecutor:  # runs its tasks in order, one at a time, slowly
         name, parallelism = "spark", 2
 
         def map(self, n, fn, progress=False):
@@ -306,15 +370,15 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
         ex = HeadStart(Starting(SlowExecutor()), "local[2]", release=lambda: released.append(1))
         assert ex.map(n, task, overlap=True) == [i * i for i in range(n)]
         main = [i for who, i in runs if who == "MainThread"]
-        assert main[:2] == list(range(min(n, 2)))       # in order, until made
+        assert main[:2] == list(range(min(n, 2)))  # in order, until made
         tail = main[2:]
-        assert tail == sorted(tail, reverse=True)       # then from the last one down
+        assert tail == sorted(tail, reverse=True)  # then from the last one down
         assert ex.in_driver >= len(main) and released == ([1] if n > 2 else [])
         counted = [i for _, i in runs]
         assert sorted(set(counted)) == list(range(n))
-        assert len(counted) - len(set(counted)) <= 1    # at most one ran twice (one slot)
+        assert len(counted) - len(set(counted)) <= 1  # at most one ran twice (one slot)
         if n == 40:
-            assert tail and len(main) < n               # both sides did part of it
+            assert tail and len(main) < n  # both sides did part of it
 
 
 def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
@@ -326,19 +390,27 @@ def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):
     write_bin(str(tmp_path / "a.bin"), docs, sep=0)
     calls = {"n": 0}
 
-    def not_yet(self):      # "the JVM is still starting" for the first three checks
+    def not_yet(self):  # "the JVM is still starting" for the first three checks
         calls["n"] += 1
         return calls["n"] > 3
 
     monkeypatch.setattr(Starting, "ready", not_yet)
     monkeypatch.setattr(Starting, "made", not_yet)
-    m = build(spark, [tmp_path / "a.bin"], tmp_path / "o", min_count=2, max_len=4,
-              unit_tokens=10, doc_sep=0)
+    m = build(
+        spark,
+        [tmp_path / "a.bin"],
+        tmp_path / "o",
+        min_count=2,
+        max_len=4,
+        unit_tokens=10,
+        doc_sep=0,
+    )
     # the first three before the executor is made; then more from the last unit down,
     # while the Spark job runs (its tasks for those find the markers)
     assert m["head_start_tasks"] >= 3 and m["units"] > 3
-    assert result(tmp_path / "o") == select(split_flat(
-        np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist(), 0), 4, 2, None)
+    assert result(tmp_path / "o") == select(
+        split_flat(np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist(), 0), 4, 2, None
+    )
 
 
 def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
@@ -369,7 +441,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
             self.sc, self.idle_waits = Context(), []
 
         def map(self, n, fn):
-            if not self.sc.stop.wait(30):       # a warm-up that outlasts the run
+            if not self.sc.stop.wait(30):  # a warm-up that outlasts the run
                 return [fn(i) for i in range(n)]
             raise RuntimeError("job cancelled")
 
@@ -385,13 +457,13 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
     starting.wait()
     assert time.time() - t0 < 10 and ex.sc.cancels >= 1
     assert "made" in starting.seconds and "warm" not in starting.seconds
-    assert ex.idle_waits == [job.KILL_WAIT]    # and waits for its tasks to end
+    assert ex.idle_waits == [job.KILL_WAIT]  # and waits for its tasks to end
 
-    slow = threading.Event()        # the executor is still being made when the run ends:
+    slow = threading.Event()  # the executor is still being made when the run ends:
     monkeypatch.setattr(job, "make_executor", lambda *a, **k: slow.wait(0.5) or Executor())
     starting = job.Starting(BuildConfig(inputs=["x"], output="y"), None)
     t0 = time.time()
-    starting.wait()                 # no warm-up job is started at all
+    starting.wait()  # no warm-up job is started at all
     assert time.time() - t0 < 10 and starting.result().sc.group is None
     assert starting.result().idle_waits == []
 
@@ -408,7 +480,7 @@ def test_count_task_returns_its_marker_when_done(tmp_path):
     shards = plan_shards(cfg.inputs, cfg.read_options())
     plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), str(tmp_path / "w"))
     first = job.count_task(plan, 2, 0, None, KeyCode(16, 16))
-    os.remove(str(tmp_path / "a.bin"))          # reading it again would fail
+    os.remove(str(tmp_path / "a.bin"))  # reading it again would fail
     assert job.count_task(plan, 2, 0, None, KeyCode(16, 16)) == first
 
 
@@ -432,7 +504,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     save_array(wd.frequent(2, 0, "keys"), np.array(load_array(wd.unit(2, 0, "keys"))))
     prev = {"broadcast": True, "nparts": 1}
     third = job.count_task(plan, 3, 0, prev, code)
-    assert third["counted"] == 6 and third["distinct"] == 3      # 123 231 312 123 231 312
+    assert third["counted"] == 6 and third["distinct"] == 3  # 123 231 312 123 231 312
     assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w))] == []
     assert os.path.exists(wd.unit_done(2, 0)) and os.path.exists(wd.unit(3, 0, "pos"))
 
@@ -444,7 +516,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     real = job.read_into
 
     def finished_elsewhere(*args):
-        with open(marker, "w") as f:        # another run of the task, just done
+        with open(marker, "w") as f:  # another run of the task, just done
             f.write(saved)
         return real(*args)
 
@@ -460,8 +532,14 @@ def test_task_closures_pickle_small():
     from pyspark import cloudpickle
 
     from fgram.jobs.build import passes, select
-    for task in (passes.count_task, passes.merge_task, passes.keep_task, select.decode_task,
-                 select.rank_task):
+
+    for task in (
+        passes.count_task,
+        passes.merge_task,
+        passes.keep_task,
+        select.decode_task,
+        select.rank_task,
+    ):
         assert len(cloudpickle.dumps(task)) < 200, task.__name__
     passes.SCRATCH.get("probe", 2**20, np.uint64)
     assert len(pickle.dumps(passes.SCRATCH)) < 1000
@@ -471,11 +549,18 @@ def test_task_closures_pickle_small():
 # derandomized: a flip inside a column chunk's size statistics makes pyarrow (26) abort the
 # process (its ParquetException escapes a no-exception path), which no caller can catch;
 # these fixed examples stay clear of that limitation and test everything else
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
-                      min_size=1, max_size=6),
-       cut=st.one_of(st.none(), st.floats(0, 1)))
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    flips=st.lists(
+        st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=6
+    ),
+    cut=st.one_of(st.none(), st.floats(0, 1)),
+)
 def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, cut):
     """Random byte flips and truncations of a Parquet shard: the build either reads it
     or fails with our one-line error naming the file; no other exception, no hang."""
@@ -487,7 +572,7 @@ def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, c
     for where, value in flips:
         data[int(where * len(data))] = value
     if cut is not None:
-        data = data[:int(cut * len(data))]
+        data = data[: int(cut * len(data))]
     open(path, "wb").write(bytes(data))
     try:
         build(None, [path], d / "o", min_count=2, engine="local")
@@ -502,6 +587,7 @@ def test_a_missing_input_is_found_before_the_jvm_starts(tmp_path, monkeypatch):
 
     def no_jvm(*a, **k):
         raise AssertionError("the executor was started before the inputs were checked")
+
     monkeypatch.setattr(b, "Starting", no_jvm)
     for missing in (str(tmp_path / "nope.bin"), str(tmp_path / "*.parquet")):
         with pytest.raises(InputError, match="nope.bin|no file matches"):

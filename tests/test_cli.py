@@ -1,4 +1,5 @@
 """The `fgram` command through click's CliRunner, error cases included."""
+
 import json
 import os
 
@@ -7,10 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-
-from fgram.cli import cli
 from helpers import result, said, write_parquet
 from oracle import select
+
+from fgram.cli import cli
 
 pytestmark = pytest.mark.spark
 
@@ -29,14 +30,30 @@ def _err(res):
 
 def test_synth_build_show(runner, tmp_path):
     corpus, out = tmp_path / "c", tmp_path / "o"
-    res = runner.invoke(cli, ["synth", "-o", str(corpus), "--tokens", "20000", "--vocab", "300",
-                              "--format", "bin"])
+    res = runner.invoke(
+        cli, ["synth", "-o", str(corpus), "--tokens", "20000", "--vocab", "300", "--format", "bin"]
+    )
     assert res.exit_code == 0, res.output
-    res = runner.invoke(cli, ["build", str(out), str(corpus), "--dtype", "uint16",
-                              "--doc-sep", "0", "-S", "50", "-K", "4"])
+    res = runner.invoke(
+        cli,
+        [
+            "build",
+            str(out),
+            str(corpus),
+            "--dtype",
+            "uint16",
+            "--doc-sep",
+            "0",
+            "-S",
+            "50",
+            "-K",
+            "4",
+        ],
+    )
     assert res.exit_code == 0, res.output
     flat = np.fromfile(corpus / "part-00000.bin", dtype=np.uint16).tolist()
     from oracle import split_flat
+
     assert result(out) == select(split_flat(flat, 0), 4, 5, 50)
     res = runner.invoke(cli, ["show", str(out), "--top", "3"])
     assert res.exit_code == 0 and "cutoff count" in res.output and "top 3" in res.output
@@ -44,11 +61,16 @@ def test_synth_build_show(runner, tmp_path):
 
 def test_synth_is_heavy_tailed(tmp_path):
     from fgram.pipeline.synth import generate
+
     generate(str(tmp_path), 200_000, vocab=5000, fmt="bin")
     flat = np.fromfile(tmp_path / "part-00000.bin", dtype=np.uint16)
     ok = (flat[:-4] != 0) & (flat[1:-3] != 0) & (flat[2:-2] != 0) & (flat[3:-1] != 0)
-    keys = (flat[:-4].astype(np.uint64) << 48 | flat[1:-3].astype(np.uint64) << 32 |
-            flat[2:-2].astype(np.uint64) << 16 | flat[3:-1].astype(np.uint64))[ok]
+    keys = (
+        flat[:-4].astype(np.uint64) << 48
+        | flat[1:-3].astype(np.uint64) << 32
+        | flat[2:-2].astype(np.uint64) << 16
+        | flat[3:-1].astype(np.uint64)
+    )[ok]
     _, counts = np.unique(keys, return_counts=True)
     # frequent 4-token phrases exist, and most 4-grams are rare: a long tail
     assert counts.max() > 200 and np.median(counts) <= 2
@@ -79,8 +101,9 @@ def test_existing_output_refused_then_overwrite(runner, tmp_path):
     first = json.loads((out / "manifest.json").read_text())
     line = _err(runner.invoke(cli, ["build", str(out), str(tmp_path / "a.parquet")]))
     assert "exists" in line and "--overwrite" in line
-    res = runner.invoke(cli, ["build", str(out), str(tmp_path / "a.parquet"), "--overwrite",
-                              "--min-count", "2"])
+    res = runner.invoke(
+        cli, ["build", str(out), str(tmp_path / "a.parquet"), "--overwrite", "--min-count", "2"]
+    )
     assert res.exit_code == 0, res.output
     again = json.loads((out / "manifest.json").read_text())
     assert (first["config"]["min_count"], again["config"]["min_count"]) == (5, 2)
@@ -100,15 +123,16 @@ def test_overwrite_never_replaces_what_fgram_did_not_write(runner, tmp_path):
         assert "is not an fgram table; the table comes first" in line, line
     assert os.listdir(corpus) == ["a.parquet"] and not (tmp_path / "o").exists()
     with pytest.raises(OutputError, match="is not an fgram output"):
-        check_output(str(corpus), overwrite=True)       # every writer's check (annotate -o)
+        check_output(str(corpus), overwrite=True)  # every writer's check (annotate -o)
     (tmp_path / "empty").mkdir()
     assert check_output(str(tmp_path / "empty"), overwrite=True).path == str(tmp_path / "empty")
 
 
 def test_old_build_spelling_still_works_with_a_note(runner, tmp_path):
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
-    res = runner.invoke(cli, ["build", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o"),
-                              "--min-count", "2"])
+    res = runner.invoke(
+        cli, ["build", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o"), "--min-count", "2"]
+    )
     assert res.exit_code == 0, res.output
     assert "-o is deprecated" in res.stderr and "fgram build TABLE INPUTS" in res.stderr
     assert json.loads((tmp_path / "o" / "manifest.json").read_text())["fgrams"] > 0
@@ -120,9 +144,22 @@ def _no_leftovers(tmp_path):
     return [p for p in os.listdir(tmp_path) if "fgram-staging" in p or p == "o"] == []
 
 
-@pytest.mark.parametrize("case", ["missing", "unknown_ext", "bad_bin_size", "corrupt_parquet",
-                                  "float_column", "negative", "no_column", "empty", "big_token",
-                                  "big_token_sep", "negative_flat_sep"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing",
+        "unknown_ext",
+        "bad_bin_size",
+        "corrupt_parquet",
+        "float_column",
+        "negative",
+        "no_column",
+        "empty",
+        "big_token",
+        "big_token_sep",
+        "negative_flat_sep",
+    ],
+)
 def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
     p = tmp_path / "in"
     p.mkdir()
@@ -139,8 +176,9 @@ def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
         (p / "x.parquet").write_bytes(b"PAR1 this is not parquet")
         args, expect = [str(p / "x.parquet")], "not a readable Parquet"
     elif case == "float_column":
-        pq.write_table(pa.table({"tokens": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}),
-                       p / "x.parquet")
+        pq.write_table(
+            pa.table({"tokens": pa.array([[1.0, 2.0]], pa.list_(pa.float32()))}), p / "x.parquet"
+        )
         args, expect = [str(p / "x.parquet")], "expected a list of integers"
     elif case == "negative":
         write_parquet(str(p / "x.parquet"), [[1, -3, 2]])
@@ -154,33 +192,56 @@ def test_bad_input_one_line_and_nothing_left(runner, tmp_path, case):
     elif case == "big_token":
         np.array([1, 2**31, 3], dtype=np.uint32).tofile(p / "x.bin")
         args, expect = [str(p / "x.bin"), "--dtype", "uint32"], "exceeds"
-    elif case == "big_token_sep":     # the separator path checks only non-separator values
+    elif case == "big_token_sep":  # the separator path checks only non-separator values
         np.array([1, 0, 2**31, 0, 3], dtype=np.uint32).tofile(p / "x.bin")
-        args, expect = [str(p / "x.bin"), "--dtype", "uint32", "--doc-sep", "0"], "token id 2147483648"
+        args, expect = (
+            [str(p / "x.bin"), "--dtype", "uint32", "--doc-sep", "0"],
+            "token id 2147483648",
+        )
     elif case == "negative_flat_sep":
         np.array([1, 0, 4, -7, 3], dtype=np.int32).tofile(p / "x.bin")
-        args, expect = [str(p / "x.bin"), "--dtype", "int32", "--doc-sep", "0"], "negative token id -7"
+        args, expect = (
+            [str(p / "x.bin"), "--dtype", "int32", "--doc-sep", "0"],
+            "negative token id -7",
+        )
     line = _err(runner.invoke(cli, ["build", str(tmp_path / "o"), *args]))
     assert expect in line, line
     assert _no_leftovers(tmp_path)
 
 
-@pytest.mark.parametrize("opts,expect", [
-    (["-K", "1"], "--max-len"), (["-K", "9"], "--max-len"), (["-S", "0"], "--size"),
-    (["--min-count", "0"], "--min-count"), (["--broadcast-budget", "lots"], "not a size"),
-])
+@pytest.mark.parametrize(
+    "opts,expect",
+    [
+        (["-K", "1"], "--max-len"),
+        (["-K", "9"], "--max-len"),
+        (["-S", "0"], "--size"),
+        (["--min-count", "0"], "--min-count"),
+        (["--broadcast-budget", "lots"], "not a size"),
+    ],
+)
 def test_bad_options(runner, tmp_path, opts, expect):
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2]])
-    line = _err(runner.invoke(cli, ["build", str(tmp_path / "o"), str(tmp_path / "a.parquet"),
-                                    *opts]))
+    line = _err(
+        runner.invoke(cli, ["build", str(tmp_path / "o"), str(tmp_path / "a.parquet"), *opts])
+    )
     assert expect in line
     assert _no_leftovers(tmp_path)
 
 
 def test_help_lists_every_subcommand(runner):
     res = runner.invoke(cli, ["--help"])
-    for name in ("build", "synth", "show", "index", "annotate", "coverage", "embed", "lookup",
-                 "refresh", "diff"):
+    for name in (
+        "build",
+        "synth",
+        "show",
+        "index",
+        "annotate",
+        "coverage",
+        "embed",
+        "lookup",
+        "refresh",
+        "diff",
+    ):
         assert name in res.output
         sub = runner.invoke(cli, [name, "--help"])
         assert sub.exit_code == 0 and "Usage:" in sub.output, name
@@ -224,7 +285,7 @@ def _listening(pids: set[int]) -> set[str]:
         with open(table) as f:
             for line in f.readlines()[1:]:
                 cols = line.split()
-                if cols[3] == "0A" and cols[9] in inodes:      # LISTEN
+                if cols[3] == "0A" and cols[9] in inodes:  # LISTEN
                     found.add(cols[1].split(":")[0])
     return found
 
@@ -242,8 +303,11 @@ def _tree(pid: int) -> set[int]:
     return pids
 
 
-LOOPBACK = {"0100007F", "00000000000000000000000001000000",      # 127.0.0.1, ::1
-            "0000000000000000FFFF00000100007F"}                   # ::ffff:127.0.0.1
+LOOPBACK = {
+    "0100007F",
+    "00000000000000000000000001000000",  # 127.0.0.1, ::1
+    "0000000000000000FFFF00000100007F",
+}  # ::ffff:127.0.0.1
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
@@ -254,14 +318,31 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
     import time
 
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
-    subprocess.run([fgram, "synth", "-o", str(tmp_path / "syn"), "--tokens", "200000",
-                    "--format", "bin"], check=True, capture_output=True)
+    subprocess.run(
+        [fgram, "synth", "-o", str(tmp_path / "syn"), "--tokens", "200000", "--format", "bin"],
+        check=True,
+        capture_output=True,
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP",)}
     seen = set()
     with open(tmp_path / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([fgram, "build", str(tmp_path / "o"), str(tmp_path / "syn"),
-                                 "--dtype", "uint16", "--doc-sep", "0", "--unit-tokens", "20000"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [
+                fgram,
+                "build",
+                str(tmp_path / "o"),
+                str(tmp_path / "syn"),
+                "--dtype",
+                "uint16",
+                "--doc-sep",
+                "0",
+                "--unit-tokens",
+                "20000",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
         while proc.poll() is None:
             seen |= _listening(_tree(proc.pid))
             time.sleep(0.05)
@@ -269,13 +350,26 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
     # quiet: no JVM start-up lines, nothing logged (e.g. by the warm-up job cancelled at the
     # end of the run)
     err = (tmp_path / "stderr.txt").read_text()
-    assert said(err) == [] and err.startswith("fgram: [pass 2/5: count] "), err     # stages only
+    assert said(err) == [] and err.startswith("fgram: [pass 2/5: count] "), err  # stages only
     assert seen, "no listening socket seen: the check itself is broken"
     assert seen <= LOOPBACK, f"listening beyond loopback: {seen - LOOPBACK}"
     # --log-level reaches the JVM's log4j
-    res = subprocess.run([fgram, "--log-level", "info", "build", str(tmp_path / "o2"),
-                          str(tmp_path / "syn"), "--dtype", "uint16", "--doc-sep", "0"],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [
+            fgram,
+            "--log-level",
+            "info",
+            "build",
+            str(tmp_path / "o2"),
+            str(tmp_path / "syn"),
+            "--dtype",
+            "uint16",
+            "--doc-sep",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0 and " INFO Executor: " in res.stderr, res.stderr[-2000:]
 
 
@@ -290,21 +384,41 @@ def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
     (tmp_path / "fgram" / "fgram").mkdir(parents=True)
     (tmp_path / "fgram" / "fgram" / "__init__.py").write_text("raise ImportError('wrong fgram')\n")
-    subprocess.run([fgram, "synth", "-o", "syn", "--tokens", "30000000", "--format", "bin"],
-                   check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [fgram, "synth", "-o", "syn", "--tokens", "30000000", "--format", "bin"],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     env = {**os.environ, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
     for _ in ("a fresh cache", "the JVM's class archive made: workers up sooner"):
-        res = subprocess.run([fgram, "build", "out", "syn", "--dtype", "uint16",
-                              "--doc-sep", "0", "--unit-tokens", "2000000", "--overwrite"],
-                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        res = subprocess.run(
+            [
+                fgram,
+                "build",
+                "out",
+                "syn",
+                "--dtype",
+                "uint16",
+                "--doc-sep",
+                "0",
+                "--unit-tokens",
+                "2000000",
+                "--overwrite",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
+        )
         assert res.returncode == 0 and said(res.stderr) == [], res.stderr[-3000:]
     manifest = json.load(open(tmp_path / "out" / "manifest.json"))
     # the executor was up well before the end: the later passes' tasks ran in its workers
     assert manifest["executor_start_seconds"]["made"] < manifest["seconds"] - 2
 
 
-def test_clean_lists_then_removes_leftovers_and_the_cache_never_an_output(tmp_path,
-                                                                         monkeypatch):
+def test_clean_lists_then_removes_leftovers_and_the_cache_never_an_output(tmp_path, monkeypatch):
     import json as js
     import socket
 
@@ -313,20 +427,23 @@ def test_clean_lists_then_removes_leftovers_and_the_cache_never_an_output(tmp_pa
     (tmp_path / "cache" / "remote" / "abc.npy").write_bytes(b"x" * 1000)
     (tmp_path / "cache" / "spark-classes-0123.jsa").write_bytes(b"y" * 10)
     runs = tmp_path / "runs"
-    (runs / "out").mkdir(parents=True)                               # an output: kept
+    (runs / "out").mkdir(parents=True)  # an output: kept
     (runs / "out" / "_SUCCESS").write_text("")
-    (runs / ".dead.fgram-staging" / "_work").mkdir(parents=True)     # a killed run's work
-    (runs / ".dead.fgram-lock").write_text(js.dumps({"host": socket.gethostname(), "pid": 2**22 + 7}))
-    (runs / ".live.fgram-staging").mkdir()                           # a live run's: kept
-    (runs / ".live.fgram-lock").write_text(js.dumps({"host": socket.gethostname(),
-                                                     "pid": os.getpid()}))
+    (runs / ".dead.fgram-staging" / "_work").mkdir(parents=True)  # a killed run's work
+    (runs / ".dead.fgram-lock").write_text(
+        js.dumps({"host": socket.gethostname(), "pid": 2**22 + 7})
+    )
+    (runs / ".live.fgram-staging").mkdir()  # a live run's: kept
+    (runs / ".live.fgram-lock").write_text(
+        js.dumps({"host": socket.gethostname(), "pid": os.getpid()})
+    )
     res = CliRunner().invoke(cli, ["clean", str(runs)])
     assert res.exit_code == 0, res.output
     listed = res.output
     for gone in (".dead.fgram-staging", ".dead.fgram-lock", "remote", "spark-classes-0123.jsa"):
         assert gone in listed
     assert ".live.fgram" not in listed and "/out" not in listed and "4 entries" in listed
-    assert (runs / ".dead.fgram-staging").exists()                   # listing removes nothing
+    assert (runs / ".dead.fgram-staging").exists()  # listing removes nothing
     res = CliRunner().invoke(cli, ["clean", str(runs), "--remove"])
     assert res.exit_code == 0 and "removed 4 entries" in res.output
     assert sorted(os.listdir(runs)) == [".live.fgram-lock", ".live.fgram-staging", "out"]
@@ -338,29 +455,39 @@ def test_every_command_has_help_for_each_option_an_example_and_a_short_summary()
     import click
 
     for name, cmd in cli.commands.items():
-        bare = [p.opts[0] for p in cmd.params
-                if isinstance(p, click.Option) and not p.hidden and not p.help]
+        bare = [
+            p.opts[0]
+            for p in cmd.params
+            if isinstance(p, click.Option) and not p.hidden and not p.help
+        ]
         assert bare == [], (name, bare)
-        assert "\b\n    fgram " in cmd.help, name            # an example, kept as written
+        assert "\b\n    fgram " in cmd.help, name  # an example, kept as written
         assert cmd.short_help and len(cmd.short_help) <= 55, name
         args = [p.human_readable_name for p in cmd.params if isinstance(p, click.Argument)]
-        if name in ("build", "show", "index", "annotate", "coverage", "embed", "lookup",
-                    "refresh"):
-            assert args[0] == "TABLE", (name, args)       # the table: one name, first
+        if name in ("build", "show", "index", "annotate", "coverage", "embed", "lookup", "refresh"):
+            assert args[0] == "TABLE", (name, args)  # the table: one name, first
             assert "TABLE" in cmd.help and not any(
-                word in cmd.help.replace("OUTPUTS", "") for word in ("OUTPUT", " OUT/", " OUT ")), name
+                word in cmd.help.replace("OUTPUTS", "") for word in ("OUTPUT", " OUT/", " OUT ")
+            ), name
 
 
 def test_index_and_embed_replace_only_with_overwrite(tmp_path):
     from helpers import build
+
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 3, 1, 2, 3]] * 3)
     build(None, [tmp_path / "a.parquet"], tmp_path / "t", min_count=2, engine="local")
     runner = CliRunner()
     assert runner.invoke(cli, ["index", str(tmp_path / "t")]).exit_code == 0
     assert "exists; pass --overwrite" in _err(runner.invoke(cli, ["index", str(tmp_path / "t")]))
     assert runner.invoke(cli, ["index", str(tmp_path / "t"), "--overwrite"]).exit_code == 0
-    embed = ["embed", str(tmp_path / "t"), "--model", "fgram.pipeline.models:echo",
-             "--engine", "local"]
+    embed = [
+        "embed",
+        str(tmp_path / "t"),
+        "--model",
+        "fgram.pipeline.models:echo",
+        "--engine",
+        "local",
+    ]
     assert runner.invoke(cli, embed).exit_code == 0
     assert "exists; pass --overwrite" in _err(runner.invoke(cli, embed))
     assert runner.invoke(cli, [*embed, "--overwrite"]).exit_code == 0
@@ -372,4 +499,4 @@ def test_synth_refuses_an_existing_corpus_without_overwrite(tmp_path):
     assert runner.invoke(cli, [*args, "--files", "3"]).exit_code == 0
     assert "exists; pass --overwrite" in _err(runner.invoke(cli, args))
     assert runner.invoke(cli, [*args, "--files", "1", "--overwrite"]).exit_code == 0
-    assert len(os.listdir(tmp_path / "c")) == 2     # one shard and its meta: no old shard left
+    assert len(os.listdir(tmp_path / "c")) == 2  # one shard and its meta: no old shard left

@@ -6,6 +6,7 @@ local mode's, row for row.
 
 Deselect with ``-m "not cluster"``; `.ci/run` runs it.
 """
+
 import glob
 import json
 import os
@@ -19,7 +20,6 @@ import zipfile
 
 import numpy as np
 import pytest
-
 from helpers import build, result, wait_for_files
 from oracle import select, split_flat
 
@@ -31,6 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _spark_home() -> str:
     import pyspark
+
     return os.path.dirname(pyspark.__file__)
 
 
@@ -41,9 +42,14 @@ def _free_port() -> int:
 
 
 def _env() -> dict:
-    return dict(os.environ, SPARK_HOME=_spark_home(), SPARK_LOCAL_IP="127.0.0.1",
-                PYSPARK_PYTHON=sys.executable, PATH=BIN + os.pathsep + os.environ["PATH"],
-                SPARK_NO_DAEMONIZE="1")
+    return dict(
+        os.environ,
+        SPARK_HOME=_spark_home(),
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYSPARK_PYTHON=sys.executable,
+        PATH=BIN + os.pathsep + os.environ["PATH"],
+        SPARK_NO_DAEMONIZE="1",
+    )
 
 
 class Cluster:
@@ -58,25 +64,52 @@ class Cluster:
         log = open(os.path.join(self.tmp, f"{name}.log"), "w")
         cls = os.path.join(_spark_home(), "bin", "spark-class")
         env, cwd = _env(), None
-        if self.private:    # its own scratch, temp and working folders: nothing shared but S3
+        if self.private:  # its own scratch, temp and working folders: nothing shared but S3
             own = {what: os.path.join(self.tmp, name, what) for what in ("local", "tmp", "cwd")}
             for folder in own.values():
                 os.makedirs(folder, exist_ok=True)
             env = dict(env, SPARK_LOCAL_DIRS=own["local"], TMPDIR=own["tmp"])
             cwd = own["cwd"]
-        p = subprocess.Popen([cls, *args], env=env, stdout=log, stderr=subprocess.STDOUT,
-                             start_new_session=True, cwd=cwd)  # its own group: it and children
+        p = subprocess.Popen(
+            [cls, *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=cwd,
+        )  # its own group: it and children
         self.procs.append(p)
         return p
 
     def start(self, workers=2):
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.ui))
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui),
+        )
         self.workers = [
-            self._start(f"worker{i}", "org.apache.spark.deploy.worker.Worker", self.url,
-                        "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                        "--webui-port", "0", "--work-dir", os.path.join(self.tmp, f"w{i}"))
-            for i in range(workers)]
+            self._start(
+                f"worker{i}",
+                "org.apache.spark.deploy.worker.Worker",
+                self.url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                "0",
+                "--work-dir",
+                os.path.join(self.tmp, f"w{i}"),
+            )
+            for i in range(workers)
+        ]
         deadline = time.time() + 120
         while self.alive_workers() < workers:
             assert time.time() < deadline, "the workers did not register"
@@ -116,14 +149,40 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("corpus")
-    subprocess.run([os.path.join(BIN, "fgram"), "synth", "-o", str(d / "syn"), "--tokens",
-                    "200000", "--vocab", "300", "--format", "bin"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            os.path.join(BIN, "fgram"),
+            "synth",
+            "-o",
+            str(d / "syn"),
+            "--tokens",
+            "200000",
+            "--vocab",
+            "300",
+            "--format",
+            "bin",
+        ],
+        check=True,
+        capture_output=True,
+    )
     path = glob.glob(str(d / "syn" / "*.bin"))[0]
     return path, split_flat(np.fromfile(path, dtype=np.uint16).tolist(), 0)
 
 
-ARGS = ["--dtype", "uint16", "--doc-sep", "0", "--size", "3000", "-K", "4",
-        "--unit-tokens", "25000", "--conf", "spark.executor.memory=512m"]
+ARGS = [
+    "--dtype",
+    "uint16",
+    "--doc-sep",
+    "0",
+    "--size",
+    "3000",
+    "-K",
+    "4",
+    "--unit-tokens",
+    "25000",
+    "--conf",
+    "spark.executor.memory=512m",
+]
 
 
 def _local(spark, src, out):
@@ -133,9 +192,21 @@ def _local(spark, src, out):
 
 def test_build_with_master_equals_local_mode(spark, cluster, corpus, tmp_path):
     src, docs = corpus
-    res = subprocess.run([os.path.join(BIN, "fgram"), "build", str(tmp_path / "c"), src,
-                          "--master", cluster.url, *ARGS],
-                         env=_env(), capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            os.path.join(BIN, "fgram"),
+            "build",
+            str(tmp_path / "c"),
+            src,
+            "--master",
+            cluster.url,
+            *ARGS,
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert result(tmp_path / "c") == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
 
@@ -151,11 +222,26 @@ def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
                 if f.endswith(".py"):
                     full = os.path.join(root, f)
                     z.write(full, os.path.relpath(full, REPO))
-    res = subprocess.run([os.path.join(BIN, "spark-submit"), "--master", cluster.url,
-                          "--py-files", shipped, "--conf", "spark.ui.enabled=false",
-                          os.path.join(REPO, "fgram", "__main__.py"), "build", str(tmp_path / "s"),
-                          src, *ARGS],
-                         env=_env(), capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            os.path.join(BIN, "spark-submit"),
+            "--master",
+            cluster.url,
+            "--py-files",
+            shipped,
+            "--conf",
+            "spark.ui.enabled=false",
+            os.path.join(REPO, "fgram", "__main__.py"),
+            "build",
+            str(tmp_path / "s"),
+            src,
+            *ARGS,
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert result(tmp_path / "s") == _local(spark, src, tmp_path / "l")
 
@@ -167,13 +253,17 @@ def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_
     try:
         c.start()
         out = tmp_path / "k"
-        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", str(out), src,
-                                 "--master", c.url, *ARGS], env=_env(), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [os.path.join(BIN, "fgram"), "build", str(out), src, "--master", c.url, *ARGS],
+            env=_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         pass3 = os.path.join(str(tmp_path), ".k.fgram-staging", "_work", "pass3")
         wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 300, "pass 3")
-        c.kill(c.workers[0])                # mid-job: pass 3 is counting
+        c.kill(c.workers[0])  # mid-job: pass 3 is counting
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         assert c.alive_workers() == 1
@@ -187,9 +277,10 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
     working folders, the input and the output are on S3, and so are the intermediates
     (the run's staging prefix). A worker is killed while pass 3 counts. The table must
     equal local mode's."""
-    from fgram.pipeline.storage import locate
     from s3server import objects
     from test_s3 import remote_result
+
+    from fgram.pipeline.storage import locate
 
     src, docs = corpus
     bucket = s3.bucket()
@@ -200,23 +291,36 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
         c.start()
         uri = f"s3://{bucket}/out"
         opts = [f"--storage-option={k}={v}" for k, v in s3.options.items()]
-        proc = subprocess.Popen([os.path.join(BIN, "fgram"), "build", uri,
-                                 f"s3://{bucket}/in", "--master", c.url, *ARGS, *opts],
-                                env={k: v for k, v in _env().items() if not k.startswith("AWS_")},
-                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, cwd=str(tmp_path))
+        proc = subprocess.Popen(
+            [
+                os.path.join(BIN, "fgram"),
+                "build",
+                uri,
+                f"s3://{bucket}/in",
+                "--master",
+                c.url,
+                *ARGS,
+                *opts,
+            ],
+            env={k: v for k, v in _env().items() if not k.startswith("AWS_")},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            cwd=str(tmp_path),
+        )
         fs, work = s3.filesystem(), f"{bucket}/.out.fgram-staging/_work/pass3"
         deadline = time.time() + 300
         while not any(n.endswith(".done.json") for n in objects(fs, work)):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.time() < deadline, "pass 3 never started"
             time.sleep(0.05)
-        c.kill(c.workers[0])                # mid-job: pass 3 is counting
+        c.kill(c.workers[0])  # mid-job: pass 3 is counting
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         assert c.alive_workers() == 1
         assert remote_result(uri) == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
-        assert objects(fs, f"{bucket}/.out.fgram-staging") == []     # the work is cleaned up
+        assert objects(fs, f"{bucket}/.out.fgram-staging") == []  # the work is cleaned up
         _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path)
     finally:
         c.stop()
@@ -225,34 +329,60 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
 def _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path):
     """annotate, embed and refresh on the same cluster (nothing shared), outputs on S3:
     each equals what local mode writes locally."""
+    from test_s3 import remote_result
+
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
     from fgram.jobs.embed import EmbedConfig, run_embed
     from fgram.pipeline.embed import FgramStore
     from fgram.pipeline.index import write_index
     from fgram.pipeline.tags import training_sequences
-    from test_s3 import remote_result
 
     env = {k: v for k, v in _env().items() if not k.startswith("AWS_")}
 
     def fgram(*args):
-        res = subprocess.run([os.path.join(BIN, "fgram"), *args, "--master", c.url, *opts],
-                             env=env, capture_output=True, text=True, timeout=600,
-                             cwd=str(tmp_path))
+        res = subprocess.run(
+            [os.path.join(BIN, "fgram"), *args, "--master", c.url, *opts],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=str(tmp_path),
+        )
         assert res.returncode == 0, res.stderr[-3000:]
 
     write_index(uri)
     local = str(tmp_path / "l")
     write_index(local)
-    fgram("annotate", uri, f"s3://{bucket}/in", "-o", f"s3://{bucket}/tags", "--dtype", "uint16",
-          "--doc-sep", "0", "--unit-tokens", "25000")
-    run_annotate(AnnotateConfig(table=local, inputs=[src], output=str(tmp_path / "tags"),
-                                doc_sep=0, engine="local", unit_tokens=25000))
+    fgram(
+        "annotate",
+        uri,
+        f"s3://{bucket}/in",
+        "-o",
+        f"s3://{bucket}/tags",
+        "--dtype",
+        "uint16",
+        "--doc-sep",
+        "0",
+        "--unit-tokens",
+        "25000",
+    )
+    run_annotate(
+        AnnotateConfig(
+            table=local,
+            inputs=[src],
+            output=str(tmp_path / "tags"),
+            doc_sep=0,
+            engine="local",
+            unit_tokens=25000,
+        )
+    )
     got = [s for w in training_sequences(f"s3://{bucket}/tags", 999) for s in w]
     want = [s for w in training_sequences(str(tmp_path / "tags"), 999) for s in w]
     assert len(got) == len(want) > 3 and all(np.array_equal(a, b) for a, b in zip(got, want))
     fgram("embed", uri, "--model", "fgram.pipeline.models:hashed", "--chunk-rows", "1000")
-    run_embed(EmbedConfig(table=local, model="fgram.pipeline.models:hashed", chunk_rows=1000,
-                          local=True))
+    run_embed(
+        EmbedConfig(table=local, model="fgram.pipeline.models:hashed", chunk_rows=1000, local=True)
+    )
     assert np.array_equal(FgramStore.open(uri).matrix, FgramStore.open(local).matrix)
     fgram("refresh", f"s3://{bucket}/versions", f"s3://{bucket}/in", *ARGS)
     assert remote_result(f"s3://{bucket}/versions") == select(docs, 4, 5, 3000)

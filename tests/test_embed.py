@@ -1,4 +1,5 @@
 """fgram embed and the FgramStore against the table and a brute-force longest match."""
+
 import json
 import os
 import signal
@@ -9,16 +10,16 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import build, result, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_index import oracle_match
 
 from fgram.cli import cli
 from fgram.jobs.embed import EmbedConfig, run_embed
 from fgram.pipeline.embed import FgramStore, from_stored, to_stored
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import write_index
-from helpers import build, result, write_parquet
-from test_index import oracle_match
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ECHO = "fgram.pipeline.models:echo"
@@ -36,17 +37,21 @@ def small_table(path, k=4, docs=None):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_rows_land_at_their_ids_in_every_dtype(tmp_path, dtype):
     out = small_table(tmp_path)
-    meta = run_embed(EmbedConfig(table=str(out), model=ECHO, dtype=dtype, batch=3, chunk_rows=5,
-                                 local=True))
+    meta = run_embed(
+        EmbedConfig(table=str(out), model=ECHO, dtype=dtype, batch=3, chunk_rows=5, local=True)
+    )
     fgrams = result(out)
-    assert meta["rows"] == len(fgrams) and meta["dim"] == 5 and meta["chunks"] == -(-len(fgrams) // 5)
+    assert (
+        meta["rows"] == len(fgrams) and meta["dim"] == 5 and meta["chunks"] == -(-len(fgrams) // 5)
+    )
     store = FgramStore.open(str(out), mode="mmap")
     rows = store.rows(np.arange(len(fgrams)))
-    for i, (tokens, _) in enumerate(fgrams):     # echo: (tokens, zero padding, length)
+    for i, (tokens, _) in enumerate(fgrams):  # echo: (tokens, zero padding, length)
         expect = list(tokens) + [0] * (4 - len(tokens)) + [len(tokens)]
         assert rows[i].tolist() == expect
-    assert np.load(out / "embeddings" / "matrix.npy").dtype == \
-        (np.uint16 if dtype == "bfloat16" else np.dtype(dtype))
+    assert np.load(out / "embeddings" / "matrix.npy").dtype == (
+        np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+    )
 
 
 def test_spark_chunks_give_the_same_bytes_as_one_process(spark, tmp_path):
@@ -62,7 +67,7 @@ def test_spark_chunks_give_the_same_bytes_as_one_process(spark, tmp_path):
 def test_bfloat16_round_trip_is_nearest_even():
     x = np.array([1.0, -2.5, 3.14159, 65504.0, 1e-3, 0.0], np.float32)
     back = from_stored(to_stored(x, "bfloat16"), "bfloat16")
-    assert np.allclose(back, x, rtol=2 ** -8) and back[0] == 1.0 and back[-1] == 0.0
+    assert np.allclose(back, x, rtol=2**-8) and back[0] == 1.0 and back[-1] == 0.0
     assert np.array_equal(from_stored(to_stored(x, "float32"), "float32"), x)
 
 
@@ -70,8 +75,23 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     out = small_table(tmp_path)
     n = len(result(out))
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "fgram.cli", "embed", str(out), "--model", "slow_models:slow_echo",
-           "--float", "float32", "--batch", "2", "--chunk-rows", "2", "--engine", "local"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fgram.cli",
+        "embed",
+        str(out),
+        "--model",
+        "slow_models:slow_echo",
+        "--float",
+        "float32",
+        "--batch",
+        "2",
+        "--chunk-rows",
+        "2",
+        "--engine",
+        "local",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = out / "embeddings.staging" / "done"
     deadline = time.time() + 60
@@ -86,16 +106,27 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     meta = json.load(open(out / "embeddings" / "embeddings.json"))
     assert meta["chunks_resumed"] >= finished and not (out / "embeddings.staging").exists()
     resumed = (out / "embeddings" / "matrix.npy").read_bytes()
-    run_embed(EmbedConfig(table=str(out), model="slow_models:slow_echo", dtype="float32",
-                          batch=2, chunk_rows=2, local=True))
+    run_embed(
+        EmbedConfig(
+            table=str(out),
+            model="slow_models:slow_echo",
+            dtype="float32",
+            batch=2,
+            chunk_rows=2,
+            local=True,
+        )
+    )
     assert (out / "embeddings" / "matrix.npy").read_bytes() == resumed
     assert json.load(open(out / "embeddings" / "embeddings.json"))["sha256"] == meta["sha256"]
 
 
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
-       k=st.integers(2, 5), probe=st.lists(st.integers(0, 5), min_size=1, max_size=40),
-       cuts=st.lists(st.integers(1, 39), max_size=3))
+@given(
+    docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
+    k=st.integers(2, 5),
+    probe=st.lists(st.integers(0, 5), min_size=1, max_size=40),
+    cuts=st.lists(st.integers(1, 39), max_size=3),
+)
 def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k, probe, cuts):
     d = tmp_path_factory.mktemp("emb")
     out = small_table(d, k=k, docs=docs + [[1, 2, 3, 1, 2, 3]])
@@ -110,7 +141,7 @@ def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k
     assert not rows[unmatched].any()
     # decoding: each document's prefixes, last token only; and step by step
     bounds = [0] + starts + [len(probe)]
-    contexts = [probe[a:i + 1] for a, b in zip(bounds, bounds[1:]) for i in range(a, b)]
+    contexts = [probe[a : i + 1] for a, b in zip(bounds, bounds[1:]) for i in range(a, b)]
     last_rows, last_len, last_un = store.embed_last(contexts)
     assert last_len.tolist() == exp_len and np.array_equal(last_rows, rows)
     state, got = None, []
@@ -130,10 +161,10 @@ def test_step_and_2d_embed_last_run_a_batch_side_by_side(tmp_path):
     state = store.start(len(seqs))
     for j in range(seqs.shape[1]):
         rows, mlen, _ = store.step(state, seqs[:, j])
-        rows2d, mlen2d, _ = store.embed_last(seqs[:, :j + 1])      # the 2-D fast path
+        rows2d, mlen2d, _ = store.embed_last(seqs[:, : j + 1])  # the 2-D fast path
         assert np.array_equal(rows2d, rows) and np.array_equal(mlen2d, mlen)
         for b in range(len(seqs)):
-            r, m, _ = store.embed_sequence(seqs[b, :j + 1])
+            r, m, _ = store.embed_sequence(seqs[b, : j + 1])
             assert mlen[b] == m[-1] and np.array_equal(rows[b], r[-1])
 
 
@@ -144,12 +175,12 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     assert res.exit_code == 2 and "nope_module" in res.output.strip().splitlines()[-1]
     res = runner.invoke(cli, ["embed", str(out), "--model", "no-colon"])
     assert res.exit_code == 2 and "module:factory" in res.output
-    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])    # matches only
+    res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])  # matches only
     assert res.exit_code == 0 and "no embeddings: `fgram embed`" in res.output
     with pytest.raises(FgramError, match="embeddings.json: missing; run `fgram embed"):
         FgramStore.open(str(out))
     res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--local", "--dtype", "float32"])
-    assert res.exit_code == 0, res.output       # the old spellings, for one release, with a note
+    assert res.exit_code == 0, res.output  # the old spellings, for one release, with a note
     assert "--local is deprecated" in res.output and "--dtype is deprecated" in res.output
     assert json.load(open(out / "embeddings" / "embeddings.json"))["dtype"] == "float32"
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
@@ -166,25 +197,37 @@ def test_stale_table_and_bad_input_refused(tmp_path):
 def test_torch_reference_model_rows_at_their_ids(tmp_path):
     torch = pytest.importorskip("torch")
     from fgram.pipeline.torch_models import FgramTransformer, TorchModel, reference
+
     out = small_table(tmp_path)
-    meta = run_embed(EmbedConfig(table=str(out), model="fgram.pipeline.torch_models:reference",
-                                 device="cpu", dtype="float32", batch=3, chunk_rows=4,
-                                 local=True))
+    meta = run_embed(
+        EmbedConfig(
+            table=str(out),
+            model="fgram.pipeline.torch_models:reference",
+            device="cpu",
+            dtype="float32",
+            batch=3,
+            chunk_rows=4,
+            local=True,
+        )
+    )
     assert meta["dim"] == 256 and meta["device"] == "cpu" and meta["model_seconds"] > 0
     model = reference("cpu")
     rows = FgramStore.open(str(out), mode="mmap").rows(np.arange(meta["rows"]))
-    for i, (tokens, _) in enumerate(result(out)):     # each f-gram alone, without padding
+    for i, (tokens, _) in enumerate(result(out)):  # each f-gram alone, without padding
         alone = model(np.array([tokens], np.int32), np.array([len(tokens)]))[0]
         assert np.allclose(rows[i], alone, atol=1e-4)
     # padding never leaks into the output at the last token
     m = TorchModel(FgramTransformer(torch.randn(10, 16), max_len=4, heads=2))
     a = m(np.array([[1, 2, 0, 0]], np.int32), np.array([2]))
     b = m(np.array([[1, 2, 7, 9]], np.int32), np.array([2]))
-    assert np.allclose(a, b, atol=1e-5) and not np.allclose(a, m(np.array([[2, 1, 0, 0]], np.int32),
-                                                               np.array([2])))
+    assert np.allclose(a, b, atol=1e-5) and not np.allclose(
+        a, m(np.array([[2, 1, 0, 0]], np.int32), np.array([2]))
+    )
 
 
 def test_device_needs_a_factory_that_takes_one(tmp_path):
     out = small_table(tmp_path)
-    res = CliRunner().invoke(cli, ["embed", str(out), "--model", ECHO, "--device", "cpu", "--engine", "local"])
+    res = CliRunner().invoke(
+        cli, ["embed", str(out), "--model", ECHO, "--device", "cpu", "--engine", "local"]
+    )
     assert res.exit_code == 2 and "takes no device argument" in res.output

@@ -1,17 +1,18 @@
 """The f-gram index against a brute-force longest-match oracle."""
+
 import json
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import build, result, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fgram.cli import cli
+from fgram.pipeline import kernels as kn
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import FgramIndex, HashTable, write_index
-from fgram.pipeline import kernels as kn
-from helpers import build, result, write_parquet
 
 
 def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len: int):
@@ -23,7 +24,7 @@ def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len
             j = i - length + 1
             if j < 0 or any(s in starts for s in range(j + 1, i + 1)):
                 continue
-            g = tuple(tokens[j:i + 1])
+            g = tuple(tokens[j : i + 1])
             if g in fgrams:
                 best = (fgrams[g], length)
                 break
@@ -32,8 +33,10 @@ def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len
     return fid, mlen
 
 
-@given(st.lists(st.integers(0, 2**20), unique=True, max_size=300), st.lists(st.integers(0, 2**20),
-                                                                           max_size=100))
+@given(
+    st.lists(st.integers(0, 2**20), unique=True, max_size=300),
+    st.lists(st.integers(0, 2**20), max_size=100),
+)
 def test_hash_table_exact(keys, queries):
     k = kn.mix(np.array(keys, dtype=np.uint64))
     t = HashTable.build(k, np.arange(len(keys)))
@@ -43,10 +46,14 @@ def test_hash_table_exact(keys, queries):
 
 
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(docs=st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=8),
-       k=st.integers(2, 6), size=st.one_of(st.none(), st.integers(1, 30)),
-       probe=st.lists(st.integers(0, 5), max_size=60), cuts=st.lists(st.integers(0, 59), max_size=4),
-       lanes=st.integers(1, 70))
+@given(
+    docs=st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=8),
+    k=st.integers(2, 6),
+    size=st.one_of(st.none(), st.integers(1, 30)),
+    probe=st.lists(st.integers(0, 5), max_size=60),
+    cuts=st.lists(st.integers(0, 59), max_size=4),
+    lanes=st.integers(1, 70),
+)
 def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts, lanes):
     d = tmp_path_factory.mktemp("idx")
     write_parquet(str(d / "a.parquet"), docs + [[1, 2, 3, 1, 2, 3]])
@@ -57,12 +64,13 @@ def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts
     fgrams = {g: i for i, (g, _) in enumerate(result(out))}
     starts = sorted({c for c in cuts if c < len(probe)})
     exp_fid, exp_len = oracle_match(fgrams, probe, starts, k)
-    for n_lanes in (lanes, 1):   # stretches matched side by side, each with its warm-up
+    for n_lanes in (lanes, 1):  # stretches matched side by side, each with its warm-up
         fid, mlen = index.match(np.array(probe, dtype=np.int64), doc_starts=starts, lanes=n_lanes)
         assert fid.tolist() == exp_fid and mlen.tolist() == exp_len
     grams = list(fgrams) + [tuple(probe[:3]), (9, 9), tuple(probe[:k])]
-    assert index.ids(grams).tolist() == [fgrams.get(tuple(g), -1) if len(g) >= 2 else -1
-                                         for g in grams]
+    assert index.ids(grams).tolist() == [
+        fgrams.get(tuple(g), -1) if len(g) >= 2 else -1 for g in grams
+    ]
 
 
 def test_stale_index_refused_and_cli(tmp_path):
@@ -75,8 +83,9 @@ def test_stale_index_refused_and_cli(tmp_path):
     FgramIndex.open(str(out))
     ram = FgramIndex.open(str(out), mode="ram")
     toks = np.array([1, 2, 3, 1, 2, 3, 9, 1, 2], dtype=np.int64)
-    assert [a.tolist() for a in ram.match(toks)] == \
-        [a.tolist() for a in FgramIndex.open(str(out)).match(toks)]
+    assert [a.tolist() for a in ram.match(toks)] == [
+        a.tolist() for a in FgramIndex.open(str(out)).match(toks)
+    ]
     assert ram.match(toks)[1].max() > 1
     meta = json.load(open(out / "index" / "index.json"))
     json.dump(dict(meta, version=1), open(out / "index" / "index.json", "w"))

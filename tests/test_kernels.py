@@ -1,4 +1,5 @@
 """Kernels against brute force, on numpy arrays (no Spark)."""
+
 from collections import Counter
 
 import numpy as np
@@ -24,8 +25,12 @@ def test_key_code_round_trip_and_order(prefix_bits, last_bits, data):
     if prefix_bits + last_bits < 8:
         prefix_bits = 8 - last_bits
     code = kn.KeyCode(prefix_bits, last_bits)
-    pairs = data.draw(st.lists(st.tuples(st.integers(0, 2**prefix_bits - 1),
-                                         st.integers(0, 2**last_bits - 1)), max_size=60))
+    pairs = data.draw(
+        st.lists(
+            st.tuples(st.integers(0, 2**prefix_bits - 1), st.integers(0, 2**last_bits - 1)),
+            max_size=60,
+        )
+    )
     p = np.array([a for a, _ in pairs], dtype=np.int64)
     t = np.array([b for _, b in pairs], dtype=np.int64)
     keys = code.encode(p, t)
@@ -48,15 +53,18 @@ def test_sorted_lookup(table_vals, queries):
     table = np.unique(kn.mix(np.array(table_vals, dtype=np.uint64)))
     q = kn.mix(np.array(queries + table_vals[:20], dtype=np.uint64))
     qs = np.sort(q)
-    expect_sorted = [int(np.flatnonzero(table == v)[0]) if v in set(table.tolist()) else -1
-                     for v in qs.tolist()]
+    expect_sorted = [
+        int(np.flatnonzero(table == v)[0]) if v in set(table.tolist()) else -1 for v in qs.tolist()
+    ]
     assert kn.lookup_sorted(table, qs).tolist() == expect_sorted
     ids = kn.ids_in(table, qs, 7)
     assert ids.dtype == np.uint32
     assert ids.tolist() == [i + 7 if i >= 0 else int(kn.INVALID) for i in expect_sorted]
 
 
-@given(st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), max_size=30), max_size=9))
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 50), st.integers(1, 5)), max_size=30), max_size=9)
+)
 def test_merge_counts(runs):
     parts, expect = [], Counter()
     for run in runs:
@@ -78,8 +86,9 @@ def test_merge_counts_bucketed(prefix_bits, last_bits, nparts, bucket, data):
         last_bits = 8 - prefix_bits
     code = kn.KeyCode(prefix_bits, last_bits)
     pair = st.tuples(st.integers(0, 2**prefix_bits - 1), st.integers(0, 2**last_bits - 1))
-    runs = data.draw(st.lists(st.lists(st.tuples(pair, st.integers(1, 2**32 - 1)), max_size=40),
-                              max_size=6))
+    runs = data.draw(
+        st.lists(st.lists(st.tuples(pair, st.integers(1, 2**32 - 1)), max_size=40), max_size=6)
+    )
     p = data.draw(st.integers(0, nparts - 1))
     bounds = [int(b) for b in kn.part_bounds(nparts)] + [2**64]
     lo, hi = bounds[p], bounds[p + 1]
@@ -89,7 +98,7 @@ def test_merge_counts_bucketed(prefix_bits, last_bits, nparts, bucket, data):
         for (a, b), n in run:
             key = int(code.encode(np.array([a]), np.array([b]))[0])
             if lo <= key < hi:
-                c[key] = n          # one count per key and run, as a unit's table has
+                c[key] = n  # one count per key and run, as a unit's table has
         keys = sorted(c)
         parts.append((np.array(keys, dtype=np.uint64), np.array([c[x] for x in keys], np.uint32)))
         expect.update(c)
@@ -107,18 +116,22 @@ def test_estimated_buckets_and_their_fallback(monkeypatch):
     the unit is counted again with exact sizes. Both give the brute-force table."""
     from fgram.pipeline import compiled as cc
 
-    exact_counts = []       # histograms of every position (step 1)
+    exact_counts = []  # histograms of every position (step 1)
     real = cc.candidate_histogram
-    monkeypatch.setattr(cc, "candidate_histogram",
-                        lambda *a: (a[6] == 1 and exact_counts.append(1)) or real(*a))
+    monkeypatch.setattr(
+        cc, "candidate_histogram", lambda *a: (a[6] == 1 and exact_counts.append(1)) or real(*a)
+    )
     rng = np.random.default_rng(5)
-    for toks, expect_exact in ((rng.integers(0, 50, 20_000), False),
-                               (np.tile(np.arange(1, 9), 2_500), True)):
+    for toks, expect_exact in (
+        (rng.integers(0, 50, 20_000), False),
+        (np.tile(np.arange(1, 9), 2_500), True),
+    ):
         toks = toks.astype(np.uint32)
         exact_counts.clear()
         code = kn.KeyCode.fitting(60, 60)
-        uniq, counts, order, counted = kn.unit_table(toks, toks, 2, len(toks), True, code=code,
-                                                     bucket=64, sample=8, sample_from=0)
+        uniq, counts, order, counted = kn.unit_table(
+            toks, toks, 2, len(toks), True, code=code, bucket=64, sample=8, sample_from=0
+        )
         assert bool(exact_counts) == expect_exact
         pos, keys = kn.ngram_keys(toks, toks, 2, code)
         assert dict(zip(uniq.tolist(), counts.tolist())) == dict(Counter(keys.tolist()))
@@ -141,11 +154,19 @@ def test_bigram_keys_respect_document_boundaries(docs):
     assert stream.documents == len(docs) and stream.n_tokens == len(values)
 
 
-@given(docs_strategy, st.integers(0, 40), st.integers(1, 9), st.booleans(), st.integers(2, 4),
-       st.sampled_from([1, 40, 62]), st.sampled_from(["wide", "fitting", "exact-off"]),
-       st.sampled_from([0, 1, 3, 7]))
-def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse, k, lo_bits, how,
-                                              sample):
+@given(
+    docs_strategy,
+    st.integers(0, 40),
+    st.integers(1, 9),
+    st.booleans(),
+    st.integers(2, 4),
+    st.sampled_from([1, 40, 62]),
+    st.sampled_from(["wide", "fitting", "exact-off"]),
+    st.sampled_from([0, 1, 3, 7]),
+)
+def test_unit_table_limit_buckets_and_inverse(
+    docs, limit, bucket, want_inverse, k, lo_bits, how, sample
+):
     """Counts only owned starts, keeps overlap keys; any bucketing gives the same table,
     on the exact path (key bits + position in one uint64) and the indirect one, also when
     the keys' packed top bits tie there (62 low bits: only 2 top bits compared), and with
@@ -156,17 +177,26 @@ def test_unit_table_limit_buckets_and_inverse(docs, limit, bucket, want_inverse,
     stream = stream_from_lists(lengths, values)
     toks = stream.tokens
     prev = toks
-    for j in range(2, k):     # ids of (j)-grams: any injective labelling will do here
+    for j in range(2, k):  # ids of (j)-grams: any injective labelling will do here
         pos, keys = kn.ngram_keys(prev, toks, j)
         uniq, _, order, _ = kn.unit_table(prev, toks, j, len(toks), True)
         prev = kn.ids_at(np.arange(len(uniq)), order, len(toks))
     ids = prev[prev != kn.INVALID]
     code = kn.WIDE if how == "wide" else kn.KeyCode.fitting(ids.max(initial=0), 6)
     pos, keys = kn.ngram_keys(prev, toks, k, code)
-    uniq, counts, order, counted = kn.unit_table(prev, toks, k, limit, want_inverse, code=code,
-                                                  bucket=bucket, min_lo_bits=lo_bits,
-                                                  exact=how != "exact-off", sample=sample,
-                                                  sample_from=0)
+    uniq, counts, order, counted = kn.unit_table(
+        prev,
+        toks,
+        k,
+        limit,
+        want_inverse,
+        code=code,
+        bucket=bucket,
+        min_lo_bits=lo_bits,
+        exact=how != "exact-off",
+        sample=sample,
+        sample_from=0,
+    )
     assert np.all(np.diff(uniq.astype(np.float64)) > 0) or len(uniq) < 2
     assert set(uniq.tolist()) == set(keys.tolist())
     own = Counter(keys[pos < limit].tolist())
@@ -199,13 +229,18 @@ def test_key_ranges_partition_the_keys():
         bounds = [kn.key_slice(keys, *kn.part_range(n, p)) for p in range(n)]
         assert bounds[0][0] == 0 and bounds[-1][1] == len(keys)
         assert all(bounds[p][1] == bounds[p + 1][0] for p in range(n - 1))
-        assert all(b - a > 50 for a, b in bounds)       # the mix balances the ranges
+        assert all(b - a > 50 for a, b in bounds)  # the mix balances the ranges
 
 
-@given(rows=st.lists(st.tuples(st.integers(1, 9), st.integers(2, 4)), max_size=60),
-       cutoff=st.integers(1, 9), cut_len=st.integers(0, 4), target=st.integers(1, 20))
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 9), st.integers(2, 4)), max_size=60),
+    cutoff=st.integers(1, 9),
+    cut_len=st.integers(0, 4),
+    target=st.integers(1, 20),
+)
 def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len, target):
     from fgram.pipeline.table import Groups
+
     hists: dict = {}
     for c, k in rows:
         hists.setdefault(k, {}).setdefault(c, 0)
@@ -218,16 +253,16 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
         g1 = int(firsts[r + 1]) if r + 1 < len(firsts) else len(groups.size)
         for k in (2, 3, 4):
             counts = np.array([c for c, kk in rows if kk == k], np.int64)
-            for table_max in (1 << 22, 2, -1):      # a count table, or binary searches
+            for table_max in (1 << 22, 2, -1):  # a count table, or binary searches
                 got = groups.rows_in(counts, k, g0, g1, table_max).tolist()
                 assert got == [(c, k) in pairs[g0:g1] for c in counts.tolist()]
 
 
-@given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(),
-       seed=st.integers(0, 2**16))
+@given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(), seed=st.integers(0, 2**16))
 def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
     """Against a lexsort of every column: wide and narrow tokens, ties on leading tokens."""
     from fgram.pipeline.table import _rank_order
+
     rng = np.random.default_rng(seed)
     top = 3 if small else 2**31 - 1
     toks = np.unique(rng.integers(0, top + 1, (n, k)).astype(np.uint32), axis=0)
@@ -240,6 +275,7 @@ def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
 def test_dense_rank_desc_equals_the_rank_among_distinct_counts(counts):
     """A count table over a narrow range, np.unique over a wide one: the same ranks."""
     from fgram.pipeline.table import dense_rank_desc
+
     c = np.array(counts, np.int64)
     distinct = sorted(set(counts), reverse=True)
     rank, n = dense_rank_desc(c)
@@ -247,22 +283,30 @@ def test_dense_rank_desc_equals_the_rank_among_distinct_counts(counts):
     assert rank.tolist() == [distinct.index(x) for x in counts]
 
 
-@given(sizes=st.lists(st.integers(1, 50), min_size=1, max_size=40), tasks=st.integers(1, 12),
-       cut=st.integers(0, 2000))
+@given(
+    sizes=st.lists(st.integers(1, 50), min_size=1, max_size=40),
+    tasks=st.integers(1, 12),
+    cut=st.integers(0, 2000),
+)
 def test_groups_split_cuts_near_equal_shares(sizes, tasks, cut):
     from fgram.pipeline.table import Groups
+
     hists = {2: {c + 1: n for c, n in enumerate(sizes)}}
     groups = Groups(hists, 0, 0)
     rows = min(cut, int(groups.start[-1])) or int(groups.start[-1])
     firsts = groups.split(tasks, rows)
     assert firsts[0] == 0 and len(firsts) <= tasks and (np.diff(firsts) > 0).all()
-    assert (groups.start[firsts] < rows).all()          # no task past the selection
+    assert (groups.start[firsts] < rows).all()  # no task past the selection
     per = np.diff(np.minimum(np.append(groups.start[firsts], rows), rows))
     assert per.sum() == rows and per.max() <= rows / tasks + max(sizes)
 
 
-@given(data=st.data(), tasks=st.integers(1, 6), size=st.integers(1, 120),
-       top=st.sampled_from([3, 2**16 - 1, 2**31 - 1]))
+@given(
+    data=st.data(),
+    tasks=st.integers(1, 6),
+    size=st.integers(1, 120),
+    top=st.sampled_from([3, 2**16 - 1, 2**31 - 1]),
+)
 def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, tasks, size, top):
     """Rows of lengths 2..6 split into rank tasks of whole groups, each written by
     `write_ranked`: together, the first S rows by (count desc, length, tokens), numbered.
@@ -272,15 +316,17 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
 
     from fgram.pipeline.selection import selection
     from fgram.pipeline.table import Groups, write_ranked
+
     rows = {}
     for k in range(2, 7):
-        toks = data.draw(st.lists(st.tuples(*[st.sampled_from([0, 1, 2, top])] * k),
-                                  unique=True, max_size=40))
-        counts = data.draw(st.lists(st.integers(1, 6), min_size=len(toks),
-                                    max_size=len(toks)))
+        toks = data.draw(
+            st.lists(st.tuples(*[st.sampled_from([0, 1, 2, top])] * k), unique=True, max_size=40)
+        )
+        counts = data.draw(st.lists(st.integers(1, 6), min_size=len(toks), max_size=len(toks)))
         rows[k] = (np.array(toks, np.uint32).reshape(-1, k), np.array(counts, np.int64))
-    want = sorted(((-int(c), k, tuple(t.tolist())) for k, (ts, cs) in rows.items()
-                   for t, c in zip(ts, cs)))[:size]
+    want = sorted(
+        ((-int(c), k, tuple(t.tolist())) for k, (ts, cs) in rows.items() for t, c in zip(ts, cs))
+    )[:size]
     hists = {k: dict(Counter(cs.tolist())) for k, (_, cs) in rows.items() if len(cs)}
     cutoff, cut_len, selected, _ = selection(hists, size)
     groups = Groups(hists, cutoff, cut_len)
@@ -304,6 +350,7 @@ def test_flat_shards_split_into_the_fewest_units_of_equal_size(n, unit):
     from types import SimpleNamespace
 
     from fgram.pipeline.inputs import plan_units
+
     units = plan_units([SimpleNamespace(format="flat", n_items=n)], unit)
     sizes = [u.stop - u.start for u in units]
     assert len(units) == -(-n // unit)

@@ -2,6 +2,7 @@
 `fgram.pipeline` never imports Spark; no module imports another module's private
 (`_underscored`) names or reads them through a module it imported; the import graph of
 `fgram` has no cycle."""
+
 import ast
 import os
 
@@ -30,12 +31,13 @@ def _imports(mod: str, path: str, known: set[str]):
         if isinstance(node, ast.Import):
             for a in node.names:
                 (inner if a.name.startswith("fgram") else outer).add(
-                    a.name if a.name.startswith("fgram") else a.name.split(".")[0])
+                    a.name if a.name.startswith("fgram") else a.name.split(".")[0]
+                )
                 if a.asname and a.name in known:
                     aliases[a.asname] = a.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
@@ -52,9 +54,14 @@ def _imports(mod: str, path: str, known: set[str]):
                     if a.name.startswith("_") and not a.name.startswith("__"):
                         private.append(f"{mod} imports {a.name} from {source}")
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id in aliases and node.attr.startswith("_") \
-                and not node.attr.startswith("__") and aliases[node.value.id] != mod:
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and aliases[node.value.id] != mod
+        ):
             private.append(f"{mod} reads {aliases[node.value.id]}.{node.attr}")
     return {m for m in inner if m in known and m != mod}, outer, private
 
@@ -69,7 +76,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(v)
         for w in sorted(graph.get(v, ())):
             if state.get(w) == 1:
-                return path[path.index(w):] + [w]
+                return path[path.index(w) :] + [w]
             if w not in state:
                 found = visit(w)
                 if found:
@@ -103,11 +110,15 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_library_never_imports_spark():
-    spark = {m: outer & {"pyspark", "py4j"} for m, (_, outer, _) in _graph().items()
-             if m.startswith("fgram.pipeline")}
+    spark = {
+        m: outer & {"pyspark", "py4j"}
+        for m, (_, outer, _) in _graph().items()
+        if m.startswith("fgram.pipeline")
+    }
     assert {m: s for m, s in spark.items() if s} == {}
-    assert any("pyspark" in outer for m, (_, outer, _) in _graph().items()
-               if m.startswith("fgram.spark"))      # the rule sees imports where they are
+    assert any(
+        "pyspark" in outer for m, (_, outer, _) in _graph().items() if m.startswith("fgram.spark")
+    )  # the rule sees imports where they are
 
 
 def test_no_module_takes_another_modules_private_names():

@@ -1,5 +1,6 @@
 """Progress for a person: stage lines when stderr is not a terminal, a live bar when it is;
 driven by task completions (the executors report them), nothing unless enabled."""
+
 import io
 import os
 import pty
@@ -16,33 +17,52 @@ FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
 
 def test_stage_lines_count_the_tasks_an_executor_finishes(monkeypatch):
     import fgram.jobs.executors as ex
+
     stream = io.StringIO()
     p = Progress()
-    p.stage("ignored", 3)                   # not enabled: silent
+    p.stage("ignored", 3)  # not enabled: silent
     p.enable(stream)
     monkeypatch.setattr(ex, "PROGRESS", p)
     p.stage("pass 2/3: count", 4, tokens=4_000_000)
     LocalExecutor(processes=2).map(4, lambda i: i * i, progress=True)
-    p.stage("select")                       # ends the previous stage
+    p.stage("select")  # ends the previous stage
     p.end()
-    p.end()                                 # nothing open: no line
+    p.end()  # nothing open: no line
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and all(line.startswith(PREFIX) for line in lines)
     assert lines[0].startswith("fgram: [pass 2/3: count] 4 units, 4.0M tokens in ")
     assert lines[0].endswith("M tokens/s") and lines[1].startswith("fgram: [select] done in ")
     p.stage("interrupted", 2)
-    p.end(finished=False)                   # an unfinished stage leaves no line
+    p.end(finished=False)  # an unfinished stage leaves no line
     assert stream.getvalue().splitlines() == lines
 
 
 def test_a_terminal_gets_a_live_bar(tmp_path):
-    subprocess.run([FGRAM, "synth", "-o", str(tmp_path / "c"), "--tokens", "3000000",
-                    "--format", "bin"], check=True, capture_output=True)
+    subprocess.run(
+        [FGRAM, "synth", "-o", str(tmp_path / "c"), "--tokens", "3000000", "--format", "bin"],
+        check=True,
+        capture_output=True,
+    )
     master, slave = pty.openpty()
-    proc = subprocess.Popen([FGRAM, "build", str(tmp_path / "o"), str(tmp_path / "c"),
-                             "--dtype", "uint16", "--doc-sep", "0", "--engine", "local",
-                             "--unit-tokens", "300000"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave)
+    proc = subprocess.Popen(
+        [
+            FGRAM,
+            "build",
+            str(tmp_path / "o"),
+            str(tmp_path / "c"),
+            "--dtype",
+            "uint16",
+            "--doc-sep",
+            "0",
+            "--engine",
+            "local",
+            "--unit-tokens",
+            "300000",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    )
     os.close(slave)
     seen, deadline = b"", time.time() + 120
     while time.time() < deadline:
@@ -62,6 +82,7 @@ def test_a_terminal_gets_a_live_bar(tmp_path):
     text = seen.decode(errors="replace")
     assert proc.returncode == 0, text[-2000:]
     import re
-    assert re.search(r"pass 2/5: count: (\d+)/\1 units \|", text), text[-2000:]    # all done
+
+    assert re.search(r"pass 2/5: count: (\d+)/\1 units \|", text), text[-2000:]  # all done
     assert "M tokens/s" in text and "\r" in text
-    assert "select:" in text and PREFIX not in text         # a bar, not stage lines
+    assert "select:" in text and PREFIX not in text  # a bar, not stage lines

@@ -1,17 +1,18 @@
 """Scheduled refresh: versions side by side, `current` switched atomically, diff, prune."""
+
 import json
 import os
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import build, result, write_bin
+from oracle import count_ngrams, select, split_flat
 
 from fgram.cli import cli
 from fgram.pipeline import versions as vs
 from fgram.pipeline.diff import diff_tables
 from fgram.pipeline.errors import OutputError
-from helpers import build, result, write_bin
-from oracle import count_ngrams, select, split_flat
 
 pytestmark = pytest.mark.spark
 
@@ -35,18 +36,21 @@ def test_refresh_versions_equal_full_builds_and_switch_current(runner, spark, tm
     v1 = vs.current(str(out))
     assert result(out / "current") == select(_docs(a), 4, 3, None)
 
-    again = runner.invoke(cli, ["refresh", str(out), a, *opts])        # nothing changed
+    again = runner.invoke(cli, ["refresh", str(out), a, *opts])  # nothing changed
     assert again.exit_code == 0 and "up to date" in again.output
     assert vs.list_versions(str(out)) == [v1]
 
-    r2 = runner.invoke(cli, ["refresh", str(out), a, b, *opts])        # a new shard lands
+    r2 = runner.invoke(cli, ["refresh", str(out), a, b, *opts])  # a new shard lands
     assert r2.exit_code == 0, r2.output
     v2 = vs.current(str(out))
     assert v2 != v1 and vs.list_versions(str(out)) == sorted([v1, v2])
     build(spark, [a, b], tmp_path / "full", doc_sep=0, min_count=3, max_len=4)
-    assert result(out / "current") == result(tmp_path / "full") == \
-        select(_docs(a) + _docs(b), 4, 3, None)
-    assert result(out / "versions" / v1) == select(_docs(a), 4, 3, None)   # old one intact
+    assert (
+        result(out / "current")
+        == result(tmp_path / "full")
+        == select(_docs(a) + _docs(b), 4, 3, None)
+    )
+    assert result(out / "versions" / v1) == select(_docs(a), 4, 3, None)  # old one intact
 
     rep = diff_tables(str(out / "versions" / v1), str(out))
     old = {g for g, c in count_ngrams(_docs(a), 4).items() if c >= 3}
@@ -54,9 +58,9 @@ def test_refresh_versions_equal_full_builds_and_switch_current(runner, spark, tm
     assert rep["added"] == len(new - old) and rep["removed"] == len(old - new)
     assert rep["kept"] == len(old & new) > 0 and rep["added"] > 0
 
-    r3 = runner.invoke(cli, ["refresh", str(out), b, *opts, "--keep", "1"])   # a shard removed
+    r3 = runner.invoke(cli, ["refresh", str(out), b, *opts, "--keep", "1"])  # a shard removed
     assert r3.exit_code == 0, r3.output
-    assert vs.list_versions(str(out)) == [vs.current(str(out))]            # pruned to one
+    assert vs.list_versions(str(out)) == [vs.current(str(out))]  # pruned to one
     assert result(out / "current") == select(_docs(b), 4, 3, None)
     shown = runner.invoke(cli, ["diff", str(tmp_path / "full"), str(out), "--json"])
     assert shown.exit_code == 0 and json.loads(shown.output)["removed"] > 0
@@ -68,7 +72,7 @@ def test_a_changed_shard_makes_a_new_version(runner, tmp_path):
     opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "2"]
     assert runner.invoke(cli, ["refresh", str(out), a, *opts]).exit_code == 0
     st = os.stat(a)
-    write_bin(a, [[2, 1, 2, 1, 2, 1]] * 3, sep=0)            # same size, same mtime
+    write_bin(a, [[2, 1, 2, 1, 2, 1]] * 3, sep=0)  # same size, same mtime
     os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
     r = runner.invoke(cli, ["refresh", str(out), a, *opts])
     assert r.exit_code == 0 and "up to date" not in r.output
@@ -84,7 +88,7 @@ def test_refresh_refuses_a_plain_build_output_and_prune_keeps_current(spark, tmp
     vs.check_root(root)
     for vid in ("20260101T000000Z-a", "20260102T000000Z-b", "20260103T000000Z-c"):
         build(spark, [a], vs.version_path(root, vid), doc_sep=0, min_count=2)
-    vs.switch_current(root, "20260101T000000Z-a")             # an old one is current
+    vs.switch_current(root, "20260101T000000Z-a")  # an old one is current
     assert vs.prune(root, 2) == ["20260102T000000Z-b"]
     assert vs.list_versions(root) == ["20260101T000000Z-a", "20260103T000000Z-c"]
     assert os.path.realpath(os.path.join(root, "current")).endswith("20260101T000000Z-a")
@@ -100,17 +104,21 @@ def test_every_command_takes_a_refresh_folder(runner, tmp_path):
     shard = ["--dtype", "uint16", "--doc-sep", "0", "--engine", "local"]
     assert runner.invoke(cli, ["refresh", out, a, *shard, "--min-count", "3"]).exit_code == 0
     outputs = []
-    for args in (["show", out], ["index", out], ["coverage", out, a, *shard],
-                 ["lookup", out, "--tokens", "1 2 3 4"],
-                 ["embed", out, "--model", "fgram.pipeline.models:echo", "--engine", "local"],
-                 ["lookup", out, "--tokens", "1,2,3,4"],
-                 ["annotate", out, a, *shard, "-o", str(tmp_path / "tags")]):
+    for args in (
+        ["show", out],
+        ["index", out],
+        ["coverage", out, a, *shard],
+        ["lookup", out, "--tokens", "1 2 3 4"],
+        ["embed", out, "--model", "fgram.pipeline.models:echo", "--engine", "local"],
+        ["lookup", out, "--tokens", "1,2,3,4"],
+        ["annotate", out, a, *shard, "-o", str(tmp_path / "tags")],
+    ):
         res = runner.invoke(cli, args)
         assert res.exit_code == 0, (args, res.output)
         outputs.append(res.output.splitlines())
-    before, after = outputs[3], outputs[5]       # 1 2 3 4 is an f-gram: the last position's
+    before, after = outputs[3], outputs[5]  # 1 2 3 4 is an f-gram: the last position's
     assert before[-2].split()[-4:] == ["1", "2", "3", "4"] and "no embeddings" in before[-1]
-    assert after[-1].split()[4:9] == ["1", "2", "3", "4", "|"]      # ... and its echo row
+    assert after[-1].split()[4:9] == ["1", "2", "3", "4", "|"]  # ... and its echo row
     assert after[-1].split()[-4:] == ["1", "2", "3", "4"]
     seqs = list(training_sequences(str(tmp_path / "tags"), 4))
     assert seqs and seqs[0][0].tolist() == [1, 2, 3, 1]

@@ -1,15 +1,17 @@
 """Incremental refresh: every version equals the brute-force oracle (and `fgram build`),
 whatever shards come and go; old shards are read again only for what they lack."""
+
 import os
 import shutil
 
 import numpy as np
 import pytest
+from helpers import result, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracle import count_ngrams, select
 
-from fgram.jobs.refresh import driver, store, tasks
-from fgram.jobs.refresh import run_refresh
+from fgram.jobs.refresh import driver, run_refresh, store, tasks
 from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
 from fgram.pipeline import versions as vs
@@ -17,27 +19,40 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.inputs import stream_from_lists
 from fgram.pipeline.workdir import load_json
-from helpers import result, write_bin, write_parquet
-from oracle import count_ngrams, select
 
 shard_st = st.lists(st.lists(st.integers(1, 5), max_size=25), min_size=1, max_size=6)
 
 
 def _refresh(root, paths, unit=17, bound=True, **kw):
-    cfg = BuildConfig(inputs=paths, output=str(root), engine="local", unit_tokens=unit,
-                      dtype="uint16", doc_sep=0, **kw)
+    cfg = BuildConfig(
+        inputs=paths,
+        output=str(root),
+        engine="local",
+        unit_tokens=unit,
+        dtype="uint16",
+        doc_sep=0,
+        **kw,
+    )
     return run_refresh(cfg, keep=2, bound=bound)
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                  HealthCheck.too_slow])
-@given(shards=st.lists(shard_st, min_size=2, max_size=4),
-       steps=st.lists(st.lists(st.booleans(), min_size=4, max_size=4), min_size=2, max_size=4),
-       k=st.integers(2, 5), min_count=st.integers(1, 3),
-       size=st.one_of(st.none(), st.integers(1, 30)), compact=st.sampled_from([0.25, 1e9]),
-       chunks=st.sampled_from([1, 8]), unit=st.integers(3, 40))
-def test_every_version_equals_the_oracle(tmp_path_factory, monkeypatch, shards, steps, k,
-                                         min_count, size, compact, chunks, unit):
+@settings(
+    max_examples=25,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    shards=st.lists(shard_st, min_size=2, max_size=4),
+    steps=st.lists(st.lists(st.booleans(), min_size=4, max_size=4), min_size=2, max_size=4),
+    k=st.integers(2, 5),
+    min_count=st.integers(1, 3),
+    size=st.one_of(st.none(), st.integers(1, 30)),
+    compact=st.sampled_from([0.25, 1e9]),
+    chunks=st.sampled_from([1, 8]),
+    unit=st.integers(3, 40),
+)
+def test_every_version_equals_the_oracle(
+    tmp_path_factory, monkeypatch, shards, steps, k, min_count, size, compact, chunks, unit
+):
     """Shards added, removed and added back in any order; the delta kept or compacted,
     the id tables' chunks merged or not."""
     monkeypatch.setattr(driver, "COMPACT", compact)
@@ -45,17 +60,29 @@ def test_every_version_equals_the_oracle(tmp_path_factory, monkeypatch, shards, 
     d = tmp_path_factory.mktemp("r")
     paths = [write_bin(str(d / f"s{i}.bin"), docs, sep=0) for i, docs in enumerate(shards)]
     for step in steps:
-        chosen = [i for i, on in enumerate(step[:len(shards)]) if on] or [0]
+        chosen = [i for i, on in enumerate(step[: len(shards)]) if on] or [0]
         docs = [doc for i in chosen for doc in shards[i]]
         before = vs.current(str(d / "out"))
-        if not any(docs):       # like `fgram build`: an error, and nothing published
+        if not any(docs):  # like `fgram build`: an error, and nothing published
             with pytest.raises(FgramError, match="no tokens"):
-                _refresh(d / "out", [paths[i] for i in chosen], unit=unit, max_len=k,
-                         min_count=min_count, size=size)
+                _refresh(
+                    d / "out",
+                    [paths[i] for i in chosen],
+                    unit=unit,
+                    max_len=k,
+                    min_count=min_count,
+                    size=size,
+                )
             assert vs.current(str(d / "out")) == before
             continue
-        res = _refresh(d / "out", [paths[i] for i in chosen], unit=unit, max_len=k,
-                       min_count=min_count, size=size)
+        res = _refresh(
+            d / "out",
+            [paths[i] for i in chosen],
+            unit=unit,
+            max_len=k,
+            min_count=min_count,
+            size=size,
+        )
         assert result(d / "out" / "current") == select(docs, k, min_count, size)
         if res["built"]:
             m = res["manifest"]
@@ -66,24 +93,29 @@ def test_every_version_equals_the_oracle(tmp_path_factory, monkeypatch, shards, 
 def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_path):
     rng = np.random.default_rng(3)
     old = [rng.integers(1, 8, 40).tolist() for _ in range(30)]
-    new = [[1, 2, 3, 4, 5, 6, 7] * 3] * 12       # makes new frequent n-grams
+    new = [[1, 2, 3, 4, 5, 6, 7] * 3] * 12  # makes new frequent n-grams
     a = write_bin(str(tmp_path / "a.bin"), old, sep=0)
     b = write_bin(str(tmp_path / "b.bin"), new, sep=0)
     first = _refresh(tmp_path / "out", [a], unit=400, max_len=4, min_count=4, size=60)
     units_a = first["manifest"]["passes"][0]["new_units"]
     second = _refresh(tmp_path / "out", [a, b], unit=400, max_len=4, min_count=4, size=60)
     m = second["manifest"]
-    assert set(m["refresh"].pop("executor_start_seconds")) == {"made"}     # no JVM to warm
-    assert m["refresh"] == {"new_shards": 1, "kept_shards": 1, "removed_shards": 0,
-                            "store_reused": True, "previous": first["version"],
-                            "head_start_tasks": 0}      # the local engine has no JVM to wait for
-    assert units_a > 1 and all(p["new_units"] == 1 for p in m["passes"])   # b only
-    assert any(p["scanned_grams"] > 0 for p in m["passes"])      # a, for the new ids only
+    assert set(m["refresh"].pop("executor_start_seconds")) == {"made"}  # no JVM to warm
+    assert m["refresh"] == {
+        "new_shards": 1,
+        "kept_shards": 1,
+        "removed_shards": 0,
+        "store_reused": True,
+        "previous": first["version"],
+        "head_start_tasks": 0,
+    }  # the local engine has no JVM to wait for
+    assert units_a > 1 and all(p["new_units"] == 1 for p in m["passes"])  # b only
+    assert any(p["scanned_grams"] > 0 for p in m["passes"])  # a, for the new ids only
     assert result(tmp_path / "out" / "current") == select(old + new, 4, 4, 60)
     # the store keeps exactly what the versions still name
     _refresh(tmp_path / "out", [b], unit=400, max_len=4, min_count=4, size=60)
     root = str(tmp_path / "out")
-    assert len(vs.list_versions(root)) == 2       # --keep 2
+    assert len(vs.list_versions(root)) == 2  # --keep 2
     named = set()
     for vid in vs.list_versions(root):
         named |= store.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
@@ -95,8 +127,9 @@ def test_old_units_are_scanned_at_their_rare_bigrams_or_whole_without_them(tmp_p
     3-gram scan visits; a store without them (an older one) scans whole units: the
     same table either way."""
     import json
+
     rng = np.random.default_rng(5)
-    old = [rng.integers(1, 31, 50).tolist() for _ in range(40)]     # most bigrams rare
+    old = [rng.integers(1, 31, 50).tolist() for _ in range(40)]  # most bigrams rare
     new = [[1, 2, 3, 4, 5, 6, 7, 8] * 3] * 10
     a = write_bin(str(tmp_path / "a.bin"), old, sep=0)
     b = write_bin(str(tmp_path / "b.bin"), new, sep=0)
@@ -131,12 +164,20 @@ def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path):
     rng = np.random.default_rng(1)
     book = [rng.integers(1, 40, 5).tolist() for _ in range(12)]
 
-    def doc():      # phrases of the book between random tokens
-        return [t for _ in range(6) for t in (book[rng.integers(0, 12)] if rng.random() < 0.5
-                                              else rng.integers(1, 40, 3).tolist())]
+    def doc():  # phrases of the book between random tokens
+        return [
+            t
+            for _ in range(6)
+            for t in (
+                book[rng.integers(0, 12)] if rng.random() < 0.5 else rng.integers(1, 40, 3).tolist()
+            )
+        ]
+
     old, more, tiny = [doc() for _ in range(40)], [doc() for _ in range(4)], [[9]] * 3
-    a, b, c = (write_bin(str(tmp_path / f"{n}.bin"), docs, sep=0)
-               for n, docs in (("a", old), ("b", more), ("c", tiny)))
+    a, b, c = (
+        write_bin(str(tmp_path / f"{n}.bin"), docs, sep=0)
+        for n, docs in (("a", old), ("b", more), ("c", tiny))
+    )
     opts = dict(unit=300, max_len=4, min_count=2, size=100)
     first = _refresh(tmp_path / "out", [a], **opts)["manifest"]
     cutoff = first["cutoff_count"]
@@ -149,7 +190,7 @@ def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path):
     assert m["passes"][0]["count_threshold"] == cutoff
     assert sum(p["scanned_units"] for p in m["passes"]) == 0
     assert result(tmp_path / "out" / "current") == select(old + tiny + more, 4, 2, 100)
-    m = _refresh(tmp_path / "out", [a, b], **opts)["manifest"]        # c removed
+    m = _refresh(tmp_path / "out", [a, b], **opts)["manifest"]  # c removed
     assert m["passes"][0]["count_threshold"] == 2
     assert result(tmp_path / "out" / "current") == select(old + more, 4, 2, 100)
     # the same addition without the bound: a's units are scanned, the same table
@@ -193,13 +234,18 @@ def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
 
 # ---------------------------------------------------------------- the kernels
 
+
 def _stream(docs):
-    return stream_from_lists(np.array([len(x) for x in docs]),
-                             np.array([t for x in docs for t in x], dtype=np.int64))
+    return stream_from_lists(
+        np.array([len(x) for x in docs]), np.array([t for x in docs for t in x], dtype=np.int64)
+    )
 
 
-@given(docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
-       k=st.integers(3, 5), seed=st.integers(0, 2**16))
+@given(
+    docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
+    k=st.integers(3, 5),
+    seed=st.integers(0, 2**16),
+)
 def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
     """T_j = random subsets of the j-grams present (j < k); 'new' = the last ids of T_{k-1}."""
     rng = np.random.default_rng(seed)
@@ -211,11 +257,13 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
         grams = [g for g in grams if rng.random() < 0.7]
         for i, g in enumerate(grams):
             ids[g] = i
-        keys = kn.WIDE.encode(np.array([g[0] if j == 2 else ids[g[:-1]] for g in grams],
-                                       np.int64), np.array([g[-1] for g in grams], np.int64))
+        keys = kn.WIDE.encode(
+            np.array([g[0] if j == 2 else ids[g[:-1]] for g in grams], np.int64),
+            np.array([g[-1] for g in grams], np.int64),
+        )
         ids_ = np.arange(len(grams), dtype=np.uint32)
         rows = np.array(grams, np.uint32).reshape(-1, j)
-        cut = len(grams) // 2           # two chunks, as after a refresh that added ids
+        cut = len(grams) // 2  # two chunks, as after a refresh that added ids
         chunks = []
         for sl in (slice(0, cut), slice(cut, None)):
             order = np.argsort(keys[sl])
@@ -229,41 +277,59 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
     keys, got = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size)
     want = {}
     for g, c in counts.items():
-        if len(g) == k and g[:-1] in ids and g[1:] in ids and \
-                max(ids[g[:-1]], ids[g[1:]]) >= old_size and len(g[:-1]) == k - 1:
+        if (
+            len(g) == k
+            and g[:-1] in ids
+            and g[1:] in ids
+            and max(ids[g[:-1]], ids[g[1:]]) >= old_size
+            and len(g[:-1]) == k - 1
+        ):
             want[int(kn.WIDE.encode(np.array([ids[g[:-1]]]), np.array([g[-1]]))[0])] = c
     assert dict(zip(keys.tolist(), got.tolist())) == want
     assert list(keys) == sorted(keys)
-    with pytest.MonkeyPatch.context() as mp:       # at anchored starts: the same counts
+    with pytest.MonkeyPatch.context() as mp:  # at anchored starts: the same counts
         mp.setattr(pt, "ANCHOR_SHARE", 1.0)
         starts = pt.anchored_starts(s.tokens, new_rows)
     if starts is not None:
-        keys3, got3 = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables,
-                                   old_size, starts)
+        keys3, got3 = pt.scan_unit(
+            s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size, starts
+        )
         assert dict(zip(keys3.tolist(), got3.tolist())) == want
-    if k == 3:      # only at the bigrams that had no id before the new ones: the same counts
+    if k == 3:  # only at the bigrams that had no id before the new ones: the same counts
         t = s.tokens.tolist()
-        before = [ids.get((a, b), old_size) < old_size if kn.INVALID not in (a, b) else False
-                  for a, b in zip(t, t[1:])] + [False]
-        at = np.array([ids[(a, b)] if old else kn.INVALID for (a, b), old in
-                       zip(zip(t, t[1:] + [0]), before)], np.uint32)
+        before = [
+            ids.get((a, b), old_size) < old_size if kn.INVALID not in (a, b) else False
+            for a, b in zip(t, t[1:])
+        ] + [False]
+        at = np.array(
+            [
+                ids[(a, b)] if old else kn.INVALID
+                for (a, b), old in zip(zip(t, t[1:] + [0]), before)
+            ],
+            np.uint32,
+        )
         rare = tasks.rare_bigrams(s.tokens, at)
-        assert len(rare) == sum(1 for a, b, old in zip(t, t[1:], before)
-                                if not old and kn.INVALID not in (a, b))
-        keys2, got2 = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables,
-                                   old_size, rare)
+        assert len(rare) == sum(
+            1 for a, b, old in zip(t, t[1:], before) if not old and kn.INVALID not in (a, b)
+        )
+        keys2, got2 = pt.scan_unit(
+            s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size, rare
+        )
         assert dict(zip(keys2.tolist(), got2.tolist())) == want
 
 
-@given(tokens=st.lists(st.one_of(st.integers(0, 30), st.just(int(kn.INVALID))), max_size=300),
-       w=st.integers(2, 7), picks=st.lists(st.integers(0, 300), max_size=5),
-       extra=st.lists(st.lists(st.integers(0, 40), min_size=7, max_size=7), max_size=3),
-       share=st.sampled_from([1 / 32, 1.0]))
+@given(
+    tokens=st.lists(st.one_of(st.integers(0, 30), st.just(int(kn.INVALID))), max_size=300),
+    w=st.integers(2, 7),
+    picks=st.lists(st.integers(0, 300), max_size=5),
+    extra=st.lists(st.lists(st.integers(0, 40), min_size=7, max_size=7), max_size=3),
+    share=st.sampled_from([1 / 32, 1.0]),
+)
 def test_anchored_starts_include_every_place_a_row_occurs(tokens, w, picks, extra, share):
     """Rows: windows taken from the unit (so they occur) and random ones; every start of
     an occurrence must be among the anchored starts (when they are not given up)."""
     t = np.array(tokens, np.uint32)
-    wins = [tuple(tokens[p:p + w]) for p in picks if p + w <= len(tokens)]
+    wins = [tuple(tokens[p : p + w]) for p in picks if p + w <= len(tokens)]
     wins = [x for x in wins if int(kn.INVALID) not in x] + [tuple(e[:w]) for e in extra]
     rows = np.array(wins, np.uint32).reshape(-1, w)
     with pytest.MonkeyPatch.context() as mp:
@@ -272,7 +338,7 @@ def test_anchored_starts_include_every_place_a_row_occurs(tokens, w, picks, extr
         got = pt.anchored_starts(t, rows)
     if got is None:
         return
-    want = {p for p in range(len(tokens) - w + 1) if tuple(tokens[p:p + w]) in set(wins)}
+    want = {p for p in range(len(tokens) - w + 1) if tuple(tokens[p : p + w]) in set(wins)}
     assert want <= set(got.tolist())
     assert all(0 <= p <= len(tokens) - w for p in got.tolist())
 
@@ -285,20 +351,24 @@ def test_anchored_starts_find_a_rare_window_in_a_long_unit():
     rows = np.array([t[998:1002], t[149_999:150_003]], np.uint32)
     got = pt.anchored_starts(t, rows)
     assert got is not None and {998, 149_999} <= set(got.tolist()) and len(got) <= 8
-    assert pt.anchored_starts(t, np.array([[1, 2, 3, 4]], np.uint32)) is None   # all common
+    assert pt.anchored_starts(t, np.array([[1, 2, 3, 4]], np.uint32)) is None  # all common
 
 
-@given(base=st.dictionaries(st.integers(0, 50), st.integers(1, 9)),
-       delta=st.dictionaries(st.integers(0, 50), st.integers(-3, 9)),
-       fresh=st.dictionaries(st.integers(0, 50), st.integers(1, 3)), floor=st.integers(1, 8),
-       chunk=st.sampled_from([1, 3, 1 << 22]))
+@given(
+    base=st.dictionaries(st.integers(0, 50), st.integers(1, 9)),
+    delta=st.dictionaries(st.integers(0, 50), st.integers(-3, 9)),
+    fresh=st.dictionaries(st.integers(0, 50), st.integers(1, 3)),
+    floor=st.integers(1, 8),
+    chunk=st.sampled_from([1, 3, 1 << 22]),
+)
 def test_combine_equals_a_dict_sum(base, delta, fresh, floor, chunk):
     delta = {k: v for k, v in delta.items() if v != 0 and base.get(k, 0) + v >= 0}
 
     def run(d):
         keys = np.array(sorted(d), np.uint64)
         return keys, np.array([d[int(k)] for k in keys], np.int64)
-    with pytest.MonkeyPatch.context() as mp:      # base merged in chunks of `chunk` entries
+
+    with pytest.MonkeyPatch.context() as mp:  # base merged in chunks of `chunk` entries
         mp.setattr(pt, "COMBINE_CHUNK", chunk)
         keys, counts, fr = pt.combine(run(base), run(delta), run(fresh), floor)
     total = {k: base.get(k, 0) + delta.get(k, 0) for k in set(base) | set(delta)}
@@ -319,13 +389,17 @@ def test_a_shard_changed_in_place_is_subtracted_and_recounted(tmp_path):
     b = write_bin(str(tmp_path / "b.bin"), [[2, 3, 4, 2, 3, 4]] * 5, sep=0)
     _refresh(tmp_path / "out", [a, b], min_count=2, max_len=4)
     st = os.stat(a)
-    write_bin(a, [[3, 2, 1, 3, 2, 1]] * 5, sep=0)            # same size, same mtime
+    write_bin(a, [[3, 2, 1, 3, 2, 1]] * 5, sep=0)  # same size, same mtime
     os.utime(a, ns=(st.st_atime_ns, st.st_mtime_ns))
     r = _refresh(tmp_path / "out", [a, b], min_count=2, max_len=4)
-    assert (r["manifest"]["refresh"]["new_shards"], r["manifest"]["refresh"]["removed_shards"],
-            r["manifest"]["refresh"]["kept_shards"]) == (1, 1, 1)
+    assert (
+        r["manifest"]["refresh"]["new_shards"],
+        r["manifest"]["refresh"]["removed_shards"],
+        r["manifest"]["refresh"]["kept_shards"],
+    ) == (1, 1, 1)
     assert result(tmp_path / "out" / "current") == select(
-        [[3, 2, 1, 3, 2, 1]] * 5 + [[2, 3, 4, 2, 3, 4]] * 5, 4, 2, None)
+        [[3, 2, 1, 3, 2, 1]] * 5 + [[2, 3, 4, 2, 3, 4]] * 5, 4, 2, None
+    )
 
 
 def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_path, monkeypatch):
@@ -340,6 +414,7 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
         if k == 3:
             raise RuntimeError("boom")
         return real(plan, k, *args)
+
     monkeypatch.setattr(driver, "table_task", fail_at_3)
     with pytest.raises(RuntimeError, match="boom"):
         _refresh(root, [a, b], min_count=2, max_len=4)
@@ -347,11 +422,12 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
     assert result(os.path.join(root, "current")) == select(docs, 4, 2, None)
     assert not [n for n in os.listdir(os.path.join(root, "versions")) if n.startswith(".")]
     named = store.referenced(load_json(os.path.join(vs.version_path(root, first), "store.json")))
-    assert set(os.listdir(store.objects_dir(root))) > named       # the failed run's leftovers
+    assert set(os.listdir(store.objects_dir(root))) > named  # the failed run's leftovers
     monkeypatch.setattr(driver, "table_task", real)
     r = _refresh(root, [a, b], min_count=2, max_len=4)
     assert r["collected"] > 0 and result(os.path.join(root, "current")) == select(
-        docs + [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, 4, 2, None)
+        docs + [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, 4, 2, None
+    )
     named = set()
     for vid in vs.list_versions(root):
         named |= store.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
@@ -369,17 +445,29 @@ def test_leftovers_of_a_killed_refresh_are_removed(tmp_path):
     assert not os.path.exists(crash) and len(vs.list_versions(root)) == 2
 
 
-@given(n=st.integers(0, 3000), nq=st.integers(0, 400), split=st.floats(0, 1),
-       seed=st.integers(0, 2**16))
+@given(
+    n=st.integers(0, 3000),
+    nq=st.integers(0, 400),
+    split=st.floats(0, 1),
+    seed=st.integers(0, 2**16),
+)
 def test_id_table_lookup_by_binary_search_or_merge_equals_a_dict(n, nq, split, seed):
     rng = np.random.default_rng(seed)
     keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64))
     ids = rng.permutation(len(keys)).astype(np.uint32)
     cut = int(len(keys) * split)
-    chunks = [(keys[:cut], ids[:cut], np.zeros((cut, 2), np.uint32)),
-              (keys[cut:], ids[cut:], np.zeros((len(keys) - cut, 2), np.uint32))]
-    queries = np.sort(np.concatenate([rng.choice(keys, min(nq, len(keys))) if len(keys) else
-                                      pt.EMPTY_KEYS, rng.integers(0, 2**64 - 1, nq, np.uint64)]))
+    chunks = [
+        (keys[:cut], ids[:cut], np.zeros((cut, 2), np.uint32)),
+        (keys[cut:], ids[cut:], np.zeros((len(keys) - cut, 2), np.uint32)),
+    ]
+    queries = np.sort(
+        np.concatenate(
+            [
+                rng.choice(keys, min(nq, len(keys))) if len(keys) else pt.EMPTY_KEYS,
+                rng.integers(0, 2**64 - 1, nq, np.uint64),
+            ]
+        )
+    )
     table = dict(zip(keys.tolist(), ids.tolist()))
     got = pt.IdTable(2, chunks).lookup(queries).tolist()
     assert got == [table.get(q, int(kn.INVALID)) for q in queries.tolist()]

@@ -1,5 +1,6 @@
 """Failure and resume: a killed run continues with --resume; leftovers never mix in; one
 writer per output (a lock that a dead run does not keep)."""
+
 import glob
 import json
 import os
@@ -11,11 +12,11 @@ import time
 
 import numpy as np
 import pytest
+from helpers import build, result, said, wait_for_files, write_bin
+from oracle import select, split_flat
 
 from fgram.pipeline.errors import LockedError, OutputError
 from fgram.pipeline.publish import lock_path, staging_path
-from helpers import build, result, said, wait_for_files, write_bin
-from oracle import select, split_flat
 
 pytestmark = pytest.mark.spark
 
@@ -25,41 +26,86 @@ FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
 def _corpus(tmp_path) -> tuple[str, list[list[int]]]:
     """~300K tokens of repeated phrases: many small units, so a pass takes a while."""
     path = str(tmp_path / "c.bin")
-    subprocess.run([FGRAM, "synth", "-o", str(tmp_path / "syn"), "--tokens", "300000",
-                    "--vocab", "300", "--format", "bin"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            FGRAM,
+            "synth",
+            "-o",
+            str(tmp_path / "syn"),
+            "--tokens",
+            "300000",
+            "--vocab",
+            "300",
+            "--format",
+            "bin",
+        ],
+        check=True,
+        capture_output=True,
+    )
     os.rename(glob.glob(str(tmp_path / "syn" / "*.bin"))[0], path)
     return path, split_flat(np.fromfile(path, dtype=np.uint16).tolist(), 0)
 
 
 def _cmd(src, out, *extra):
-    return [FGRAM, "build", str(out), src, "--dtype", "uint16", "--doc-sep", "0",
-            "--size", "3000", "-K", "4", "--unit-tokens", "6000", "--master", "local[2]", *extra]
+    return [
+        FGRAM,
+        "build",
+        str(out),
+        src,
+        "--dtype",
+        "uint16",
+        "--doc-sep",
+        "0",
+        "--size",
+        "3000",
+        "-K",
+        "4",
+        "--unit-tokens",
+        "6000",
+        "--master",
+        "local[2]",
+        *extra,
+    ]
 
 
 def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_path):
     src, docs = _corpus(tmp_path)
     out = tmp_path / "o"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.Popen(_cmd(src, out), env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(src, out),
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
     try:
         wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 240, "pass 3")
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)     # the driver, its JVM and Python workers
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers
         proc.wait()
-    assert not out.exists()                                     # nothing half-published
+    assert not out.exists()  # nothing half-published
     state = json.load(open(os.path.join(staging_path(str(out)), "_work", "state.json")))
-    assert state["next"] == 3                                   # pass 2 completed, 3 did not
-    assert os.path.exists(lock_path(str(out)))                  # the dead run's lock is left...
+    assert state["next"] == 3  # pass 2 completed, 3 did not
+    assert os.path.exists(lock_path(str(out)))  # the dead run's lock is left...
 
-    res = subprocess.run(_cmd(src, out, "--resume"), env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]              # ...and taken over
+    res = subprocess.run(
+        _cmd(src, out, "--resume"), env=env, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]  # ...and taken over
     m = json.load(open(out / "manifest.json"))
     assert m["resumed"]["from_pass"] == 3 and m["resumed"]["units_counted_before"] >= 1
-    build(spark, [src], tmp_path / "ref", dtype="uint16", doc_sep=0, size=3000, max_len=4,
-          unit_tokens=6000)
+    build(
+        spark,
+        [src],
+        tmp_path / "ref",
+        dtype="uint16",
+        doc_sep=0,
+        size=3000,
+        max_len=4,
+        unit_tokens=6000,
+    )
     assert result(out) == result(tmp_path / "ref") == select(docs, 4, 5, 3000)
     assert not os.path.exists(staging_path(str(out))) and not os.path.exists(lock_path(str(out)))
 
@@ -68,7 +114,7 @@ def _leftover(out, run_json=None):
     work = os.path.join(staging_path(str(out)), "_work")
     os.makedirs(os.path.join(work, "pass2"))
     with open(os.path.join(work, "pass2", "unit-000000.done.json"), "w") as f:
-        json.dump({"bogus": True}, f)        # would poison the counts if it were reused
+        json.dump({"bogus": True}, f)  # would poison the counts if it were reused
     if run_json is not None:
         with open(os.path.join(work, "run.json"), "w") as f:
             json.dump(run_json, f)
@@ -80,8 +126,9 @@ def test_leftovers_of_a_crashed_run_are_removed_without_resume(spark, tmp_path):
     out = tmp_path / "o"
     _leftover(out)
     build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
-    assert result(out) == select(split_flat(np.fromfile(tmp_path / "a.bin", np.uint16).tolist(), 0),
-                                 5, 2, None)
+    assert result(out) == select(
+        split_flat(np.fromfile(tmp_path / "a.bin", np.uint16).tolist(), 0), 5, 2, None
+    )
     assert not os.path.exists(staging_path(str(out)))
 
 
@@ -90,10 +137,12 @@ def test_resume_refuses_another_runs_work(spark, tmp_path):
     write_bin(str(tmp_path / "a.bin"), docs, sep=0)
     out = tmp_path / "o"
     _leftover(out, run_json={"config": {"min_count": 99}, "inputs": []})
-    with pytest.raises(OutputError, match="cannot resume: the unfinished run there had other inputs"):
+    with pytest.raises(
+        OutputError, match="cannot resume: the unfinished run there had other inputs"
+    ):
         build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2, resume=True)
-    assert os.path.exists(staging_path(str(out)))           # its work is not destroyed either
-    build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)     # without --resume: fresh
+    assert os.path.exists(staging_path(str(out)))  # its work is not destroyed either
+    build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)  # without --resume: fresh
     assert (out / "_SUCCESS").exists()
 
 
@@ -114,11 +163,11 @@ def _dead_pid() -> int:
 def test_a_second_run_on_the_same_output_is_refused(spark, tmp_path):
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 1, 2, 1, 2]], sep=0)
     out = tmp_path / "o"
-    _write_lock(out, socket.gethostname(), os.getpid())        # a live run on this host
+    _write_lock(out, socket.gethostname(), os.getpid())  # a live run on this host
     with pytest.raises(LockedError, match=f"pid {os.getpid()} on"):
         build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
     assert not out.exists()
-    _write_lock(out, "another-host", 1, age=5)                 # alive elsewhere: recent heartbeat
+    _write_lock(out, "another-host", 1, age=5)  # alive elsewhere: recent heartbeat
     with pytest.raises(LockedError):
         build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
 
@@ -139,19 +188,20 @@ def test_a_stale_lock_is_taken_over(spark, tmp_path, holder):
 def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
     """Same size, same mtime, other content: the fingerprint (Parquet footer / sampled
     blocks) differs, so --resume refuses the old run's work."""
+    from helpers import write_parquet
+
     from fgram.jobs.build import state as job
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.inputs import plan_shards
-    from helpers import write_parquet
 
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2]] * 3
     if fmt == "bin":
         src = write_bin(str(tmp_path / "a.bin"), docs, sep=0)
-        other = [[3, 2, 1, 3, 2, 1], [2, 3, 1, 2]] * 3       # same length, other tokens
+        other = [[3, 2, 1, 3, 2, 1], [2, 3, 1, 2]] * 3  # same length, other tokens
         kw = {"doc_sep": 0}
     else:
         src = write_parquet(str(tmp_path / "a.parquet"), docs)
-        other = [[t + 1 for t in d] for d in docs]            # encodes to the same size
+        other = [[t + 1 for t in d] for d in docs]  # encodes to the same size
         kw = {}
     out = tmp_path / "o"
     cfg = BuildConfig([src], str(out), min_count=2, **kw)
@@ -171,8 +221,14 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
     src, docs = _corpus(tmp_path)
     out = tmp_path / "o"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.Popen(_cmd(src, out), env=env, start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        _cmd(src, out),
+        env=env,
+        start_new_session=True,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
     try:
         wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 240, "pass 3")
@@ -182,17 +238,20 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-2000:]
-    assert said(err) == [f"fgram: interrupted; the completed passes are kept in "
-                                f"{staging_path(str(out))}: rerun with --resume to continue"]
+    assert said(err) == [
+        f"fgram: interrupted; the completed passes are kept in "
+        f"{staging_path(str(out))}: rerun with --resume to continue"
+    ]
     deadline = time.time() + 30
-    while True:         # the JVM and the Python workers go too
+    while True:  # the JVM and the Python workers go too
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:
             break
         assert time.time() < deadline, "processes of the interrupted run are still alive"
         time.sleep(0.1)
-    res = subprocess.run(_cmd(src, out, "--resume"), env=env, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        _cmd(src, out, "--resume"), env=env, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0 and said(res.stderr) == [], res.stderr[-2000:]
     assert result(out) == select(docs, 4, 5, 3000)

@@ -2,6 +2,7 @@
 mocks. Tables built to and from S3 equal local ones; readers (show, diff, index, coverage,
 FgramIndex) take URIs; an overwrite never leaves a moment without a complete output; one
 writer per output through a lease; every storage failure is one line, exit 2, no secret."""
+
 import glob
 import os
 import signal
@@ -12,6 +13,9 @@ import time
 
 import numpy as np
 import pytest
+from helpers import build, result, said, wait_for_files, write_bin, write_parquet
+from oracle import select
+from s3server import SECRET, SeaweedS3, objects
 
 from fgram.pipeline import publish
 from fgram.pipeline.errors import LockedError
@@ -19,9 +23,6 @@ from fgram.pipeline.index import FgramIndex, write_index
 from fgram.pipeline.publish import LeaseLock, staging_path
 from fgram.pipeline.storage import locate
 from fgram.pipeline.versions import open_table, table_dataset
-from helpers import build, result, said, wait_for_files, write_bin, write_parquet
-from oracle import select
-from s3server import SECRET, SeaweedS3, objects
 
 FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
 DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [], [7], [1, 2, 3, 4, 1, 2]]
@@ -61,8 +62,14 @@ def _indexed_tables(tmp_path, bucket: str, name: str) -> str:
 
 
 def _cli(*args, env=None, timeout=120, cwd=None):
-    return subprocess.run([FGRAM, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+    return subprocess.run(
+        [FGRAM, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 @pytest.mark.spark
@@ -75,8 +82,8 @@ def test_build_with_input_and_output_on_s3_equals_local(spark, tmp_path, s3, cor
     assert remote_result(uri) == result(tmp_path / "local") == select(DOCS, 4, 2, None)
     assert m["fgrams"] == local["fgrams"]
     raw = locate(f"{uri}/manifest.json").read_bytes().decode()
-    assert SECRET not in raw and '"secret_key": "***"' in raw      # no secret in a manifest
-    assert not glob.glob(os.path.join(staging_path(locate(uri)), "*"))   # local staging gone
+    assert SECRET not in raw and '"secret_key": "***"' in raw  # no secret in a manifest
+    assert not glob.glob(os.path.join(staging_path(locate(uri)), "*"))  # local staging gone
     names = objects(s3.filesystem(), f"{corpus}/tables/t1")
     parts = [n for n in names if n not in ("_SUCCESS", "manifest.json")]
     assert len(parts) == len(names) - 2 and all(n.startswith("fgrams/part-") for n in parts)
@@ -97,8 +104,16 @@ def test_index_show_diff_coverage_read_s3(tmp_path, s3, corpus):
     res = _cli("diff", str(tmp_path / "local"), uri)
     assert res.returncode == 0 and "+0 added, -0 removed" in res.stdout, res.stderr
     res = _cli("coverage", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local")
-    ref = _cli("coverage", str(tmp_path / "local"), str(tmp_path / "a.parquet"),
-               str(tmp_path / "b.bin"), "--doc-sep", "0", "--engine", "local")
+    ref = _cli(
+        "coverage",
+        str(tmp_path / "local"),
+        str(tmp_path / "a.parquet"),
+        str(tmp_path / "b.bin"),
+        "--doc-sep",
+        "0",
+        "--engine",
+        "local",
+    )
     assert res.returncode == 0 and res.stdout == ref.stdout, res.stderr
 
 
@@ -115,7 +130,7 @@ def test_index_copy_is_checked_against_its_checksum(tmp_path, s3, corpus, monkey
     for mode in ("ram", "mmap"):
         with pytest.raises(Exception, match="checksum mismatch"):
             FgramIndex.open(uri, mode=mode)
-    kept = os.listdir(tmp_path / "cache" / "remote")       # the good arrays' copies only
+    kept = os.listdir(tmp_path / "cache" / "remote")  # the good arrays' copies only
     assert kept and f"{meta['files']['suffix.npy']['sha256']}.npy" not in kept
     assert not [n for n in kept if n.endswith(".tmp")]
 
@@ -128,7 +143,7 @@ def test_overwrite_keeps_a_complete_output_at_every_step(tmp_path, s3, corpus, m
     seen = []
     upload_all = publish.upload_all
 
-    def checked(pairs):             # the new generation's files are up, not yet switched to
+    def checked(pairs):  # the new generation's files are up, not yet switched to
         upload_all(pairs)
         seen.append(remote_result(uri))
 
@@ -147,9 +162,10 @@ def test_second_writer_is_refused_through_the_lease(tmp_path, s3, corpus):
         res = _cli("build", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local")
         assert res.returncode == 2 and "another fgram run is writing it" in res.stderr
         assert len(said(res.stderr)) == 1
-    res = _cli("build", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local",
-               "--min-count", "2")
-    assert res.returncode == 0 and said(res.stderr) == [], res.stderr      # nothing else said
+    res = _cli(
+        "build", uri, f"s3://{corpus}/in", "--doc-sep", "0", "--engine", "local", "--min-count", "2"
+    )
+    assert res.returncode == 0 and said(res.stderr) == [], res.stderr  # nothing else said
     assert objects(s3.filesystem(), f"{corpus}/tables/.t5.fgram-lock") == []  # released
 
 
@@ -186,6 +202,7 @@ def test_lease_of_a_dead_run_is_taken_over(s3):
     dead.wait()
     claim = out.sibling(".t.fgram-lock").child("old-claim.json")
     import socket
+
     claim.write_json({"host": socket.gethostname(), "pid": dead.pid, "started": 0})
     with LeaseLock(out):
         assert not claim.exists()
@@ -200,21 +217,26 @@ def _one_line_error(res, *needles):
     assert SECRET not in res.stderr and "wrong-secret-123" not in res.stderr
 
 
-def test_a_missing_object_store_input_is_found_before_the_jvm_starts(tmp_path, s3, corpus,
-                                                                    monkeypatch):
+def test_a_missing_object_store_input_is_found_before_the_jvm_starts(
+    tmp_path, s3, corpus, monkeypatch
+):
     import fgram.jobs.build.driver as b
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):
         raise AssertionError("the executor was started before the inputs were checked")
+
     monkeypatch.setattr(b, "Starting", no_jvm)
-    for missing, why in ((f"s3://{corpus}/in/nope.bin", "no such file"),
-                         (f"s3://{corpus}/nothing/", "no such file"),
-                         ("s3://no-such-bucket-fgram/in", "no such bucket")):
+    for missing, why in (
+        (f"s3://{corpus}/in/nope.bin", "no such file"),
+        (f"s3://{corpus}/nothing/", "no such file"),
+        ("s3://no-such-bucket-fgram/in", "no such bucket"),
+    ):
         with pytest.raises(InputError, match=why) as err:
-            b.run_build(BuildConfig(inputs=[f"s3://{corpus}/in", missing],
-                                    output=str(tmp_path / "o")))
+            b.run_build(
+                BuildConfig(inputs=[f"s3://{corpus}/in", missing], output=str(tmp_path / "o"))
+            )
         assert missing.rstrip("/") in str(err.value)
     assert not os.path.exists(tmp_path / "o")
 
@@ -222,40 +244,85 @@ def test_a_missing_object_store_input_is_found_before_the_jvm_starts(tmp_path, s
 def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
     src = str(tmp_path / "b.bin")
     base = ["--doc-sep", "0", "--engine", "local"]
-    _one_line_error(_cli("build", "foo://bucket/x", src, *base), "foo://bucket/x",
-                    "unknown storage scheme")
-    _one_line_error(_cli("build", "s3://no-such-bucket-fgram/x", src, *base),
-                    "s3://no-such-bucket-fgram/x", "no such bucket")
-    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base,
-                         env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-123"}),
-                    f"s3://{corpus}/x", "access denied")
-    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base, "--storage-option",
-                         f"access_key={s3.options['access_key']}", "--storage-option",
-                         "secret_key=wrong-secret-123"), "access denied")
+    _one_line_error(
+        _cli("build", "foo://bucket/x", src, *base), "foo://bucket/x", "unknown storage scheme"
+    )
+    _one_line_error(
+        _cli("build", "s3://no-such-bucket-fgram/x", src, *base),
+        "s3://no-such-bucket-fgram/x",
+        "no such bucket",
+    )
+    _one_line_error(
+        _cli(
+            "build",
+            f"s3://{corpus}/x",
+            src,
+            *base,
+            env={"AWS_SECRET_ACCESS_KEY": "wrong-secret-123"},
+        ),
+        f"s3://{corpus}/x",
+        "access denied",
+    )
+    _one_line_error(
+        _cli(
+            "build",
+            f"s3://{corpus}/x",
+            src,
+            *base,
+            "--storage-option",
+            f"access_key={s3.options['access_key']}",
+            "--storage-option",
+            "secret_key=wrong-secret-123",
+        ),
+        "access denied",
+    )
     t0 = time.time()
-    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base,
-                         env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}),
-                    f"s3://{corpus}/x", "connection refused")
+    _one_line_error(
+        _cli(
+            "build", f"s3://{corpus}/x", src, *base, env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+        ),
+        f"s3://{corpus}/x",
+        "connection refused",
+    )
     assert time.time() - t0 < 60
     _one_line_error(_cli("show", f"s3://{corpus}/nothing-here"), "not a finished fgram table")
-    _one_line_error(_cli("build", str(tmp_path / "o"), f"s3://{corpus}/in/missing.bin",
-                         *base), f"s3://{corpus}/in/missing.bin", "no such file")
-    _one_line_error(_cli("build", f"s3://{corpus}/x", src, *base, "--storage-option",
-                         "no_such_setting=1"), "--storage-option")
+    _one_line_error(
+        _cli("build", str(tmp_path / "o"), f"s3://{corpus}/in/missing.bin", *base),
+        f"s3://{corpus}/in/missing.bin",
+        "no such file",
+    )
+    _one_line_error(
+        _cli("build", f"s3://{corpus}/x", src, *base, "--storage-option", "no_such_setting=1"),
+        "--storage-option",
+    )
     uri = f"s3://{corpus}/tables/t6"
     assert _cli("build", uri, src, *base, "--min-count", "1").returncode == 0
     _one_line_error(_cli("build", uri, src, *base), uri, "output exists")
     # every writer takes an object-store output from the command line, and writes nowhere else
-    assert _cli("build", str(tmp_path / "t"), src, *base, "--min-count", "1",
-                "--storage-option", "region=us-east-1").returncode == 0
+    assert (
+        _cli(
+            "build",
+            str(tmp_path / "t"),
+            src,
+            *base,
+            "--min-count",
+            "1",
+            "--storage-option",
+            "region=us-east-1",
+        ).returncode
+        == 0
+    )
     assert _cli("index", str(tmp_path / "t")).returncode == 0
-    for args in (("refresh", f"s3://{corpus}/r", src, *base),
-                 ("annotate", str(tmp_path / "t"), src, "-o", f"s3://{corpus}/tags", *base),
-                 ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--engine", "local")):
+    for args in (
+        ("refresh", f"s3://{corpus}/r", src, *base),
+        ("annotate", str(tmp_path / "t"), src, "-o", f"s3://{corpus}/tags", *base),
+        ("embed", uri, "--model", "fgram.pipeline.models:hashed", "--engine", "local"),
+    ):
         res = _cli(*args, cwd=tmp_path)
         assert res.returncode == 0 and "s3://" in res.stdout, res.stderr
-    _one_line_error(_cli("synth", "-o", f"s3://{corpus}/syn", cwd=tmp_path), "s3://",
-                    "local folder")
+    _one_line_error(
+        _cli("synth", "-o", f"s3://{corpus}/syn", cwd=tmp_path), "s3://", "local folder"
+    )
     assert not os.path.exists(tmp_path / "s3:") and not os.path.exists("s3:")
 
 
@@ -273,21 +340,61 @@ def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
         locate(f"s3://{bucket}/c.bin", server.options).upload(str(tmp_path / "c.bin"))
         env = {**server.env, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
         uri = f"s3://{bucket}/out"
-        cmd = [FGRAM, "build", uri, f"s3://{bucket}/c.bin", "--doc-sep", "0", "-K", "4",
-               "--min-count", "3", "--unit-tokens", "3000", "--engine", "local"]
-        proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        wait_for_files(str(tmp_path / "cache" / "remote-runs" / ".*staging" / "_work" / "pass3" /
-                           "unit-*.done.json"), proc, 120, "pass 3")
-        server.stop(hard=True)      # at once, as a crash: in the middle of the pass
+        cmd = [
+            FGRAM,
+            "build",
+            uri,
+            f"s3://{bucket}/c.bin",
+            "--doc-sep",
+            "0",
+            "-K",
+            "4",
+            "--min-count",
+            "3",
+            "--unit-tokens",
+            "3000",
+            "--engine",
+            "local",
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for_files(
+            str(
+                tmp_path
+                / "cache"
+                / "remote-runs"
+                / ".*staging"
+                / "_work"
+                / "pass3"
+                / "unit-*.done.json"
+            ),
+            proc,
+            120,
+            "pass 3",
+        )
+        server.stop(hard=True)  # at once, as a crash: in the middle of the pass
         t0 = time.time()
         out, err = proc.communicate(timeout=120)
-        assert time.time() - t0 < 60        # bounded retries, and the first failure ends it
-        _one_line_error(subprocess.CompletedProcess(cmd, proc.returncode, out, err), uri[:-4],
-                        "cannot reach the object store", "--resume")
+        assert time.time() - t0 < 60  # bounded retries, and the first failure ends it
+        _one_line_error(
+            subprocess.CompletedProcess(cmd, proc.returncode, out, err),
+            uri[:-4],
+            "cannot reach the object store",
+            "--resume",
+        )
         server.start()
-        res = subprocess.run(cmd + ["--resume"], env={**os.environ, **env}, capture_output=True,
-                             text=True, timeout=240)
+        res = subprocess.run(
+            cmd + ["--resume"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert res.returncode == 0, res.stderr
         opts = server.options
         assert remote_result(uri, opts) == select(docs, 4, 3, None)
@@ -303,31 +410,65 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
     flat.tofile(tmp_path / "c.bin")
     env = {**os.environ, "FGRAM_CACHE_DIR": str(tmp_path / "cache")}
     uri = f"s3://{bucket}/out"
-    cmd = [FGRAM, "build", uri, str(tmp_path / "c.bin"), "--doc-sep", "0", "-K", "4",
-           "--size", "2000", "--unit-tokens", "4000", "--master", "local[2]"]
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    cmd = [
+        FGRAM,
+        "build",
+        uri,
+        str(tmp_path / "c.bin"),
+        "--doc-sep",
+        "0",
+        "-K",
+        "4",
+        "--size",
+        "2000",
+        "--unit-tokens",
+        "4000",
+        "--master",
+        "local[2]",
+    ]
+    proc = subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        wait_for_files(str(tmp_path / "cache" / "remote-runs" / ".*staging" / "_work" / "pass3" /
-                           "unit-*.done.json"), proc, 240, "pass 3")
+        wait_for_files(
+            str(
+                tmp_path
+                / "cache"
+                / "remote-runs"
+                / ".*staging"
+                / "_work"
+                / "pass3"
+                / "unit-*.done.json"
+            ),
+            proc,
+            240,
+            "pass 3",
+        )
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert not locate(uri).exists()                     # nothing half-published
-    res = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True,
-                         timeout=300)
+    assert not locate(uri).exists()  # nothing half-published
+    res = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    ref = subprocess.run([FGRAM, "build", str(tmp_path / "ref"), str(tmp_path / "c.bin"),
-                          *cmd[4:]], env=env, capture_output=True, text=True, timeout=300)
+    ref = subprocess.run(
+        [FGRAM, "build", str(tmp_path / "ref"), str(tmp_path / "c.bin"), *cmd[4:]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ref.returncode == 0, ref.stderr
     assert remote_result(uri) == result(tmp_path / "ref")
     got = open_table(uri)[1]
     assert got["resumed"]["from_pass"] == 3
     ref_files = sorted(os.listdir(tmp_path / "ref" / "fgrams"))
-    for name, remote_name in zip(ref_files, sorted(f for f in got["files"]
-                                                    if f.startswith("fgrams/"))):
-        assert locate(f"{uri}/{remote_name}").read_bytes() == \
-            open(tmp_path / "ref" / "fgrams" / name, "rb").read()      # identical bytes
+    for name, remote_name in zip(
+        ref_files, sorted(f for f in got["files"] if f.startswith("fgrams/"))
+    ):
+        assert (
+            locate(f"{uri}/{remote_name}").read_bytes()
+            == open(tmp_path / "ref" / "fgrams" / name, "rb").read()
+        )  # identical bytes
 
 
 def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkeypatch):
@@ -340,30 +481,45 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
     bucket = s3.bucket()
     rng = np.random.default_rng(5)
-    shards = {n: [rng.integers(1, 6, int(rng.integers(3, 30))).tolist() for _ in range(12)]
-              for n in ("a", "b", "c")}
+    shards = {
+        n: [rng.integers(1, 6, int(rng.integers(3, 30))).tolist() for _ in range(12)]
+        for n in ("a", "b", "c")
+    }
     changed = [doc[::-1] + [5, 5] for doc in shards["a"]]
     root = f"s3://{bucket}/fg"
 
     def put(name, docs):
-        _put(s3, write_bin(str(tmp_path / f"{name}.bin"), docs, sep=0),
-             f"s3://{bucket}/in/{name}.bin")
+        _put(
+            s3,
+            write_bin(str(tmp_path / f"{name}.bin"), docs, sep=0),
+            f"s3://{bucket}/in/{name}.bin",
+        )
 
     def refresh(names):
-        cfg = BuildConfig(inputs=[f"s3://{bucket}/in/{n}.bin" for n in names], output=root,
-                          engine="local", unit_tokens=50, doc_sep=0, max_len=4, min_count=3)
+        cfg = BuildConfig(
+            inputs=[f"s3://{bucket}/in/{n}.bin" for n in names],
+            output=root,
+            engine="local",
+            unit_tokens=50,
+            doc_sep=0,
+            max_len=4,
+            min_count=3,
+        )
         return run_refresh(cfg, keep=2)
 
     for name, docs in shards.items():
         put(name, docs)
-    steps = [(["a"], shards["a"]), (["a", "b"], shards["a"] + shards["b"]),
-             (["a", "b", "c"], shards["a"] + shards["b"] + shards["c"]),
-             (["a", "b", "c"], changed + shards["b"] + shards["c"]),      # a changed in place
-             (["b", "c"], shards["b"] + shards["c"])]                      # a removed
+    steps = [
+        (["a"], shards["a"]),
+        (["a", "b"], shards["a"] + shards["b"]),
+        (["a", "b", "c"], shards["a"] + shards["b"] + shards["c"]),
+        (["a", "b", "c"], changed + shards["b"] + shards["c"]),  # a changed in place
+        (["b", "c"], shards["b"] + shards["c"]),
+    ]  # a removed
     versions, seen = [], []
     switch = vs.switch_current
 
-    def checked(where, vid):        # the new version is up, `current` not yet switched to it
+    def checked(where, vid):  # the new version is up, `current` not yet switched to it
         assert vs.is_finished(vs.version_path(where, vid))
         seen.append(remote_result(root) if vs.current(where) else None)
         switch(where, vid)
@@ -374,7 +530,7 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
             put("a", changed)
         before = remote_result(root) if i else None
         res = refresh(names)
-        assert seen[-1] == before           # readers saw the old version whole until the switch
+        assert seen[-1] == before  # readers saw the old version whole until the switch
         assert res["built"] and remote_result(root) == select(docs, 4, 3, None), i
         versions.append(res["version"])
         cur = locate(f"{root}/current").read_bytes().decode().strip()
@@ -382,7 +538,7 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
     m = res["manifest"]
     assert m["refresh"]["store_reused"] and m["refresh"]["removed_shards"] == 1
     assert m["refresh"]["new_shards"] == 0
-    assert refresh(["b", "c"])["built"] is False                  # nothing changed
+    assert refresh(["b", "c"])["built"] is False  # nothing changed
     assert vs.list_versions(locate(root)) == sorted(versions[-2:])  # --keep 2, on the store
     named = set()
     for vid in versions[-2:]:
@@ -403,8 +559,9 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
 
 
 @pytest.mark.parametrize("staged", ["here", "on-store"])
-def test_annotate_to_s3_equals_local_and_training_sequences_read_it(tmp_path, s3, corpus,
-                                                                    monkeypatch, staged):
+def test_annotate_to_s3_equals_local_and_training_sequences_read_it(
+    tmp_path, s3, corpus, monkeypatch, staged
+):
     """Parquet and flat tags of S3 inputs, written to S3: staged on this machine (local
     mode) or on the store (a cluster's way: per-unit objects, then one per flat shard)."""
     import pyarrow.parquet as pq
@@ -421,11 +578,17 @@ def test_annotate_to_s3_equals_local_and_training_sequences_read_it(tmp_path, s3
         monkeypatch.setattr(an, "runs_here", lambda cfg: False)
     out = f"s3://{corpus}/tags-{staged}"
     cfg = dict(doc_sep=0, engine="local", unit_tokens=4)
-    m = an.run_annotate(an.AnnotateConfig(table=table, inputs=[f"s3://{corpus}/in"], output=out,
-                                          **cfg))
-    ref = an.run_annotate(an.AnnotateConfig(table=table, inputs=[str(tmp_path / "a.parquet"),
-                                                                 str(tmp_path / "b.bin")],
-                                            output=str(tmp_path / "tags"), **cfg))
+    m = an.run_annotate(
+        an.AnnotateConfig(table=table, inputs=[f"s3://{corpus}/in"], output=out, **cfg)
+    )
+    ref = an.run_annotate(
+        an.AnnotateConfig(
+            table=table,
+            inputs=[str(tmp_path / "a.parquet"), str(tmp_path / "b.bin")],
+            output=str(tmp_path / "tags"),
+            **cfg,
+        )
+    )
     assert m["coverage"] == ref["coverage"] and m["coverage"]["positions"] > 0
     loc = locate(out)
     manifest = loc.child("manifest.json").read_json()
@@ -436,12 +599,15 @@ def test_annotate_to_s3_equals_local_and_training_sequences_read_it(tmp_path, s3
         got, want = tag_file(loc, manifest, rel), str(tmp_path / "tags" / rel)
         if rel.endswith(".npy"):
             import io
+
             assert np.array_equal(np.load(io.BytesIO(got.read_bytes())), np.load(want)), rel
         else:
             assert pq.read_table(got.path, filesystem=got.fs).equals(pq.read_table(want)), rel
     seq = [tuple(a.tolist() for a in s) for s in training_sequences(out, 5)]
-    assert seq == [tuple(a.tolist() for a in s)
-                   for s in training_sequences(str(tmp_path / "tags"), 5)] and seq
+    assert (
+        seq == [tuple(a.tolist() for a in s) for s in training_sequences(str(tmp_path / "tags"), 5)]
+        and seq
+    )
 
 
 @pytest.mark.parametrize("staged", ["here", "on-store"])
@@ -459,14 +625,15 @@ def test_embed_to_s3_and_the_store_reads_it(tmp_path, s3, corpus, monkeypatch, s
     opts = dict(model="fgram.pipeline.models:hashed", chunk_rows=3, batch=2, local=True)
     em.run_embed(em.EmbedConfig(table=str(tmp_path / "local"), **opts))
     meta = None
-    for _ in range(2):          # the second run replaces the first generation
+    for _ in range(2):  # the second run replaces the first generation
         meta = em.run_embed(em.EmbedConfig(table=uri, **opts))
     want = np.load(tmp_path / "local" / "embeddings" / "matrix.npy")
     assert meta["chunks"] > 2 and meta["rows"] == len(want)
     names = objects(s3.filesystem(), f"{corpus}/tables/emb-{staged}/embeddings")
     assert names == sorted(["embeddings.json", meta["files"]["matrix.npy"]["object"]])
-    assert not [n for n in objects(s3.filesystem(), f"{corpus}/tables/emb-{staged}")
-                if "staging" in n]
+    assert not [
+        n for n in objects(s3.filesystem(), f"{corpus}/tables/emb-{staged}") if "staging" in n
+    ]
     tokens = np.array([1, 2, 3, 4, 1, 2, 3, 5, 2, 3, 1])
     ref = FgramStore.open(str(tmp_path / "local"), mode="ram").embed_sequence(tokens)
     for mode in ("ram", "mmap"):

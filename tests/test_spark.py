@@ -1,4 +1,5 @@
 """The session builder: what a fresh machine's driver JVM gets."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,8 @@ def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path))
     final = sp.class_archive()
     assert os.path.dirname(final) == str(tmp_path) and final.endswith(".jsa")
-    orphan = f"{final}.999999999.tmp"       # a killed run's: no such process
-    mine = f"{final}.{os.getpid()}.tmp"     # a live run's
+    orphan = f"{final}.999999999.tmp"  # a killed run's: no such process
+    mine = f"{final}.{os.getpid()}.tmp"  # a live run's
     for path in (orphan, mine):
         open(path, "w").close()
     settings = {sp.JAVA_OPTS: "-XX:+UseSerialGC"}
@@ -24,7 +25,7 @@ def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
     assert sp._with_class_archive(settings) is None
     assert f"-XX:SharedArchiveFile={final}" in settings[sp.JAVA_OPTS]
     os.remove(final)
-    open(final + ".none", "w").close()      # this JVM could not write one: no retry
+    open(final + ".none", "w").close()  # this JVM could not write one: no retry
     settings = {sp.JAVA_OPTS: ""}
     assert sp._with_class_archive(settings) is None and settings[sp.JAVA_OPTS] == ""
 
@@ -39,34 +40,40 @@ def test_only_the_most_recently_used_archives_are_kept(monkeypatch, tmp_path):
     for age, name in enumerate(names):
         path = tmp_path / name
         path.write_bytes(b"x")
-        os.utime(path, (1e9 - age * 1000, 1e9 - age * 1000))     # names[0] the newest
+        os.utime(path, (1e9 - age * 1000, 1e9 - age * 1000))  # names[0] the newest
     open(tmp_path / "other.txt", "w").close()
-    os.rename(tmp_path / names[-1], final)       # the oldest is this install's: using it ...
+    os.rename(tmp_path / names[-1], final)  # the oldest is this install's: using it ...
     assert sp._with_class_archive({sp.JAVA_OPTS: ""}) is None
-    assert os.stat(final).st_mtime > 1e9         # ... makes it the most recently used
-    os.remove(final)                             # gone: the next run writes it afresh
+    assert os.stat(final).st_mtime > 1e9  # ... makes it the most recently used
+    os.remove(final)  # gone: the next run writes it afresh
     assert sp._with_class_archive({sp.JAVA_OPTS: ""}) == final
     left = sorted(n for n in os.listdir(tmp_path) if n.endswith(".jsa"))
-    assert left == sorted(names[:sp.KEEP_ARCHIVES])
+    assert left == sorted(names[: sp.KEEP_ARCHIVES])
     assert os.path.exists(tmp_path / "other.txt")
 
 
 def test_first_context_publishes_the_archive_and_the_next_one_uses_it(tmp_path):
     """Two fresh processes: the first launches its JVM recording the classes it loads
     and publishes the archive at exit; the second starts from it; both run a job."""
-    script = ("from fgram.spark import session as sp\n"
-              "sc = sp.get_context('local[2]')\n"
-              "print(sc.getConf().get('spark.driver.extraJavaOptions'))\n"
-              "print('sum', sc.parallelize(range(5), 2).sum())\n")
+    script = (
+        "from fgram.spark import session as sp\n"
+        "sc = sp.get_context('local[2]')\n"
+        "print(sc.getConf().get('spark.driver.extraJavaOptions'))\n"
+        "print('sum', sc.parallelize(range(5), 2).sum())\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
     env["FGRAM_CACHE_DIR"] = str(tmp_path / "cache")
-    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                           text=True, timeout=300) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+        )
+        for _ in range(2)
+    ]
     for run in runs:
         assert run.returncode == 0, run.stderr[-2000:]
         assert "sum 10" in run.stdout
     names = os.listdir(tmp_path / "cache")
-    assert len(names) == 1 and names[0].endswith(".jsa"), names     # no .tmp left behind
+    assert len(names) == 1 and names[0].endswith(".jsa"), names  # no .tmp left behind
     archive = str(tmp_path / "cache" / names[0])
     assert os.path.getsize(archive) > 1_000_000
     assert "-XX:ArchiveClassesAtExit=" in runs[0].stdout
@@ -96,13 +103,13 @@ def test_wait_idle_outlasts_the_tasks_of_a_cancelled_job(spark):
     thread = threading.Thread(target=job, daemon=True)
     thread.start()
     deadline = time.time() + 60
-    while ex.wait_idle(0) and time.time() < deadline:     # until the tasks run
+    while ex.wait_idle(0) and time.time() < deadline:  # until the tasks run
         time.sleep(0.05)
     assert not ex.wait_idle(0.1)
     ex.sc.cancelJobGroup("slow")
     thread.join(30)
     assert "exc" in ended
-    assert not ex.wait_idle(0)      # the job is over, its tasks are not
+    assert not ex.wait_idle(0)  # the job is over, its tasks are not
     t0 = time.time()
     assert ex.wait_idle(30)
     assert time.time() - t0 < 30
@@ -116,7 +123,9 @@ def test_local_workers_import_the_installed_pyspark_not_the_source_zip(spark):
 
     def where(_):
         import pyspark as p
+
         return p.__file__
+
     got = spark.sparkContext.parallelize(range(2), 2).map(where).collect()
     assert set(got) == {pyspark.__file__} and ".zip" not in pyspark.__file__, got
 

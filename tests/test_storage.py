@@ -1,4 +1,5 @@
 """The I/O layer without a server: URIs, options, what a manifest or a message may show."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -7,8 +8,15 @@ from fgram.jobs.build.state import check_work_reach
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError, StorageUnavailable
 from fgram.pipeline.publish import data_files, generation_name
-from fgram.pipeline.storage import (explain, failure, is_remote, locate, parse_options,
-                                    public_options, redact)
+from fgram.pipeline.storage import (
+    explain,
+    failure,
+    is_remote,
+    locate,
+    parse_options,
+    public_options,
+    redact,
+)
 
 
 def test_plain_paths_and_file_uris_are_local(tmp_path):
@@ -33,11 +41,21 @@ def test_unknown_scheme_and_bad_options_are_config_errors():
 
 
 def test_secrets_are_masked_in_records_and_messages(monkeypatch):
-    opts = {"endpoint_override": "http://127.0.0.1:9", "access_key": "AKIAX",
-            "secret_key": "s3cr3t-value", "session_token": "tok-value", "region": "eu"}
+    opts = {
+        "endpoint_override": "http://127.0.0.1:9",
+        "access_key": "AKIAX",
+        "secret_key": "s3cr3t-value",
+        "session_token": "tok-value",
+        "region": "eu",
+    }
     shown = public_options(opts)
-    assert shown == {"access_key": "***", "endpoint_override": "http://127.0.0.1:9",
-                     "region": "eu", "secret_key": "***", "session_token": "***"}
+    assert shown == {
+        "access_key": "***",
+        "endpoint_override": "http://127.0.0.1:9",
+        "region": "eu",
+        "secret_key": "***",
+        "session_token": "***",
+    }
     cfg = BuildConfig(inputs=["x"], output="s3://b/out", storage=opts)
     rec = repr(cfg.record())
     assert "s3cr3t-value" not in rec and "tok-value" not in rec and "s3://b/out" in rec
@@ -46,9 +64,11 @@ def test_secrets_are_masked_in_records_and_messages(monkeypatch):
 
 
 def test_failures_are_classified_by_what_they_allow():
-    refused = OSError("When getting information for key 'k' in bucket 'b': AWS Error "
-                      "NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not "
-                      "connect to server")
+    refused = OSError(
+        "When getting information for key 'k' in bucket 'b': AWS Error "
+        "NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not "
+        "connect to server"
+    )
     denied = OSError("AWS Error ACCESS_DENIED during HeadObject operation: No response body.")
     err = failure("s3://b/k", refused, {"endpoint_override": "http://h:1"})
     assert isinstance(err, StorageUnavailable)

@@ -1,4 +1,5 @@
 """Work-file helpers: reading into reused buffers, removing consumed files in the background."""
+
 import os
 
 import numpy as np
@@ -17,8 +18,8 @@ def test_read_into_reuses_the_buffer(tmp_path):
     assert np.array_equal(a, big) and a.dtype == np.int32
     b = read_into(str(tmp_path / "small.npy"), scratch, "pos")
     assert np.array_equal(b, small)
-    assert b.__array_interface__["data"][0] == a.__array_interface__["data"][0]   # same pages
-    c = read_into(str(tmp_path / "big.npy"), scratch, "other")     # another name: its own buffer
+    assert b.__array_interface__["data"][0] == a.__array_interface__["data"][0]  # same pages
+    c = read_into(str(tmp_path / "big.npy"), scratch, "other")  # another name: its own buffer
     assert np.array_equal(c, big) and np.array_equal(b, small)
 
 
@@ -37,6 +38,6 @@ def test_sweeper_removes_in_the_background_and_tolerates_missing_files(tmp_path)
         open(p, "w").close()
     sweeper = Sweeper()
     sweeper.sweep(paths[:3] + [str(tmp_path / "never-there")])
-    sweeper.sweep(paths[3:])       # waits for the first batch, then starts the next
+    sweeper.sweep(paths[3:])  # waits for the first batch, then starts the next
     sweeper.wait()
     assert os.listdir(tmp_path) == []

@@ -25,6 +25,7 @@ objects. Either way the output is published with the build's protocol
 (`publish.finish`): files under names of their own generation, the manifest
 (which lists them) last but `_SUCCESS`.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,26 +34,37 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from fgram.version import __version__
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
-from fgram.pipeline.inputs import (ReadOptions, Shard, Unit, check_range, list_column, plan_shards,
-                                   plan_units, read_flat_range, read_row_groups, reading,
-                                   shard_record, tokens_of)
+from fgram.pipeline.inputs import (
+    ReadOptions,
+    Shard,
+    Unit,
+    check_range,
+    list_column,
+    plan_shards,
+    plan_units,
+    read_flat_range,
+    read_row_groups,
+    reading,
+    shard_record,
+    tokens_of,
+)
 from fgram.pipeline.publish import OutputLock, check_output, finish, staging_dir
 from fgram.pipeline.storage import Location, public_options
 from fgram.pipeline.table import arrow_list, write_table
 from fgram.pipeline.versions import resolve_table
+from fgram.version import __version__
 
 
 @dataclass
 class AnnotateConfig:
     table: str
     inputs: list[str]
-    output: str | None = None          # None: coverage only, nothing written
+    output: str | None = None  # None: coverage only, nothing written
     column: str = "tokens"
     dtype: str = "uint16"
     doc_sep: int | None = None
@@ -61,12 +73,17 @@ class AnnotateConfig:
     engine: str = "spark"
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
-    storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
-    strict: bool = False            # a flat file whose sample looks wrong fails (`guards`)
+    storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
+    strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
 
     def read_options(self) -> ReadOptions:
-        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep,
-                           storage=self.storage, strict=self.strict)
+        return ReadOptions(
+            column=self.column,
+            dtype=self.dtype,
+            doc_sep=self.doc_sep,
+            storage=self.storage,
+            strict=self.strict,
+        )
 
 
 _INDEX: dict[str, FgramIndex] = {}
@@ -85,7 +102,9 @@ def sidecar(folder, shard: Shard, what: str):
 
 def _part(staging, shard: Shard, start: int, what: str):
     """A flat shard's tags of the unit at ``start``, before `assemble_task` joins them."""
-    return wf.join(staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy")
+    return wf.join(
+        staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy"
+    )
 
 
 def _remote(folder) -> bool:
@@ -108,8 +127,9 @@ def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str
 
 
 @as_task
-def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int,
-                  staging) -> list[int]:
+def annotate_task(
+    cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int, staging
+) -> list[int]:
     index = _index(cfg.table, cfg.storage)
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
@@ -117,7 +137,7 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
         lo = max(unit.start - (k - 1), 0)
         raw = read_flat_range(shard, lo, unit.stop, storage=cfg.storage)
         fid, mlen = match_flat(index, raw, cfg.doc_sep, shard.uri)
-        fid, mlen = fid[unit.start - lo:], mlen[unit.start - lo:]
+        fid, mlen = fid[unit.start - lo :], mlen[unit.start - lo :]
         if _remote(staging):
             wf.save_array(_part(staging, shard, unit.start, "fgid"), fid.astype(_id_type(index)))
             wf.save_array(_part(staging, shard, unit.start, "mlen"), mlen)
@@ -125,8 +145,8 @@ def annotate_task(cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u
             folder = os.path.join(staging, "tags")
             ids = np.load(sidecar(folder, shard, "fgid"), mmap_mode="r+")
             lens = np.load(sidecar(folder, shard, "mlen"), mmap_mode="r+")
-            ids[unit.start:unit.stop] = fid
-            lens[unit.start:unit.stop] = mlen
+            ids[unit.start : unit.stop] = fid
+            lens[unit.start : unit.stop] = mlen
             ids.flush()
             lens.flush()
             del ids, lens
@@ -156,22 +176,33 @@ def assemble_task(shard: Shard, starts: list[int], id_type: str, staging: Locati
     """Stream a flat shard's per-unit tag objects, in order, into its two ``.npy``
     objects (one upload each)."""
     for what, dtype in (("fgid", id_type), ("mlen", np.uint8)):
-        wf.concat_arrays(sidecar(staging.child("tags"), shard, what),
-                         [_part(staging, shard, start, what) for start in starts], dtype,
-                         (shard.n_items,))
+        wf.concat_arrays(
+            sidecar(staging.child("tags"), shard, what),
+            [_part(staging, shard, start, what) for start in starts],
+            dtype,
+            (shard.n_items,),
+        )
 
 
 def coverage_table(hist: list[int]) -> dict:
     """Shares of positions by match length (the separators excluded) and the mean length."""
     positions = sum(hist[1:])
     by_len = {str(length): hist[length] for length in range(2, len(hist))}
-    mean = (sum(length * n for length, n in enumerate(hist) if length >= 1) / positions
-            if positions else 0.0)
-    return {"positions": positions, "unmatched": hist[1] if len(hist) > 1 else 0,
-            "matched_by_length": by_len, "mean_match_length": round(mean, 4),
-            "share_unmatched": round(hist[1] / positions, 6) if positions else 0.0,
-            "share_by_length": {k: round(v / positions, 6) if positions else 0.0
-                                for k, v in by_len.items()}}
+    mean = (
+        sum(length * n for length, n in enumerate(hist) if length >= 1) / positions
+        if positions
+        else 0.0
+    )
+    return {
+        "positions": positions,
+        "unmatched": hist[1] if len(hist) > 1 else 0,
+        "matched_by_length": by_len,
+        "mean_match_length": round(mean, 4),
+        "share_unmatched": round(hist[1] / positions, 6) if positions else 0.0,
+        "share_by_length": {
+            k: round(v / positions, 6) if positions else 0.0 for k, v in by_len.items()
+        },
+    }
 
 
 def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
@@ -205,48 +236,78 @@ def staging_location(cfg: AnnotateConfig, out: Location):
     if out.local or runs_here(cfg):
         return staging_dir(out)
     import uuid
+
     return out.sibling(f".{out.name}.fgram-staging-{uuid.uuid4().hex[:12]}")
 
 
-def _annotate(cfg: AnnotateConfig, ex, table: Location, index: FgramIndex, shards, units,
-              out: Location | None, staging, t0: float) -> dict:
+def _annotate(
+    cfg: AnnotateConfig,
+    ex,
+    table: Location,
+    index: FgramIndex,
+    shards,
+    units,
+    out: Location | None,
+    staging,
+    t0: float,
+) -> dict:
     if staging is not None and not _remote(staging):
         folder = os.path.join(staging, "tags")
         os.makedirs(folder)
         for shard in shards:
             if shard.format == "flat":
-                np.lib.format.open_memmap(sidecar(folder, shard, "fgid"), mode="w+",
-                                          dtype=_id_type(index), shape=(shard.n_items,))
-                np.lib.format.open_memmap(sidecar(folder, shard, "mlen"), mode="w+",
-                                          dtype=np.uint8, shape=(shard.n_items,))
+                np.lib.format.open_memmap(
+                    sidecar(folder, shard, "fgid"),
+                    mode="w+",
+                    dtype=_id_type(index),
+                    shape=(shard.n_items,),
+                )
+                np.lib.format.open_memmap(
+                    sidecar(folder, shard, "mlen"),
+                    mode="w+",
+                    dtype=np.uint8,
+                    shape=(shard.n_items,),
+                )
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
-    hists = ex.map(len(units), lambda u: annotate_task(cfg, shards, units, u, staging),
-                   progress=True)
+    hists = ex.map(
+        len(units), lambda u: annotate_task(cfg, shards, units, u, staging), progress=True
+    )
     if _remote(staging):
         flat = [i for i, s in enumerate(shards) if s.format == "flat"]
         starts = {i: sorted(un.start for un in units if un.shard == i) for i in flat}
         PROGRESS.stage("assemble flat tags", len(flat), unit="shards")
         id_type = np.dtype(_id_type(index)).str
-        ex.map(len(flat), lambda j: assemble_task(shards[flat[j]], starts[flat[j]], id_type,
-                                                  staging))
+        ex.map(
+            len(flat), lambda j: assemble_task(shards[flat[j]], starts[flat[j]], id_type, staging)
+        )
         wf.remove_tree(staging.child("_work"))
     k = index.max_len
     hist = [sum(h[i] for h in hists) for i in range(k + 1)]
-    manifest = {"fgram_version": __version__, "kind": "fgram-tags",
-                "table": {"path": table.uri,
-                          "fingerprint": manifest_fingerprint(table),
-                          "fgrams": index.meta["fgrams"], "max_len": k},
-                "config": {**asdict(cfg), "output": out.uri if out else None,
-                           "storage": public_options(cfg.storage)},
-                "inputs": [shard_record(s) for s in shards],
-                "units": [{"shard": un.shard, "start": un.start, "stop": un.stop}
-                          for un in units],
-                "coverage": coverage_table(hist),
-                "layout": {"parquet": "<stem>.<first row group>.parquet: input columns but "
-                                      "the tokens, fgram_ids list<int>, match_len list<uint8>",
-                           "flat": "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; "
-                                   "separators: id -1, length 0"},
-                "seconds": round(time.time() - t0, 3)}
+    manifest = {
+        "fgram_version": __version__,
+        "kind": "fgram-tags",
+        "table": {
+            "path": table.uri,
+            "fingerprint": manifest_fingerprint(table),
+            "fgrams": index.meta["fgrams"],
+            "max_len": k,
+        },
+        "config": {
+            **asdict(cfg),
+            "output": out.uri if out else None,
+            "storage": public_options(cfg.storage),
+        },
+        "inputs": [shard_record(s) for s in shards],
+        "units": [{"shard": un.shard, "start": un.start, "stop": un.stop} for un in units],
+        "coverage": coverage_table(hist),
+        "layout": {
+            "parquet": "<stem>.<first row group>.parquet: input columns but "
+            "the tokens, fgram_ids list<int>, match_len list<uint8>",
+            "flat": "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; "
+            "separators: id -1, length 0",
+        },
+        "seconds": round(time.time() - t0, 3),
+    }
     if staging is not None:
         finish(staging, out, manifest)
     return manifest

@@ -23,6 +23,7 @@ Where the rows go while the run lasts:
   the driver then streams them, in order, into the matrix object (one multipart
   upload, never the whole matrix in memory).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,16 +48,16 @@ from fgram.pipeline.workdir import save_json
 
 @dataclass
 class EmbedConfig:
-    table: str                       # a build output
-    model: str                       # module:factory
+    table: str  # a build output
+    model: str  # module:factory
     batch: int = 4096
     dtype: str = "float16"
     chunk_rows: int = 1 << 16
-    device: str | None = None        # passed to the model factory (e.g. "cpu", "cuda")
-    local: bool = False              # True: every chunk in this process, no Spark
+    device: str | None = None  # passed to the model factory (e.g. "cpu", "cuda")
+    local: bool = False  # True: every chunk in this process, no Spark
     master: str | None = None
     conf: dict | None = None
-    storage: dict | None = None      # --storage-option (secrets inside)
+    storage: dict | None = None  # --storage-option (secrets inside)
 
     @property
     def engine(self) -> str:
@@ -71,6 +72,7 @@ class EmbedConfig:
 def padded(tokens_column, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """A list<int32> Arrow column -> (int32 [B, max_len] right-padded with 0, lengths)."""
     import pyarrow.compute as pc
+
     lengths = pc.list_value_length(tokens_column).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(tokens_column).to_numpy(zero_copy_only=False).astype(np.int32)
     out = np.zeros((len(lengths), max_len), dtype=np.int32)
@@ -82,26 +84,34 @@ def padded(tokens_column, max_len: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _chunk_rows(model, dataset, lo: int, hi: int, max_len: int, batch: int) -> np.ndarray:
     import pyarrow.compute as pc
-    t = dataset.to_table(columns=["fgram_id", "tokens"],
-                         filter=(pc.field("fgram_id") >= lo) & (pc.field("fgram_id") < hi))
+
+    t = dataset.to_table(
+        columns=["fgram_id", "tokens"],
+        filter=(pc.field("fgram_id") >= lo) & (pc.field("fgram_id") < hi),
+    )
     t = t.sort_by("fgram_id")
     ids = t.column("fgram_id").to_numpy()
     if len(ids) != hi - lo or (len(ids) and (ids[0] != lo or ids[-1] != hi - 1)):
-        raise FgramError(f"{dataset.files[0]}...: f-gram ids {lo}..{hi - 1} are not all in the table")
+        raise FgramError(
+            f"{dataset.files[0]}...: f-gram ids {lo}..{hi - 1} are not all in the table"
+        )
     toks, lengths = padded(t.column("tokens").combine_chunks(), max_len)
     outs, t_model = [], time.perf_counter()
     for s in range(0, len(ids), batch):
-        outs.append(np.asarray(model(toks[s:s + batch], lengths[s:s + batch]), dtype=np.float32))
+        outs.append(
+            np.asarray(model(toks[s : s + batch], lengths[s : s + batch]), dtype=np.float32)
+        )
     _MODEL_SECONDS[0] += time.perf_counter() - t_model
     rows = np.concatenate(outs) if outs else np.zeros((0, 0), np.float32)
     if rows.ndim != 2 or len(rows) != len(ids):
-        raise FgramError(f"model returned shape {rows.shape} for {len(ids)} f-grams; "
-                         f"expected [{len(ids)}, d]")
+        raise FgramError(
+            f"model returned shape {rows.shape} for {len(ids)} f-grams; expected [{len(ids)}, d]"
+        )
     return rows
 
 
 _MODELS: dict = {}
-_MODEL_SECONDS = [0.0]     # time inside model calls in this process (for the overhead figure)
+_MODEL_SECONDS = [0.0]  # time inside model calls in this process (for the overhead figure)
 
 
 def _model(spec: str, device: str | None):
@@ -116,8 +126,9 @@ def _dataset(table: Location):
     return table_dataset(*open_table(table))
 
 
-def embed_chunk(cfg: EmbedConfig, table: Location, c: int, total: int, max_len: int,
-                staging) -> float:
+def embed_chunk(
+    cfg: EmbedConfig, table: Location, c: int, total: int, max_len: int, staging
+) -> float:
     """Compute chunk c's rows, write them into the staging matrix, then its marker (on
     an object store: as the chunk's own object, which is its marker).
 
@@ -131,8 +142,10 @@ def embed_chunk(cfg: EmbedConfig, table: Location, c: int, total: int, max_len: 
         return _MODEL_SECONDS[0] - before
     matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r+")
     if matrix.shape[1] != rows.shape[1]:
-        raise FgramError(f"{cfg.model}: rows of width {rows.shape[1]} in chunk {c}, "
-                         f"{matrix.shape[1]} in the first")
+        raise FgramError(
+            f"{cfg.model}: rows of width {rows.shape[1]} in chunk {c}, "
+            f"{matrix.shape[1]} in the first"
+        )
     matrix[lo:hi] = rows
     matrix.flush()
     del matrix
@@ -154,26 +167,40 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     t0 = time.time()
     table, manifest = open_table(cfg.table, cfg.storage)
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
-    params = {"model": cfg.model, "device": cfg.device, "dtype": cfg.dtype,
-              "chunk_rows": cfg.chunk_rows, "table": manifest_fingerprint(table), "rows": total}
+    params = {
+        "model": cfg.model,
+        "device": cfg.device,
+        "dtype": cfg.dtype,
+        "chunk_rows": cfg.chunk_rows,
+        "table": manifest_fingerprint(table),
+        "rows": total,
+    }
     if not table.local and not runs_here(cfg):
         return _embed_on_store(cfg, table, params, total, max_len, spark, t0)
     final = table.child("embeddings")
     staging = final.path + ".staging" if table.local else staging_path(final)
     params_path = os.path.join(staging, "params.json")
     path = os.path.join(staging, "matrix.npy")
-    resumed = os.path.exists(params_path) and json.load(open(params_path)) == params and \
-        os.path.exists(path)
+    resumed = (
+        os.path.exists(params_path)
+        and json.load(open(params_path)) == params
+        and os.path.exists(path)
+    )
     if not resumed:
         shutil.rmtree(staging, ignore_errors=True)
         os.makedirs(os.path.join(staging, "done"))
         first = _first_row(cfg, table, total, max_len)
-        np.lib.format.open_memmap(path, mode="w+", dtype=storage_dtype(cfg.dtype),
-                                  shape=(total, first.shape[1] if total else 0))
+        np.lib.format.open_memmap(
+            path,
+            mode="w+",
+            dtype=storage_dtype(cfg.dtype),
+            shape=(total, first.shape[1] if total else 0),
+        )
         save_json(params_path, params)
     nchunks = -(-total // cfg.chunk_rows)
-    todo = [c for c in range(nchunks)
-            if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))]
+    todo = [
+        c for c in range(nchunks) if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))
+    ]
     model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
     meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), model_seconds)
@@ -203,8 +230,9 @@ def _first_row(cfg: EmbedConfig, table: Location, total: int, max_len: int) -> n
     return _chunk_rows(_model(cfg.model, cfg.device), _dataset(table), 0, 1, max_len, 1)
 
 
-def _run_chunks(cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int,
-                staging, spark) -> float:
+def _run_chunks(
+    cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int, staging, spark
+) -> float:
     PROGRESS.stage("embed", len(todo), unit="chunks")
     if cfg.local:
         seconds = 0.0
@@ -215,20 +243,38 @@ def _run_chunks(cfg: EmbedConfig, table: Location, todo: list[int], total: int, 
     if not todo:
         return 0.0
     ex = make_executor("spark", spark, cfg.master, cfg.conf)
-    return sum(ex.map(len(todo), lambda i: embed_task(cfg, table, todo[i], total, max_len,
-                                                      staging), progress=True))
+    return sum(
+        ex.map(
+            len(todo),
+            lambda i: embed_task(cfg, table, todo[i], total, max_len, staging),
+            progress=True,
+        )
+    )
 
 
-def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int,
-          model_seconds: float) -> dict:
-    return {"format": "fgram-embeddings", "version": 1, "rows": params["rows"], "dim": dim,
-            "dtype": cfg.dtype, "model": cfg.model, "table": params["table"],
-            "chunk_rows": cfg.chunk_rows, "chunks": nchunks, "chunks_resumed": nchunks - ran,
-            "engine": cfg.engine, "device": cfg.device, "model_seconds": round(model_seconds, 3)}
+def _meta(
+    cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int, model_seconds: float
+) -> dict:
+    return {
+        "format": "fgram-embeddings",
+        "version": 1,
+        "rows": params["rows"],
+        "dim": dim,
+        "dtype": cfg.dtype,
+        "model": cfg.model,
+        "table": params["table"],
+        "chunk_rows": cfg.chunk_rows,
+        "chunks": nchunks,
+        "chunks_resumed": nchunks - ran,
+        "engine": cfg.engine,
+        "device": cfg.device,
+        "model_seconds": round(model_seconds, 3),
+    }
 
 
-def _embed_on_store(cfg: EmbedConfig, table: Location, params: dict, total: int, max_len: int,
-                    spark, t0: float) -> dict:
+def _embed_on_store(
+    cfg: EmbedConfig, table: Location, params: dict, total: int, max_len: int, spark, t0: float
+) -> dict:
     """A table on an object store, chunks on a cluster's executors: one object per chunk
     in a staging prefix on the store, then streamed into one matrix object."""
     import uuid
@@ -247,8 +293,12 @@ def _embed_on_store(cfg: EmbedConfig, table: Location, params: dict, total: int,
     meta = _meta(cfg, params, dim, nchunks, len(todo), model_seconds)
     final = table.child("embeddings")
     name = generation_name("matrix.npy", uuid.uuid4().hex[:12])
-    sha, size = wf.concat_arrays(final.child(name), [_chunk(staging, c) for c in range(nchunks)],
-                                 storage_dtype(cfg.dtype), (total, dim))
+    sha, size = wf.concat_arrays(
+        final.child(name),
+        [_chunk(staging, c) for c in range(nchunks)],
+        storage_dtype(cfg.dtype),
+        (total, dim),
+    )
     meta["sha256"] = sha
     meta["files"] = {"matrix.npy": {"object": name, "sha256": sha, "bytes": size}}
     meta["seconds"] = round(time.time() - t0, 3)

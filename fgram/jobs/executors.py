@@ -5,6 +5,7 @@ files and return small summaries. ``SparkExecutor`` runs them as one Spark job
 (scheduling, retries, any cluster); ``LocalExecutor`` runs the same functions
 in a pool of forked processes, without Spark, to measure what Spark costs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -13,8 +14,8 @@ import os
 import re
 import time
 
-from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
 from fgram.jobs.progress import PROGRESS
+from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
 from fgram.pipeline.storage import object_store_used
 
 
@@ -25,12 +26,14 @@ def as_task(fn):
     pickles it by reference (an import on the worker), never by value with
     the module's globals (the driver's caches and work arrays).
     """
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except FgramError as exc:
             raise RuntimeError(exc.marker_text()) from None
+
     return wrapper
 
 
@@ -41,9 +44,11 @@ def reraise(exc: BaseException):
         raise err from None
     _, missing = task_failure(text)
     if missing is not None:
-        raise WorkerSetupError(f"a Spark worker cannot import what the task needs ({missing}): "
-                               f"install fgram and its dependencies where the executors run, "
-                               f"or ship the package with --py-files") from None
+        raise WorkerSetupError(
+            f"a Spark worker cannot import what the task needs ({missing}): "
+            f"install fgram and its dependencies where the executors run, "
+            f"or ship the package with --py-files"
+        ) from None
     raise exc
 
 
@@ -84,6 +89,7 @@ class SparkExecutor(Executor):
     def spark(self):
         if self._spark is None:
             from fgram.spark.session import session
+
             self._spark = session()
         return self._spark
 
@@ -107,6 +113,7 @@ class SparkExecutor(Executor):
         """This thread's next job in a job group of its own, whose finished tasks the
         progress display reads from the status tracker (no Python runs in the tasks)."""
         import uuid
+
         group = f"fgram-progress-{uuid.uuid4().hex[:8]}"
         self.sc.setJobGroup(group, "fgram", False)
         tracker = self.sc.statusTracker()
@@ -115,10 +122,11 @@ class SparkExecutor(Executor):
             done = 0
             for job in tracker.getJobIdsForGroup(group):
                 info = tracker.getJobInfo(job)
-                for stage in (info.stageIds if info else ()):
+                for stage in info.stageIds if info else ():
                     s = tracker.getStageInfo(stage)
                     done += s.numCompletedTasks if s else 0
             return done
+
         PROGRESS.watch(finished)
 
     def wait_idle(self, limit: float) -> bool:
@@ -149,7 +157,7 @@ def _call(i):
     return _FN(i)
 
 
-_PAYLOAD: list = [None, None]    # a clean worker's last job: (its pickled function, the function)
+_PAYLOAD: list = [None, None]  # a clean worker's last job: (its pickled function, the function)
 
 
 def _call_pickled(item):
@@ -157,6 +165,7 @@ def _call_pickled(item):
     payload, i = item
     if _PAYLOAD[0] is not payload and _PAYLOAD[0] != payload:
         import pickle
+
         _PAYLOAD[:] = [payload, pickle.loads(payload)]
     return _PAYLOAD[1](i)
 
@@ -172,11 +181,12 @@ def _clean_pool(processes: int):
     global _CLEAN
     if _CLEAN is None or _CLEAN[0] != processes:
         import atexit
+
         _drop_clean_pool()
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["fgram.jobs.local_worker"])
         _CLEAN = (processes, ctx.Pool(processes))
-        atexit.register(_drop_clean_pool)   # ended before exit (left to the GC, it warns)
+        atexit.register(_drop_clean_pool)  # ended before exit (left to the GC, it warns)
     return _CLEAN[1]
 
 
@@ -199,6 +209,7 @@ class LocalExecutor(Executor):
     """Forked worker processes on this machine; no JVM. Forked from this process for each
     job (they share what it has loaded), or, once it has used an object store, a pool
     forked from a clean server process (`_clean_pool`)."""
+
     name = "local"
     spark = None
 
@@ -217,7 +228,7 @@ class LocalExecutor(Executor):
         if object_store_used():
             return self._map_clean(n, fn, progress)
         _FN = fn
-        try:    # results in order; the first failure ends the pool (and its other tasks) at once
+        try:  # results in order; the first failure ends the pool (and its other tasks) at once
             with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
                 return list(_counted(pool.imap(_call, range(n), chunksize=1), progress))
         except Exception as exc:  # noqa: BLE001
@@ -229,11 +240,16 @@ class LocalExecutor(Executor):
         """``map`` on the clean pool: the function travels pickled by value (cloudpickle,
         as Spark sends it), and the first failure ends the pool's other tasks."""
         from pyspark import cloudpickle
+
         payload = cloudpickle.dumps(fn)
         pool = _clean_pool(self.parallelism)
         try:
-            return list(_counted(pool.imap(_call_pickled, [(payload, i) for i in range(n)],
-                                           chunksize=1), progress))
+            return list(
+                _counted(
+                    pool.imap(_call_pickled, [(payload, i) for i in range(n)], chunksize=1),
+                    progress,
+                )
+            )
         except BaseException as exc:
             _drop_clean_pool()
             if isinstance(exc, Exception):
@@ -256,22 +272,27 @@ def runs_here(cfg) -> bool:
     if cfg.engine == "local":
         return True
     from fgram.spark.session import effective_master
+
     return effective_master(cfg.master).startswith("local")
 
 
-def make_executor(engine: str, spark=None, master: str | None = None,
-                  conf: dict[str, str] | None = None):
+def make_executor(
+    engine: str, spark=None, master: str | None = None, conf: dict[str, str] | None = None
+):
     """The executor for ``--engine``: local processes, or Spark (a given session, the
     active one, or a new context: SQL starts only if a job needs it)."""
     if engine == "local":
         return LocalExecutor()
     if spark is None:
         from pyspark.sql import SparkSession
+
         spark = SparkSession.getActiveSession()
     if spark is None:
         from fgram.spark.session import get_context
+
         spark = get_context(master, conf)
     elif conf:
         from fgram.spark.session import get_session
-        get_session(master, conf)     # applies the runtime settings to the active session
+
+        get_session(master, conf)  # applies the runtime settings to the active session
     return SparkExecutor(spark)

@@ -2,6 +2,7 @@
 background thread (then, on Spark, runs a first job that starts the Python workers
 and loads the kernels), and `HeadStart` runs each job's tasks in the driver until
 that executor is ready, then hands it the rest."""
+
 from __future__ import annotations
 
 import time
@@ -21,7 +22,7 @@ def warm_task(i: int) -> int:
 WARM_GROUP = "fgram-warm-up"
 
 
-KILL_WAIT = 30.0    # seconds to wait for the cancelled warm-up job's tasks to end
+KILL_WAIT = 30.0  # seconds to wait for the cancelled warm-up job's tasks to end
 
 
 class Starting:
@@ -33,15 +34,16 @@ class Starting:
 
     def __init__(self, cfg, spark, check=None):
         import threading
+
         self._t0 = time.time()
-        self.seconds: dict[str, float] = {}     # executor made, first job done (after start)
+        self.seconds: dict[str, float] = {}  # executor made, first job done (after start)
         self._out: list = []
         self._lock = threading.Lock()
-        self._stop = False          # wait() was called: no warm-up to start (or finish)
+        self._stop = False  # wait() was called: no warm-up to start (or finish)
         self._made = threading.Event()
         self._check = check
         self._thread = threading.Thread(target=self._run, args=(cfg, spark), daemon=True)
-        if cfg.engine == "local":       # nothing to wait for: the driver runs no task
+        if cfg.engine == "local":  # nothing to wait for: the driver runs no task
             self._run(cfg, spark)
         else:
             self._thread.start()
@@ -77,10 +79,13 @@ class Starting:
             return
         with self._lock:
             self._stop = True
-            warming = self._made.is_set() and not isinstance(self._out[0], BaseException) \
+            warming = (
+                self._made.is_set()
+                and not isinstance(self._out[0], BaseException)
                 and self._out[0].name == "spark"
+            )
         while self._thread.is_alive():
-            if warming:     # again until it ends: the job may not be submitted yet
+            if warming:  # again until it ends: the job may not be submitted yet
                 self._out[0].sc.cancelJobGroup(WARM_GROUP)
             self._thread.join(0.2)
         if warming and "warm" not in self.seconds:
@@ -117,9 +122,9 @@ class HeadStart(Executor):
 
     def __init__(self, starting, master: str | None = None, release=None):
         self._starting = starting
-        self.parallelism = guess_parallelism(master)    # until the executor is up
+        self.parallelism = guess_parallelism(master)  # until the executor is up
         self.in_driver = 0
-        self._release = release     # called once, when the driver hands over
+        self._release = release  # called once, when the driver hands over
 
     @property
     def name(self):
@@ -162,8 +167,11 @@ class HeadStart(Executor):
         if overlap and not self._starting.ready():
             return self._overlapped(n, fn, progress)
         out, i = self._split(n, fn, progress=progress)
-        return out + self._executor().map(n - i, lambda j: fn(i + j), progress=progress) \
-            if i < n else out
+        return (
+            out + self._executor().map(n - i, lambda j: fn(i + j), progress=progress)
+            if i < n
+            else out
+        )
 
     def _overlapped(self, n: int, fn, progress: bool = False) -> list:
         import threading
@@ -173,7 +181,7 @@ class HeadStart(Executor):
             return out
         ex, box = self._starting.result(), {}
 
-        def job():      # its count includes the tasks that find the driver's markers
+        def job():  # its count includes the tasks that find the driver's markers
             try:
                 box["out"] = ex.map(n - i, lambda j: fn(i + j), progress=progress)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
@@ -191,7 +199,7 @@ class HeadStart(Executor):
             thread.join()
             reraise(exc)
         thread.join()
-        self._executor()        # the driver is done: give back its work arrays
+        self._executor()  # the driver is done: give back its work arrays
         if "exc" in box:
             raise box["exc"]
         return out + box["out"]

@@ -1,6 +1,7 @@
 """What the local engine's clean worker server loads before it forks workers (see
 `executors.LocalExecutor`): the jobs' task modules (their task functions are pickled by
 reference) and the compiled kernels."""
+
 import importlib
 
 from fgram.pipeline import kernels

@@ -10,13 +10,14 @@ tracker is read once a second, no Python in the tasks). Where it goes:
 - nothing unless `enable` was called (the command line does, unless ``-q``):
   the library itself prints nothing.
 """
+
 from __future__ import annotations
 
 import sys
 import threading
 import time
 
-PREFIX = "fgram: ["      # every stage line starts so (tests and scripts may filter them)
+PREFIX = "fgram: ["  # every stage line starts so (tests and scripts may filter them)
 
 
 class Progress:
@@ -48,20 +49,40 @@ class Progress:
         except (AttributeError, ValueError):
             tty = False
         if tty:
-            from tqdm import tqdm
             import shutil
-            size = shutil.get_terminal_size((100, 20))      # a terminal of size 0: a default
-            bar = tqdm(total=total or None, desc=name, unit=f" {unit}", file=self._stream,
-                       ncols=min(size.columns or 100, 120), nrows=size.lines or 20,
-                       leave=True, mininterval=0.2,
-                       bar_format="{desc}: {n_fmt}/{total_fmt}{unit} |{bar}| {elapsed}<{remaining}"
-                                  "{postfix}" if total else "{desc}: {elapsed}{postfix}")
+
+            from tqdm import tqdm
+
+            size = shutil.get_terminal_size((100, 20))  # a terminal of size 0: a default
+            bar = tqdm(
+                total=total or None,
+                desc=name,
+                unit=f" {unit}",
+                file=self._stream,
+                ncols=min(size.columns or 100, 120),
+                nrows=size.lines or 20,
+                leave=True,
+                mininterval=0.2,
+                bar_format="{desc}: {n_fmt}/{total_fmt}{unit} |{bar}| {elapsed}<{remaining}"
+                "{postfix}"
+                if total
+                else "{desc}: {elapsed}{postfix}",
+            )
         with self._lock:
-            self._stage = {"name": name, "total": total, "tokens": tokens, "unit": unit,
-                           "done": 0, "t0": time.time(), "bar": bar, "watch": None}
+            self._stage = {
+                "name": name,
+                "total": total,
+                "tokens": tokens,
+                "unit": unit,
+                "done": 0,
+                "t0": time.time(),
+                "bar": bar,
+                "watch": None,
+            }
         if bar is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._refresh, name="fgram-progress",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._refresh, name="fgram-progress", daemon=True
+            )
             self._thread.start()
 
     def advance(self, n: int = 1) -> None:
@@ -128,10 +149,11 @@ class Progress:
         what = f"{done} {st['unit']}" if st["total"] else "done"
         tokens = f", {st['tokens'] / 1e6:.1f}M tokens" if st["tokens"] else ""
         try:
-            self._stream.write(f"{PREFIX}{st['name']}] {what}{tokens} in {seconds:.1f} s"
-                               f"{self._rate(st, done)}\n")
+            self._stream.write(
+                f"{PREFIX}{st['name']}] {what}{tokens} in {seconds:.1f} s{self._rate(st, done)}\n"
+            )
             self._stream.flush()
-        except (ValueError, OSError):       # a stream closed under us (a test's runner)
+        except (ValueError, OSError):  # a stream closed under us (a test's runner)
             pass
 
 

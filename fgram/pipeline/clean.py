@@ -12,6 +12,7 @@
 
 Nothing that a live run holds (its lock's process is alive) is listed.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,18 +56,22 @@ def cache_entries() -> list[Entry]:
         if name.startswith("spark-classes-"):
             out.append(Entry(path, "JVM class archive", _size(path)))
         elif name == "remote" and os.listdir(path):
-            out.append(Entry(path, f"copies of object-store files ({len(os.listdir(path))})",
-                             _size(path)))
+            out.append(
+                Entry(path, f"copies of object-store files ({len(os.listdir(path))})", _size(path))
+            )
         elif name == "remote-runs":
-            out += [Entry(p, "object-store run's staging", _size(p))
-                    for p in (os.path.join(path, n) for n in sorted(os.listdir(path)))
-                    if not _held(p)]
+            out += [
+                Entry(p, "object-store run's staging", _size(p))
+                for p in (os.path.join(path, n) for n in sorted(os.listdir(path)))
+                if not _held(p)
+            ]
     return out
 
 
 def _held(staging: str) -> bool:
     """Whether the run that a staging folder belongs to still runs (its lock is live)."""
     from .publish import FileLock
+
     m = LEFTOVER.match(os.path.basename(staging))
     if m is None:
         return False
@@ -80,16 +85,20 @@ def leftovers(folders: list[str]) -> list[Entry]:
     """What killed or interrupted runs left in ``folders`` (and one level below them)."""
     out = []
     for top in folders:
-        for folder in [top] + [os.path.join(top, n) for n in sorted(os.listdir(top))
-                               if os.path.isdir(os.path.join(top, n))
-                               and not n.startswith(".")]:
+        for folder in [top] + [
+            os.path.join(top, n)
+            for n in sorted(os.listdir(top))
+            if os.path.isdir(os.path.join(top, n)) and not n.startswith(".")
+        ]:
             for name in sorted(os.listdir(folder)):
                 path = os.path.join(folder, name)
                 m = LEFTOVER.match(name)
                 if m is not None and not _held(path):
-                    kind = {"staging": "unfinished run's work (--resume would use it)",
-                            "old": "interrupted publish's old output",
-                            "lock": "stale lock"}[m.group("what")]
+                    kind = {
+                        "staging": "unfinished run's work (--resume would use it)",
+                        "old": "interrupted publish's old output",
+                        "lock": "stale lock",
+                    }[m.group("what")]
                     out.append(Entry(path, kind, _size(path)))
                 elif name == "embeddings.staging":
                     out.append(Entry(path, "unfinished embed's rows", _size(path)))

@@ -10,6 +10,7 @@ in flight. The kernels therefore issue their probes in batches of
 independent loads (one per lane) and decide in a separate loop, instead of
 chasing one position's chain at a time.
 """
+
 from __future__ import annotations
 
 import numba
@@ -17,8 +18,8 @@ import numpy as np
 
 EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 _M = np.uint64(0x9E3779B97F4A7C15)
-LANES = 128        # independent streams of positions matched side by side
-_START = np.uint32(1 << 31)        # match_longest: "a document starts here" bit
+LANES = 128  # independent streams of positions matched side by side
+_START = np.uint32(1 << 31)  # match_longest: "a document starts here" bit
 _TOKEN = np.uint32((1 << 31) - 1)
 
 
@@ -98,7 +99,7 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
         base[g] = max(own[g] - (max_len - 1), 0)
         stop[g] = min(own[g] + seg, n)
     cid = np.full(lanes, -1, np.int64)
-    clen = np.zeros(lanes, np.int64)       # 0: nothing seen yet (a start)
+    clen = np.zeros(lanes, np.int64)  # 0: nothing seen yet (a start)
     pend = np.empty(lanes, np.int64)
     qs = np.empty(lanes, np.uint64)
     sl = np.empty(lanes, np.int64)
@@ -117,13 +118,13 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
                     fid[i] = -1
                     mlen[i] = 1
                 continue
-            if clen[g] == max_len:          # cannot grow: shorten first
+            if clen[g] == max_len:  # cannot grow: shorten first
                 cid[g] = suffix[cid[g]]
                 clen[g] = max_len - 1
             pend[npend] = g
             npend += 1
         while npend:
-            for x in range(npend):          # the queries
+            for x in range(npend):  # the queries
                 g = pend[x]
                 i = base[g] + step
                 L = clen[g]
@@ -131,12 +132,12 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
                 q = chain_key1(pre, tokens[i] & _TOKEN)
                 qs[x] = q
                 sl[x] = np.int64(q >> shifts[L - 1]) * 2
-            for x in range(npend):          # their first slots: independent loads
+            for x in range(npend):  # their first slots: independent loads
                 tab = tabs[clen[pend[x]] - 1]
                 kk[x] = tab[sl[x]]
                 vv[x] = tab[sl[x] + 1]
             m = 0
-            for x in range(npend):          # decide
+            for x in range(npend):  # decide
                 g = pend[x]
                 i = base[g] + step
                 L = clen[g]
@@ -159,11 +160,10 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
                     fid[i] = cid[g]
                     mlen[i] = clen[g]
             npend = m
-            for x in range(npend):          # shorten by one: suffix links
+            for x in range(npend):  # shorten by one: suffix links
                 g = pend[x]
                 cid[g] = suffix[cid[g]]
                 clen[g] -= 1
-
 
 
 @numba.njit(cache=True)
@@ -182,7 +182,7 @@ def step_matches(cid, clen, prev, tok, max_len, tabs, shifts, suffix):
             continue
         c = cid[b]
         t = np.uint64(tok[b])
-        if L == max_len:
+        if max_len == L:
             c = suffix[c]
             L -= 1
         while True:
@@ -230,6 +230,7 @@ def gather_rows(matrix, ids, out):
             out[i, :] = 0
         else:
             out[i, :] = matrix[ids[i], :]
+
 
 # ------------------------------------------------------------------ counting
 
@@ -353,7 +354,7 @@ def scatter_buckets(prev, tokens, k, n_pos, code, shift, up, bounds, lo_bits, ke
         keys[d] = x << up
         where[d] = i
     lo = np.uint64((1 << lo_bits) - 1)
-    for b in range(len(bounds) - 1):      # sequential: cheap next to the scatter above
+    for b in range(len(bounds) - 1):  # sequential: cheap next to the scatter above
         for d in range(bounds[b], bounds[b + 1]):
             packed[d] = (keys[d] & ~lo) | np.uint64(d - bounds[b])
 
@@ -515,6 +516,7 @@ def merge_two(ka, ca, kb, cb, ko, co):
 
 # ------------------------------------------------------------------ reading
 
+
 @numba.njit(cache=True, nogil=True)
 def separate(body, sep, own, sep_before, tokens):
     """A flat range's raw values -> uint32 tokens with 2**32-1 at separators, in one pass.
@@ -556,6 +558,7 @@ def separate(body, sep, own, sep_before, tokens):
 
 
 # ------------------------------------------------------------------ refresh scans
+
 
 @numba.njit(cache=True)
 def hash_rows(rows, out):

@@ -1,4 +1,5 @@
 """Typed configuration of each command (after dolma): validated once, recorded in the manifest."""
+
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from .errors import ConfigError
 from .inputs import FLAT_DTYPES, ReadOptions
 from .storage import is_remote, public_options
+
 
 @dataclass
 class BuildConfig:
@@ -25,11 +27,11 @@ class BuildConfig:
     engine: str = "spark"
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
-    storage: dict[str, str] = field(default_factory=dict)   # --storage-option (secrets inside)
-    work_dir: str | None = None     # where the staging folder goes (see build.work_location)
-    strict: bool = False            # a flat file whose sample looks wrong fails (`guards`)
+    storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
+    work_dir: str | None = None  # where the staging folder goes (see build.work_location)
+    strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
 
-    def validate(self) -> "BuildConfig":
+    def validate(self) -> BuildConfig:
         if not self.inputs:
             raise ConfigError("no input given")
         if not 2 <= self.max_len <= 8:
@@ -39,7 +41,9 @@ class BuildConfig:
         if self.size is not None and self.size < 1:
             raise ConfigError(f"--size must be >= 1, got {self.size}")
         if self.dtype not in FLAT_DTYPES:
-            raise ConfigError(f"--dtype must be one of {', '.join(FLAT_DTYPES)}, got {self.dtype!r}")
+            raise ConfigError(
+                f"--dtype must be one of {', '.join(FLAT_DTYPES)}, got {self.dtype!r}"
+            )
         if self.broadcast_budget < 0:
             raise ConfigError("--broadcast-budget must be >= 0")
         if self.engine not in ("spark", "local"):
@@ -49,8 +53,13 @@ class BuildConfig:
         return self
 
     def read_options(self) -> ReadOptions:
-        return ReadOptions(column=self.column, dtype=self.dtype, doc_sep=self.doc_sep,
-                           storage=self.storage, strict=self.strict)
+        return ReadOptions(
+            column=self.column,
+            dtype=self.dtype,
+            doc_sep=self.doc_sep,
+            storage=self.storage,
+            strict=self.strict,
+        )
 
     def record(self) -> dict:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""

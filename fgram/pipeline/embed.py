@@ -15,6 +15,7 @@ A model is a factory (``module:factory``, called with no arguments) that
 returns a callable ``model(tokens, lengths) -> array [B, d]``: ``tokens`` int32
 ``[B, K]`` right-padded with 0, ``lengths`` int64 ``[B]``.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -53,7 +54,7 @@ def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     if dtype == "bfloat16":
         u = x.view(np.uint32).astype(np.uint64)
-        u += 0x7FFF + ((u >> 16) & 1)              # round to nearest even
+        u += 0x7FFF + ((u >> 16) & 1)  # round to nearest even
         return (u >> 16).astype(np.uint16)
     return x.astype(dtype)
 
@@ -86,7 +87,7 @@ class FgramStore:
         self._bits = matrix.view(np.dtype(f"u{matrix.dtype.itemsize}"))
 
     @classmethod
-    def open(cls, out, mode: str = "ram", storage: dict | None = None) -> "FgramStore":
+    def open(cls, out, mode: str = "ram", storage: dict | None = None) -> FgramStore:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows
         from disk on demand (from an object store: from a local copy in the cache,
@@ -94,18 +95,26 @@ class FgramStore:
         check_mode(mode)
         loc = resolve_table(out, storage)
         folder = loc.child("embeddings")
-        meta = read_meta(folder.child("embeddings.json"), "fgram-embeddings", 1,
-                         f"fgram embed {loc.uri} --model ...")
+        meta = read_meta(
+            folder.child("embeddings.json"),
+            "fgram-embeddings",
+            1,
+            f"fgram embed {loc.uri} --model ...",
+        )
         if manifest_fingerprint(loc) != meta["table"]:
-            raise FgramError(f"{loc.uri}: the embeddings were computed for another f-gram "
-                             f"table; rerun `fgram embed`")
-        matrix = part_arrays(folder, meta, mode)("matrix.npy")    # mmap: a plain view
+            raise FgramError(
+                f"{loc.uri}: the embeddings were computed for another f-gram "
+                f"table; rerun `fgram embed`"
+            )
+        matrix = part_arrays(folder, meta, mode)("matrix.npy")  # mmap: a plain view
         if matrix.shape != (meta["rows"], meta["dim"]):
-            raise FgramError(f"{folder.uri}/matrix.npy: shape {matrix.shape} does not match "
-                             f"embeddings.json ({meta['rows']}, {meta['dim']})")
+            raise FgramError(
+                f"{folder.uri}/matrix.npy: shape {matrix.shape} does not match "
+                f"embeddings.json ({meta['rows']}, {meta['dim']})"
+            )
         mapped = getattr(matrix.base, "_mmap", None)
         if mode == "mmap" and matrix.size and mapped is not None and hasattr(mmap, "MADV_RANDOM"):
-            mapped.madvise(mmap.MADV_RANDOM)    # rows are read one by one at random
+            mapped.madvise(mmap.MADV_RANDOM)  # rows are read one by one at random
         return cls(FgramIndex.open(loc, mode=mode), matrix, meta)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
@@ -129,8 +138,9 @@ class FgramStore:
             ix = self.index
             fid = np.empty(len(contexts), np.int64)
             mlen = np.empty(len(contexts), np.uint8)
-            last_matches(contexts[:, -window:], ix.max_len, ix._flat, ix._shifts, ix.suffix,
-                         fid, mlen)
+            last_matches(
+                contexts[:, -window:], ix.max_len, ix._flat, ix._shifts, ix.suffix, fid, mlen
+            )
             return self.rows(fid), mlen, fid < 0
         flat, starts, last = [], [], []
         at = 0
@@ -148,8 +158,11 @@ class FgramStore:
 
     def start(self, batch: int = 1) -> dict:
         """State for incremental decoding of ``batch`` sequences (nothing seen yet)."""
-        return {"id": np.full(batch, -1, np.int64), "len": np.zeros(batch, np.int64),
-                "prev": np.zeros(batch, np.int64)}
+        return {
+            "id": np.full(batch, -1, np.int64),
+            "len": np.zeros(batch, np.int64),
+            "prev": np.zeros(batch, np.int64),
+        }
 
     def step(self, state: dict, tokens):
         """One new token per sequence -> (rows [B, d], match lengths [B], unmatched [B]).
@@ -161,8 +174,16 @@ class FgramStore:
         if len(tok) != len(state["id"]):
             raise ValueError(f"step: {len(tok)} tokens for a batch of {len(state['id'])}")
         ix = self.index
-        step_matches(state["id"], state["len"], state["prev"], tok, ix.max_len, ix._flat,
-                     ix._shifts, ix.suffix)
+        step_matches(
+            state["id"],
+            state["len"],
+            state["prev"],
+            tok,
+            ix.max_len,
+            ix._flat,
+            ix._shifts,
+            ix.suffix,
+        )
         state["prev"] = tok.copy()
         fid = np.where(state["len"] >= 2, state["id"], -1)
         return self.rows(fid), np.maximum(state["len"], 1).astype(np.uint8), fid < 0

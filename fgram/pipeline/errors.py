@@ -8,6 +8,7 @@
 - Anything else (a Spark job that failed, an interrupt, a killed driver)
   leaves the run's completed passes in place for ``--resume``.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ class InputError(FgramError):
     def marker_args(self) -> list[str]:
         return [self.path, self.problem]
 
-    def __reduce__(self):       # pickles (to a worker, from a process pool) as it was made
+    def __reduce__(self):  # pickles (to a worker, from a process pool) as it was made
         return type(self), (self.path, self.problem)
 
 
@@ -70,9 +71,11 @@ def task_failure(text: str) -> tuple[str, str | None]:
     """(the last Python exception line in a failed Spark job's text, or its first line;
     the name of a module a worker could not import, or None)."""
     import re
+
     found = re.findall(r"^(?:\S+\.)?(\w+(?:Error|Exception|Interrupt)): (.*)$", text, re.M)
-    python = [(n, m) for n, m in found if not n.startswith(("Py4J", "Spark"))
-              and "java" not in m[:40]]
+    python = [
+        (n, m) for n, m in found if not n.startswith(("Py4J", "Spark")) and "java" not in m[:40]
+    ]
     if python:
         name, message = python[-1]
         line = f"{name}: {message.strip()}"
@@ -111,4 +114,4 @@ def from_marker_text(text: str) -> FgramError | None:
         cls = error_classes().get(record["class"], FgramError)
         return cls(*record["args"])
     except (ValueError, KeyError, TypeError):
-        return FgramError(text[start + len(MARKER):].splitlines()[0][:400])
+        return FgramError(text[start + len(MARKER) :].splitlines()[0][:400])

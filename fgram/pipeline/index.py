@@ -21,6 +21,7 @@ Format (``OUT/index/``, written by ``fgram index OUT``)
 ``np.load(..., mmap_mode="r")`` opens the arrays without reading them, so
 every process on a machine shares one copy through the page cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,18 +47,22 @@ class HashTable:
     """Open addressing over uniformly mixed uint64 keys: flat rows of (key, value)."""
 
     def __init__(self, rows: np.ndarray):
-        self.rows = rows                       # [slots + OVERFLOW, 2] uint64
+        self.rows = rows  # [slots + OVERFLOW, 2] uint64
         self.flat = rows.reshape(-1)
         self.bits = int(np.log2(len(rows) - OVERFLOW))
         self.shift = np.uint64(64 - self.bits)
 
     @classmethod
-    def build(cls, keys: np.ndarray, vals: np.ndarray) -> "HashTable":
+    def build(cls, keys: np.ndarray, vals: np.ndarray) -> HashTable:
         """From distinct keys and their (non-negative) values."""
         bits = max(4, int(np.ceil(np.log2(max(len(keys), 1) * 2))))
         rows = np.full(((1 << bits) + OVERFLOW, 2), EMPTY, dtype=np.uint64)
-        ok = compiled.fill_table(rows.reshape(-1), np.uint64(64 - bits),
-                                 np.asarray(keys, np.uint64), np.asarray(vals, np.int64))
+        ok = compiled.fill_table(
+            rows.reshape(-1),
+            np.uint64(64 - bits),
+            np.asarray(keys, np.uint64),
+            np.asarray(vals, np.int64),
+        )
         if not ok:
             raise FgramError("internal: hash table overflow area exhausted")
         return cls(rows)
@@ -116,12 +121,20 @@ def write_index(out, storage: dict | None = None) -> dict:
     total = int(manifest["fgrams"])
     suffix = np.full(total, -1, dtype=np.int32 if total < 2**31 else np.int64)
     tables: dict[int, HashTable] = {}
-    meta = {"format": "fgram-index", "version": VERSION, "max_len": max_len,
-            "fgrams": total, "table": manifest_fingerprint(loc), "lengths": {}}
+    meta = {
+        "format": "fgram-index",
+        "version": VERSION,
+        "max_len": max_len,
+        "fgrams": total,
+        "table": manifest_fingerprint(loc),
+        "lengths": {},
+    }
     for length in range(2, max_len + 1):
         t = dataset.to_table(columns=["fgram_id", "tokens"], filter=pc.field("length") == length)
         ids = t.column("fgram_id").to_numpy()
-        flat = pc.list_flatten(t.column("tokens")).to_numpy() if t.num_rows else np.zeros(0, np.int32)
+        flat = (
+            pc.list_flatten(t.column("tokens")).to_numpy() if t.num_rows else np.zeros(0, np.int32)
+        )
         toks = flat.reshape(-1, length).astype(np.int64)
         prefix = _chain_ids(tables, toks[:, :-1])
         if len(prefix) and prefix.min() < 0:
@@ -154,11 +167,19 @@ def publish_parts(folder: str, dest: Location, meta: dict, meta_name: str) -> No
     ``meta`` as ``meta_name`` (the switch), then delete what is left of older ones."""
     gen = uuid.uuid4().hex[:12]
     names = sorted(os.listdir(folder))
-    meta["files"] = {n: {"object": generation_name(n, gen),
-                         "sha256": file_sha256(os.path.join(folder, n)),
-                         "bytes": os.path.getsize(os.path.join(folder, n))} for n in names}
-    commit_generation(dest, {meta["files"][n]["object"]: os.path.join(folder, n) for n in names},
-                      [(meta_name, json_bytes(meta))])
+    meta["files"] = {
+        n: {
+            "object": generation_name(n, gen),
+            "sha256": file_sha256(os.path.join(folder, n)),
+            "bytes": os.path.getsize(os.path.join(folder, n)),
+        }
+        for n in names
+    }
+    commit_generation(
+        dest,
+        {meta["files"][n]["object"]: os.path.join(folder, n) for n in names},
+        [(meta_name, json_bytes(meta))],
+    )
 
 
 def part_arrays(folder: Location, meta: dict, mode: str):
@@ -166,6 +187,7 @@ def part_arrays(folder: Location, meta: dict, mode: str):
     embeddings). Local: memory-mapped (``mmap``) or read (``ram``). On an object
     store: ``ram`` reads each object into memory; ``mmap`` maps a local copy from
     the cache (`storage.cached_copy`: downloaded once, checked against its sha256)."""
+
     def load(name: str) -> np.ndarray:
         if folder.local:
             arr = np.load(os.path.join(folder.path, name), mmap_mode="r")
@@ -176,12 +198,13 @@ def part_arrays(folder: Location, meta: dict, mode: str):
         obj = folder.child(entry["object"])
         if mode == "ram":
             import io
+
             data = obj.read_bytes()
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                 raise FgramError(f"{obj.uri}: checksum mismatch (corrupt or changed)")
             return np.load(io.BytesIO(data), allow_pickle=False)
-        return np.asarray(np.load(cached_copy(obj, entry["sha256"], entry["bytes"]),
-                                  mmap_mode="r"))
+        return np.asarray(np.load(cached_copy(obj, entry["sha256"], entry["bytes"]), mmap_mode="r"))
+
     return load
 
 
@@ -210,7 +233,7 @@ class FgramIndex:
         self._shifts = np.array([tables[L].shift for L in range(2, self.max_len + 1)], np.uint64)
 
     @classmethod
-    def open(cls, out, mode: str = "mmap", storage: dict | None = None) -> "FgramIndex":
+    def open(cls, out, mode: str = "mmap", storage: dict | None = None) -> FgramIndex:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``mode="mmap"`` maps the arrays (shared through the page cache,
         opens in milliseconds; from an object store, a local copy in the cache);
@@ -218,11 +241,11 @@ class FgramIndex:
         check_mode(mode)
         loc = resolve_table(out, storage)
         folder = loc.child("index")
-        meta = read_meta(folder.child("index.json"), "fgram-index", VERSION,
-                         f"fgram index {loc.uri}")
+        meta = read_meta(
+            folder.child("index.json"), "fgram-index", VERSION, f"fgram index {loc.uri}"
+        )
         if loc.child("manifest.json").exists() and manifest_fingerprint(loc) != meta["table"]:
-            raise FgramError(f"{loc.uri}: the index was built for another f-gram table; "
-                             f"rebuild it")
+            raise FgramError(f"{loc.uri}: the index was built for another f-gram table; rebuild it")
         load = part_arrays(folder, meta, mode)
 
         tables = {L: HashTable(load(f"table-{L}.npy")) for L in range(2, meta["max_len"] + 1)}
@@ -236,12 +259,15 @@ class FgramIndex:
             by_len.setdefault(len(g), []).append(i)
         for length, rows in by_len.items():
             if 2 <= length <= self.max_len:
-                toks = np.array([ngrams[i] for i in rows], dtype=np.int64).reshape(len(rows), length)
+                toks = np.array([ngrams[i] for i in rows], dtype=np.int64).reshape(
+                    len(rows), length
+                )
                 out[rows] = _chain_ids(self.tables, toks)
         return out
 
-    def match(self, tokens, doc_starts=None, lanes: int = compiled.LANES
-              ) -> tuple[np.ndarray, np.ndarray]:
+    def match(
+        self, tokens, doc_starts=None, lanes: int = compiled.LANES
+    ) -> tuple[np.ndarray, np.ndarray]:
         """For every position, the longest f-gram ending there: (fgram_id or -1, length or 1).
 
         ``doc_starts``: positions where documents start (matches never cross them).
@@ -252,12 +278,13 @@ class FgramIndex:
         n = len(tokens)
         if n and (tokens.min() < 0 or tokens.max() > kn.MAX_TOKEN):
             raise ValueError(f"token ids must be in 0..{kn.MAX_TOKEN}")
-        marked = tokens.astype(np.uint32)              # the top bit marks document starts
+        marked = tokens.astype(np.uint32)  # the top bit marks document starts
         if doc_starts is not None and len(doc_starts):
             marked[np.asarray(doc_starts, dtype=np.int64)] |= np.uint32(1 << 31)
         fid = np.empty(n, dtype=np.int64)
         mlen = np.empty(n, dtype=np.uint8)
         lanes = max(1, min(int(lanes), n))
-        compiled.match_longest(marked, self.max_len, self._flat, self._shifts,
-                               self.suffix, fid, mlen, lanes)
+        compiled.match_longest(
+            marked, self.max_len, self._flat, self._shifts, self.suffix, fid, mlen, lanes
+        )
         return fid, mlen

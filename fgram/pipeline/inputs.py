@@ -13,6 +13,7 @@ or a token range ``[start, stop)`` of one flat file. A flat unit reads K-1
 tokens past its end so that every n-gram *starting* in its range is seen
 exactly once, whatever the range boundaries are.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -28,8 +29,8 @@ import pyarrow.parquet as pq
 
 from .compiled import separate
 from .errors import ConfigError, FgramError, InputError, StorageUnavailable
-from .storage import failure, filesystem, first_line, is_remote
 from .kernels import MAX_TOKEN, SENTINEL, work_array
+from .storage import failure, filesystem, first_line, is_remote
 
 FLAT_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4"), "int32": np.dtype("<i4")}
 PARQUET_EXT = (".parquet", ".pq")
@@ -40,30 +41,30 @@ NPY_MAGIC = b"\x93NUMPY"
 @dataclass
 class ReadOptions:
     column: str = "tokens"
-    dtype: str = "uint16"          # for .bin and header-less .npy
-    doc_sep: int | None = None     # None: a flat file is one document
-    storage: dict = field(default_factory=dict)     # storage options (`storage.filesystem`)
-    strict: bool = False           # a flat file's sample that looks wrong fails (`guards`)
+    dtype: str = "uint16"  # for .bin and header-less .npy
+    doc_sep: int | None = None  # None: a flat file is one document
+    storage: dict = field(default_factory=dict)  # storage options (`storage.filesystem`)
+    strict: bool = False  # a flat file's sample that looks wrong fails (`guards`)
 
 
 @dataclass
 class Shard:
-    uri: str                      # as the user can read it back (path or URI)
-    format: str                   # "parquet" | "flat"
+    uri: str  # as the user can read it back (path or URI)
+    format: str  # "parquet" | "flat"
     size: int
     mtime: float | None
-    dtype: str | None = None      # flat: numpy dtype str
-    offset: int = 0               # flat: header bytes
-    n_items: int = 0              # flat: array length; parquet: rows
+    dtype: str | None = None  # flat: numpy dtype str
+    offset: int = 0  # flat: header bytes
+    n_items: int = 0  # flat: array length; parquet: rows
     row_groups: list[int] = field(default_factory=list)  # parquet: values per row group
-    checksum: str | None = None   # content fingerprint (see `content_checksum`)
+    checksum: str | None = None  # content fingerprint (see `content_checksum`)
 
 
 @dataclass
 class Unit:
-    shard: int                    # index into the shard list
-    start: int                    # flat: first token; parquet: first row group
-    stop: int                     # flat: end token (exclusive); parquet: end row group
+    shard: int  # index into the shard list
+    start: int  # flat: first token; parquet: first row group
+    stop: int  # flat: end token (exclusive); parquet: end row group
 
 
 def _filesystem(path: str, storage: dict | None = None) -> tuple[pafs.FileSystem, str]:
@@ -82,8 +83,9 @@ def _known(name: str) -> bool:
     return not base.startswith((".", "_")) and base.lower().endswith(PARQUET_EXT + FLAT_EXT)
 
 
-def discover(paths: list[str], storage: dict | None = None
-             ) -> list[tuple[pafs.FileSystem, str, str]]:
+def discover(
+    paths: list[str], storage: dict | None = None
+) -> list[tuple[pafs.FileSystem, str, str]]:
     """Expand files, directories and globs into (fs, fs_path, uri), in a stable order."""
     found: list[tuple[pafs.FileSystem, str, str]] = []
     if not paths:
@@ -117,8 +119,10 @@ def check_inputs(paths: list[str], storage: dict | None = None) -> None:
                 if fs.get_file_info(path).type == pafs.FileType.NotFound:
                     bucket = path.split("/", 1)[0]
                     there = fs.get_file_info(bucket).type != pafs.FileType.NotFound
-                    raise InputError(original, "no such file or directory" if there else
-                                     f"no such bucket {bucket!r}")
+                    raise InputError(
+                        original,
+                        "no such file or directory" if there else f"no such bucket {bucket!r}",
+                    )
 
 
 def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, str]]:
@@ -129,8 +133,11 @@ def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, st
         else:
             root = path.split("*")[0].rsplit("/", 1)[0]
             infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-            matches = sorted(i.path for i in infos
-                             if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path))
+            matches = sorted(
+                i.path
+                for i in infos
+                if i.type == pafs.FileType.File and fnmatch.fnmatch(i.path, path)
+            )
         if not matches:
             raise InputError(original, "no file matches this pattern")
         return [(fs, m, _uri(fs, m, original)) for m in matches]
@@ -140,9 +147,15 @@ def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, st
     if info.type != pafs.FileType.Directory:
         return [(fs, path, _uri(fs, path, original))]
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-    files = sorted(i.path for i in infos if i.type == pafs.FileType.File and _known(i.path)
-                   and not any(p.startswith((".", "_")) for p in
-                               os.path.relpath(i.path, path).split(os.sep)[:-1]))
+    files = sorted(
+        i.path
+        for i in infos
+        if i.type == pafs.FileType.File
+        and _known(i.path)
+        and not any(
+            p.startswith((".", "_")) for p in os.path.relpath(i.path, path).split(os.sep)[:-1]
+        )
+    )
     if not files:
         raise InputError(original, "directory holds no .parquet, .bin or .npy files")
     return [(fs, f, _uri(fs, f, original)) for f in files]
@@ -157,11 +170,15 @@ def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
             head = f.read(min(size, 4096))
         if head.startswith(NPY_MAGIC):
             import io
+
             buf = io.BytesIO(head)
             try:
                 version = np.lib.format.read_magic(buf)
-                reader = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                          else np.lib.format.read_array_header_2_0)
+                reader = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, _fortran, dt = reader(buf)
             except Exception as exc:  # noqa: BLE001
                 raise InputError(uri, f"unreadable .npy header: {exc}") from None
@@ -175,17 +192,29 @@ def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
             if size != expected:
                 raise InputError(uri, f"truncated .npy: {size} bytes, header says {expected}")
     if (size - offset) % dtype.itemsize:
-        raise InputError(uri, f"size {size - offset} bytes is not a multiple of {dtype} "
-                              f"({dtype.itemsize} bytes); wrong --dtype?")
+        raise InputError(
+            uri,
+            f"size {size - offset} bytes is not a multiple of {dtype} "
+            f"({dtype.itemsize} bytes); wrong --dtype?",
+        )
     from .guards import check_flat, report
+
     blocks = flat_blocks(fs, path, size)
     n_items = (size - offset) // dtype.itemsize
     report(check_flat(uri, blocks, offset, dtype, n_items, opts.doc_sep), opts.strict)
-    return Shard(uri=uri, format="flat", size=size, mtime=_mtime(info), dtype=dtype.str,
-                 offset=offset, n_items=n_items, checksum=_digest(size, blocks))
+    return Shard(
+        uri=uri,
+        format="flat",
+        size=size,
+        mtime=_mtime(info),
+        dtype=dtype.str,
+        offset=offset,
+        n_items=n_items,
+        checksum=_digest(size, blocks),
+    )
 
 
-SAMPLE_BLOCKS = 64      # flat files: checksummed 4 KiB blocks, evenly spaced (plus head and tail)
+SAMPLE_BLOCKS = 64  # flat files: checksummed 4 KiB blocks, evenly spaced (plus head and tail)
 
 
 def content_checksum(fs, path: str, size: int, fmt: str) -> str:
@@ -207,7 +236,7 @@ def content_checksum(fs, path: str, size: int, fmt: str) -> str:
 def flat_blocks(fs, path: str, size: int) -> list[tuple[int, bytes]]:
     """(offset, bytes) of a flat file's first and last 64 KiB and SAMPLE_BLOCKS 4 KiB
     blocks evenly spaced between them: its checksum's input and `guards`' sample."""
-    ends = {0, max(size - 65536, 0)}         # head and tail: 64 KiB each
+    ends = {0, max(size - 65536, 0)}  # head and tail: 64 KiB each
     spots = ends | {i * size // (SAMPLE_BLOCKS + 1) for i in range(1, SAMPLE_BLOCKS + 1)}
     with fs.open_input_file(path) as f:
         return [(at, f.read_at(65536 if at in ends else 4096, at)) for at in sorted(spots)]
@@ -215,6 +244,7 @@ def flat_blocks(fs, path: str, size: int) -> list[tuple[int, bytes]]:
 
 def _digest(size: int, blocks: list[tuple[int, bytes]]) -> str:
     import hashlib
+
     h = hashlib.sha256(str(size).encode())
     for _, data in blocks:
         h.update(data)
@@ -233,26 +263,40 @@ def _parquet_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
     except Exception as exc:  # noqa: BLE001
         raise InputError(uri, f"not a readable Parquet file ({_short(exc)})") from None
     if opts.column not in schema.names:
-        raise InputError(uri, f"no column {opts.column!r} (columns: {', '.join(schema.names)}); "
-                              "set --column")
+        raise InputError(
+            uri, f"no column {opts.column!r} (columns: {', '.join(schema.names)}); set --column"
+        )
     typ = schema.field(opts.column).type
-    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or \
-            not pa.types.is_integer(typ.value_type):
+    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_integer(
+        typ.value_type
+    ):
         raise InputError(uri, f"column {opts.column!r} has type {typ}, expected a list of integers")
-    leaf = [i for i in range(meta.num_columns)
-            if meta.schema.column(i).path.split(".")[0] == opts.column][0]
+    leaf = [
+        i
+        for i in range(meta.num_columns)
+        if meta.schema.column(i).path.split(".")[0] == opts.column
+    ][0]
     groups = []
     for i in range(meta.num_row_groups):
         group = meta.row_group(i)
         # a corrupt footer can list fewer columns in a row group than in the schema: Arrow
         # aborts the process on .column() past them, so it is checked first
         if group.num_columns != meta.num_columns:
-            raise InputError(uri, f"corrupt Parquet metadata (row group {i} has "
-                                  f"{group.num_columns} columns, the schema {meta.num_columns})")
+            raise InputError(
+                uri,
+                f"corrupt Parquet metadata (row group {i} has "
+                f"{group.num_columns} columns, the schema {meta.num_columns})",
+            )
         groups.append(group.column(leaf).num_values)
-    return Shard(uri=uri, format="parquet", size=info.size, mtime=_mtime(info),
-                 n_items=meta.num_rows, row_groups=groups,
-                 checksum=content_checksum(fs, path, info.size, "parquet"))
+    return Shard(
+        uri=uri,
+        format="parquet",
+        size=info.size,
+        mtime=_mtime(info),
+        n_items=meta.num_rows,
+        row_groups=groups,
+        checksum=content_checksum(fs, path, info.size, "parquet"),
+    )
 
 
 def _short(exc: Exception) -> str:
@@ -282,8 +326,12 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
 def tokens_of(shards: list[Shard], units: list[Unit]) -> int:
     """How many token slots the units cover (flat: items, separators included; Parquet:
     list values), from the plan alone."""
-    return sum(u.stop - u.start if shards[u.shard].format == "flat"
-               else sum(shards[u.shard].row_groups[u.start:u.stop]) for u in units)
+    return sum(
+        u.stop - u.start
+        if shards[u.shard].format == "flat"
+        else sum(shards[u.shard].row_groups[u.start : u.stop])
+        for u in units
+    )
 
 
 def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
@@ -311,11 +359,12 @@ def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
 @dataclass
 class Stream:
     """The tokens of one unit as a uint32 stream with SENTINEL at document boundaries."""
+
     tokens: np.ndarray
-    limit: int          # n-grams starting at positions >= limit belong to the next unit
+    limit: int  # n-grams starting at positions >= limit belong to the next unit
     documents: int
     n_tokens: int
-    max_token: int = -1     # the largest token id read (the overlap included); -1: none
+    max_token: int = -1  # the largest token id read (the overlap included); -1: none
 
 
 def check_range(values: np.ndarray, uri: str) -> int:
@@ -343,10 +392,12 @@ def reading(uri: str):
     except FgramError:
         raise
     except Exception as exc:  # noqa: BLE001
-        err = failure(uri, exc, reading=True)     # an object store down: worth a --resume
-        raise (err if isinstance(err, StorageUnavailable) or is_remote(uri) and
-               isinstance(exc, OSError) else InputError(uri, f"cannot read ({_short(exc)})")) \
-            from None
+        err = failure(uri, exc, reading=True)  # an object store down: worth a --resume
+        raise (
+            err
+            if isinstance(err, StorageUnavailable) or is_remote(uri) and isinstance(exc, OSError)
+            else InputError(uri, f"cannot read ({_short(exc)})")
+        ) from None
 
 
 def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch=None) -> Stream:
@@ -360,8 +411,9 @@ def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch
         return _read_parquet(shard, unit, opts)
 
 
-def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None, storage: dict | None = None
-                    ) -> np.ndarray:
+def read_flat_range(
+    shard: Shard, lo: int, hi: int, scratch=None, storage: dict | None = None
+) -> np.ndarray:
     """Raw token values [lo, hi) of a flat file (clipped to the file), read in one call
     (into ``scratch``'s "raw" buffer when given)."""
     fs, path = _filesystem(shard.uri, storage)
@@ -369,8 +421,9 @@ def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None, storage: dict 
     lo, hi = max(lo, 0), min(hi, shard.n_items)
     with fs.open_input_file(path) as f:
         if scratch is None:
-            arr = np.frombuffer(f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize),
-                                dtype=dt)
+            arr = np.frombuffer(
+                f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize), dtype=dt
+            )
         else:
             arr = scratch.get("raw", hi - lo, dt)
             f.seek(shard.offset + lo * dt.itemsize)
@@ -380,18 +433,20 @@ def read_flat_range(shard: Shard, lo: int, hi: int, scratch=None, storage: dict 
                 if not m:
                     break
                 got += m
-            arr = arr[:got // dt.itemsize]
+            arr = arr[: got // dt.itemsize]
     if len(arr) != hi - lo:
         raise InputError(shard.uri, "file shrank while being read")
     return arr
 
 
-def read_row_groups(shard: Shard, unit: Unit, columns: list[str] | None,
-                    storage: dict | None = None) -> pa.Table:
+def read_row_groups(
+    shard: Shard, unit: Unit, columns: list[str] | None, storage: dict | None = None
+) -> pa.Table:
     fs, path = _filesystem(shard.uri, storage)
     with fs.open_input_file(path) as f:
-        return pq.ParquetFile(f).read_row_groups(list(range(unit.start, unit.stop)),
-                                                 columns=columns)
+        return pq.ParquetFile(f).read_row_groups(
+            list(range(unit.start, unit.stop)), columns=columns
+        )
 
 
 def list_column(table: pa.Table, name: str, uri: str) -> tuple[np.ndarray, np.ndarray]:
@@ -404,8 +459,10 @@ def list_column(table: pa.Table, name: str, uri: str) -> tuple[np.ndarray, np.nd
             raise InputError(uri, f"null token id in column {name!r}")
         lens.append(lengths.astype(np.int64))
         vals.append(values.to_numpy(zero_copy_only=False))
-    return (np.concatenate(lens) if lens else np.zeros(0, np.int64),
-            np.concatenate(vals) if vals else np.zeros(0, np.int64))
+    return (
+        np.concatenate(lens) if lens else np.zeros(0, np.int64),
+        np.concatenate(vals) if vals else np.zeros(0, np.int64),
+    )
 
 
 def _read_flat(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch) -> Stream:
@@ -424,8 +481,9 @@ def _read_flat(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratc
         tokens = body.astype(np.uint32)
         n_tokens = own
         documents = 1 if (unit.start == 0 and shard.n_items > 0) else 0
-    return Stream(tokens=tokens, limit=own, documents=documents, n_tokens=n_tokens,
-                  max_token=int(vmax))
+    return Stream(
+        tokens=tokens, limit=own, documents=documents, n_tokens=n_tokens, max_token=int(vmax)
+    )
 
 
 def _read_parquet(shard: Shard, unit: Unit, opts: ReadOptions) -> Stream:
@@ -442,8 +500,9 @@ def stream_from_lists(lengths: np.ndarray, values: np.ndarray, uri: str = "<memo
     if len(values):
         doc_of_value = np.repeat(np.arange(ndocs, dtype=np.int64), lengths)
         tokens[np.arange(len(values), dtype=np.int64) + doc_of_value] = values
-    return Stream(tokens=tokens, limit=len(tokens), documents=ndocs,
-                  n_tokens=len(values), max_token=highest)
+    return Stream(
+        tokens=tokens, limit=len(tokens), documents=ndocs, n_tokens=len(values), max_token=highest
+    )
 
 
 def shard_record(shard: Shard) -> dict:

@@ -16,6 +16,7 @@ Conventions
   position beside them in one uint64, which makes the counting sort exact.
 - ``INVALID`` (2**32-1) in an id array means "no id here".
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ class KeyCode:
     (a bijection of bits-bit integers), then shifted to the top of the uint64.
     ``WIDE`` (32 + 32 bits) is `mix` of ``prefix << 32 | last``.
     """
+
     prefix_bits: int = 32
     last_bits: int = 32
 
@@ -61,7 +63,7 @@ class KeyCode:
             raise ValueError(f"bad key code {self}")
 
     @classmethod
-    def fitting(cls, max_prefix: int, max_last: int) -> "KeyCode":
+    def fitting(cls, max_prefix: int, max_last: int) -> KeyCode:
         """The narrowest code for prefixes <= max_prefix and last tokens <= max_last."""
         pb, lb = max(int(max_prefix).bit_length(), 1), max(int(max_last).bit_length(), 1)
         return cls(max(pb, 8 - lb), lb)
@@ -77,8 +79,12 @@ class KeyCode:
     def args(self) -> tuple:
         """(last_bits, s1, s2, mask) as uint64: what the compiled kernels take."""
         b = self.bits
-        return (np.uint64(self.last_bits), np.uint64(b // 2 - 1), np.uint64(max(b // 2 - 3, 1)),
-                np.uint64((1 << b) - 1))
+        return (
+            np.uint64(self.last_bits),
+            np.uint64(b // 2 - 1),
+            np.uint64(max(b // 2 - 3, 1)),
+            np.uint64((1 << b) - 1),
+        )
 
     def mix_raw(self, x: np.ndarray) -> np.ndarray:
         """The bijection of bits-bit integers, in place on a uint64 array (returned)."""
@@ -106,7 +112,9 @@ class KeyCode:
         """Keys -> (prefix, last) as int64 arrays."""
         vbits = np.uint64(self.last_bits)
         x = self.unmix_raw(np.asarray(keys, dtype=np.uint64) >> np.uint64(self.up))
-        return (x >> vbits).astype(np.int64), (x & ((np.uint64(1) << vbits) - np.uint64(1))).astype(np.int64)
+        return (x >> vbits).astype(np.int64), (x & ((np.uint64(1) << vbits) - np.uint64(1))).astype(
+            np.int64
+        )
 
 
 def _unshift(y: np.ndarray, s: int, bits: int) -> np.ndarray:
@@ -121,8 +129,9 @@ def _unshift(y: np.ndarray, s: int, bits: int) -> np.ndarray:
 WIDE = KeyCode()
 
 
-def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int,
-               code: KeyCode = WIDE) -> tuple[np.ndarray, np.ndarray]:
+def ngram_keys(
+    prev: np.ndarray, tokens: np.ndarray, k: int, code: KeyCode = WIDE
+) -> tuple[np.ndarray, np.ndarray]:
     """Mixed keys of the candidate k-grams of one token stream.
 
     ``prev[i]`` is the id of the (k-1)-gram starting at i (for k = 2: the
@@ -139,7 +148,7 @@ def ngram_keys(prev: np.ndarray, tokens: np.ndarray, k: int,
         return np.zeros(0, np.int64), np.zeros(0, np.uint64)
     a = prev[:n_pos]
     ok = a != INVALID
-    ok &= prev[1:n_pos + 1] != INVALID
+    ok &= prev[1 : n_pos + 1] != INVALID
     pos = np.flatnonzero(ok)
     return pos, code.encode(a[pos], tokens[pos + (k - 1)])
 
@@ -150,13 +159,19 @@ def lookup_sorted(table: np.ndarray, sorted_queries: np.ndarray) -> np.ndarray:
     Both sorted: one linear merge-join pass (compiled), no binary searches.
     """
     out = np.empty(len(sorted_queries), np.int64)
-    cc.join_sorted(np.ascontiguousarray(table, np.uint64),
-                   np.ascontiguousarray(sorted_queries, np.uint64), 0, -1, out)
+    cc.join_sorted(
+        np.ascontiguousarray(table, np.uint64),
+        np.ascontiguousarray(sorted_queries, np.uint64),
+        0,
+        -1,
+        out,
+    )
     return out
 
 
-def ids_in(table: np.ndarray, sorted_queries: np.ndarray, offset: int = 0,
-           out: np.ndarray | None = None) -> np.ndarray:
+def ids_in(
+    table: np.ndarray, sorted_queries: np.ndarray, offset: int = 0, out: np.ndarray | None = None
+) -> np.ndarray:
     """uint32 ``offset`` + index of each (sorted) query in a sorted table, INVALID where
     absent (`lookup_sorted` with the id array made in the same pass). ``offset`` + the
     table's length must stay below INVALID. ``out``: where to write them."""
@@ -164,8 +179,13 @@ def ids_in(table: np.ndarray, sorted_queries: np.ndarray, offset: int = 0,
         raise ValueError("ids past the uint32 id space")
     if out is None:
         out = np.empty(len(sorted_queries), np.uint32)
-    cc.join_sorted(np.ascontiguousarray(table, np.uint64),
-                   np.ascontiguousarray(sorted_queries, np.uint64), offset, INVALID, out)
+    cc.join_sorted(
+        np.ascontiguousarray(table, np.uint64),
+        np.ascontiguousarray(sorted_queries, np.uint64),
+        offset,
+        INVALID,
+        out,
+    )
     return out
 
 
@@ -181,7 +201,7 @@ class Scratch:
     def __init__(self):
         self._bufs: dict[str, np.ndarray] = {}
 
-    def __getstate__(self):     # never ship the buffers (e.g. inside a pickled task)
+    def __getstate__(self):  # never ship the buffers (e.g. inside a pickled task)
         return {"_bufs": {}}
 
     def clear(self) -> None:
@@ -193,7 +213,7 @@ class Scratch:
         buf = self._bufs.get(name)
         if buf is None or len(buf) < need:
             buf = self._bufs[name] = np.empty(need + need // 8, np.uint8)
-        return buf[:n * dtype.itemsize].view(dtype)
+        return buf[: n * dtype.itemsize].view(dtype)
 
 
 def work_array(scratch: Scratch | None, name: str, n: int, dtype) -> np.ndarray:
@@ -212,11 +232,11 @@ def _sort_buckets(packed: np.ndarray, bstart: np.ndarray, bend: np.ndarray) -> N
     """Sort each bucket ``packed[bstart[b]:bend[b]]`` in place: numpy's sort, one
     cache-sized slice at a time."""
     for b in np.flatnonzero(bend - bstart > 1):
-        packed[bstart[b]:bend[b]].sort()
+        packed[bstart[b] : bend[b]].sort()
 
 
-BUCKET = 1 << 16    # target candidates per bucket: its arrays stay in the core's cache
-MAX_BUCKET_BITS = 12    # more buckets than 2**12: numpy's per-bucket sort calls cost too much
+BUCKET = 1 << 16  # target candidates per bucket: its arrays stay in the core's cache
+MAX_BUCKET_BITS = 12  # more buckets than 2**12: numpy's per-bucket sort calls cost too much
 # Bucket sizes estimated from every SAMPLE-th position (a unit of SAMPLE_FROM positions
 # or more), each bucket given room for its estimate + 6 standard deviations: the
 # exact count was a pass over every position (~3-5 ns each) before the scatter's own.
@@ -225,10 +245,20 @@ SAMPLE = 32
 SAMPLE_FROM = 1 << 20
 
 
-def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_order: bool,
-               code: KeyCode = WIDE, bucket: int = BUCKET, min_lo_bits: int = 1,
-               exact: bool = True, scratch: Scratch | None = None, sample: int = SAMPLE,
-               sample_from: int = SAMPLE_FROM):
+def unit_table(
+    prev: np.ndarray,
+    tokens: np.ndarray,
+    k: int,
+    limit: int,
+    want_order: bool,
+    code: KeyCode = WIDE,
+    bucket: int = BUCKET,
+    min_lo_bits: int = 1,
+    exact: bool = True,
+    scratch: Scratch | None = None,
+    sample: int = SAMPLE,
+    sample_from: int = SAMPLE_FROM,
+):
     """Count the candidate k-grams of one unit of work.
 
     ``prev``/``tokens`` as for `ngram_keys`, keys made by ``code``. Only
@@ -262,7 +292,7 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
     prev = np.ascontiguousarray(prev, dtype=np.uint32)
     tokens = np.ascontiguousarray(tokens, dtype=np.uint32)
     args = code.args()
-    bits = max(1, int(np.ceil(np.log2(max(n_pos, 1) / bucket))))   # buckets: the top bits
+    bits = max(1, int(np.ceil(np.log2(max(n_pos, 1) / bucket))))  # buckets: the top bits
     pos_bits = max(int(n_pos - 1).bit_length(), 1)
     exact = exact and code.bits + pos_bits - 64 <= max(bits, MAX_BUCKET_BITS)
     if exact:
@@ -277,8 +307,9 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
         room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
         bounds = _bucket_bounds(room)
         packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-        if cc.scatter_exact(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds,
-                            packed, ends):
+        if cc.scatter_exact(
+            prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds, packed, ends
+        ):
             bstart, bend = bounds[:-1], ends
     if bstart is None:
         hist = np.zeros(1 << bits, np.int64)
@@ -287,34 +318,59 @@ def unit_table(prev: np.ndarray, tokens: np.ndarray, k: int, limit: int, want_or
         bstart, bend = bounds[:-1], bounds[1:]
         packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
         if exact:
-            cc.scatter_exact(prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds,
-                             packed, ends)
+            cc.scatter_exact(
+                prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds, packed, ends
+            )
         else:
             lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
             keys = work_array(scratch, "keys", len(packed), np.uint64)
             where = work_array(scratch, "where", len(packed), np.int32)
-            cc.scatter_buckets(prev, tokens, k, n_pos, args, shift, np.uint64(code.up), bounds,
-                               lo_bits, keys, where, packed)
+            cc.scatter_buckets(
+                prev,
+                tokens,
+                k,
+                n_pos,
+                args,
+                shift,
+                np.uint64(code.up),
+                bounds,
+                lo_bits,
+                keys,
+                where,
+                packed,
+            )
     n = int((bend - bstart).sum())
     _sort_buckets(packed, bstart, bend)
     # untouched tails of these are never resident: no copies of the used heads
     uniq = work_array(scratch, "uniq", n, np.uint64)
     counts = work_array(scratch, "counts", n, np.uint32)
-    starts = work_array(scratch, "starts", n + 1, np.int32)    # n < 2**31
+    starts = work_array(scratch, "starts", n + 1, np.int32)  # n < 2**31
     order = work_array(scratch, "order", n, np.int32)
     if exact:
-        u = cc.exact_runs(packed, bstart, bend, shift, np.uint64(pos_bits), np.uint64(code.up),
-                          limit, uniq, counts, starts, order)
+        u = cc.exact_runs(
+            packed,
+            bstart,
+            bend,
+            shift,
+            np.uint64(pos_bits),
+            np.uint64(code.up),
+            limit,
+            uniq,
+            counts,
+            starts,
+            order,
+        )
         counted = int(counts[:u].sum())
     else:
         u = cc.bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order)
         counted = int(np.count_nonzero(where < limit))
-    result = (order, starts[:u + 1]) if want_order else None
+    result = (order, starts[: u + 1]) if want_order else None
     return uniq[:u], counts[:u], result, counted
 
 
-def ids_at(values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int,
-           scratch: Scratch | None = None) -> np.ndarray:
+def ids_at(
+    values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int, scratch: Scratch | None = None
+) -> np.ndarray:
     """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID elsewhere."""
     positions, starts = order
     out = work_array(scratch, "ids", n, np.uint32)
@@ -329,8 +385,11 @@ def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
     Pairwise, in a balanced tree of linear merges (compiled): every level is
     one sequential pass, log2(runs) levels.
     """
-    runs = [(np.ascontiguousarray(k, np.uint64), np.ascontiguousarray(c, np.int64))
-            for k, c in parts if len(k)]
+    runs = [
+        (np.ascontiguousarray(k, np.uint64), np.ascontiguousarray(c, np.int64))
+        for k, c in parts
+        if len(k)
+    ]
     if not runs:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
     while len(runs) > 1:
@@ -345,14 +404,19 @@ def merge_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
             merged.append(runs[-1])
         runs = merged
     keys, counts = runs[0]
-    if keys is parts[0][0] or keys.base is parts[0][0]:    # a single input run: a private copy
+    if keys is parts[0][0] or keys.base is parts[0][0]:  # a single input run: a private copy
         keys, counts = keys.copy(), counts.copy()
     return keys, counts
 
 
-def merge_counts_bucketed(parts: list[tuple[np.ndarray, np.ndarray]], code: KeyCode,
-                          lo: int, hi: int, bucket: int = BUCKET,
-                          scratch: Scratch | None = None) -> tuple[np.ndarray, np.ndarray]:
+def merge_counts_bucketed(
+    parts: list[tuple[np.ndarray, np.ndarray]],
+    code: KeyCode,
+    lo: int,
+    hi: int,
+    bucket: int = BUCKET,
+    scratch: Scratch | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """`merge_counts` of runs whose keys (made by ``code``) lie in [lo, hi), by
     one exact sort instead of pairwise merges: every (key, count) entry becomes
     one uint64 (the key's bits below a bucket's + a 32-bit count), scattered
@@ -364,9 +428,9 @@ def merge_counts_bucketed(parts: list[tuple[np.ndarray, np.ndarray]], code: KeyC
     m = sum(len(k) for k, _ in runs)
     if m == 0:
         return np.zeros(0, np.uint64), np.zeros(0, np.int64)
-    span_bits = max(int(hi - lo - 1).bit_length(), 1)       # the range: 2**span_bits wide at most
-    want = max(int(np.ceil(np.log2(max(m / bucket, 1)))), 1)     # buckets in the range
-    top_bits = min(64 - span_bits + want, code.bits)     # bucket = key >> (64 - top_bits)
+    span_bits = max(int(hi - lo - 1).bit_length(), 1)  # the range: 2**span_bits wide at most
+    want = max(int(np.ceil(np.log2(max(m / bucket, 1)))), 1)  # buckets in the range
+    top_bits = min(64 - span_bits + want, code.bits)  # bucket = key >> (64 - top_bits)
     rest_bits = code.bits - top_bits
     if rest_bits > 32:
         return merge_counts(parts)
@@ -375,20 +439,29 @@ def merge_counts_bucketed(parts: list[tuple[np.ndarray, np.ndarray]], code: KeyC
     nb = ((hi - 1) >> top_shift) - base + 1
     edges = (np.arange(1, nb, dtype=np.uint64) + np.uint64(base)) << np.uint64(top_shift)
     hist = np.zeros(nb, np.int64)
-    for keys, _ in runs:     # sorted runs: bucket sizes from their boundaries
+    for keys, _ in runs:  # sorted runs: bucket sizes from their boundaries
         hist += np.diff(np.searchsorted(keys, edges), prepend=0, append=len(keys))
     bounds = _bucket_bounds(hist)
     packed = work_array(scratch, "merge_packed", m, np.uint64)
     cursor = bounds[:-1].copy()
     rest_mask = np.uint64((1 << rest_bits) - 1)
     for keys, counts in runs:
-        cc.scatter_counted(keys, np.ascontiguousarray(counts, np.uint32), np.uint64(code.up),
-                           np.uint64(top_shift), base, rest_mask, cursor, packed)
+        cc.scatter_counted(
+            keys,
+            np.ascontiguousarray(counts, np.uint32),
+            np.uint64(code.up),
+            np.uint64(top_shift),
+            base,
+            rest_mask,
+            cursor,
+            packed,
+        )
     _sort_buckets(packed, bounds[:-1], bounds[1:])
     out_keys = work_array(scratch, "merge_keys", m, np.uint64)
     out_counts = work_array(scratch, "merge_counts", m, np.int64)
-    u = cc.counted_runs(packed, bounds, base, np.uint64(rest_bits), np.uint64(code.up),
-                        out_keys, out_counts)
+    u = cc.counted_runs(
+        packed, bounds, base, np.uint64(rest_bits), np.uint64(code.up), out_keys, out_counts
+    )
     return out_keys[:u], out_counts[:u]
 
 
@@ -444,7 +517,7 @@ def warm_up() -> None:
     means the worker processes of this machine load it instead of each
     compiling it at once.
     """
-    for dtype in (np.uint16, np.uint32):     # the common flat-file dtypes
+    for dtype in (np.uint16, np.uint32):  # the common flat-file dtypes
         cc.separate(np.array([1, 0, 2], dtype), 0, 3, True, np.empty(3, np.uint32))
     tokens = np.array([1, 2, 1, 2, SENTINEL, 3, 2, 1, SENTINEL], np.uint32)  # two documents
     for exact in (True, False):

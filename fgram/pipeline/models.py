@@ -7,6 +7,7 @@
   large tables in benchmarks; ``hashed_2048``: the same, width 2048 (the
   paper's 4 KB float16 rows).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 def echo():
     def model(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.concatenate([tokens, lengths[:, None]], axis=1).astype(np.float32)
+
     return model
 
 
@@ -27,6 +29,7 @@ def hashed(dim: int = 256, buckets: int = 4096, seed: int = 0):
             live = j < lengths
             out[live] += table[(tokens[live, j].astype(np.int64) * (2 * j + 1)) % buckets]
         return out / np.sqrt(np.maximum(lengths, 1))[:, None].astype(np.float32)
+
     return model
 
 

@@ -17,6 +17,7 @@ bijection of (prefix id << last_bits | last token), 32 + 16 bits when every
 shard holds 16-bit tokens (its count sorts one word per position), else 32 +
 32 (`WIDE`); sorted ascending, uniform over the key space (ranges split evenly).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,11 +55,15 @@ def _at(values: np.ndarray, at: np.ndarray, missing: int = 0) -> np.ndarray:
     return np.where(at >= 0, values[np.maximum(at, 0)], missing)
 
 
-COMBINE_CHUNK = 1 << 22     # base entries merged per call (bounds the output buffers)
+COMBINE_CHUNK = 1 << 22  # base entries merged per call (bounds the output buffers)
 
 
-def combine(base: tuple[np.ndarray, np.ndarray], delta: tuple[np.ndarray, np.ndarray],
-            fresh: tuple[np.ndarray, np.ndarray], floor: int):
+def combine(
+    base: tuple[np.ndarray, np.ndarray],
+    delta: tuple[np.ndarray, np.ndarray],
+    fresh: tuple[np.ndarray, np.ndarray],
+    floor: int,
+):
     """One key range of a refreshed length: totals = base + delta (delta: every change
     since the base, signed), and ``fresh`` (the counts of the new shards alone).
 
@@ -95,8 +100,9 @@ class IdTable:
     refresh's additions (ids ``start .. start+n-1``), so a refresh writes only what
     it adds. Keys are distinct across chunks."""
 
-    def __init__(self, k: int, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
-                 code: KeyCode = WIDE):
+    def __init__(
+        self, k: int, chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]], code: KeyCode = WIDE
+    ):
         self.k = k
         self.chunks = chunks
         self.code = code
@@ -107,10 +113,10 @@ class IdTable:
         """Ids (INVALID where absent) of sorted keys: one merge-join per chunk."""
         out = np.full(len(sorted_queries), int(INVALID), np.uint32)
         for keys, ids, _ in self.chunks:
-            if len(sorted_queries) * 20 < len(keys):    # few queries: binary searches
+            if len(sorted_queries) * 20 < len(keys):  # few queries: binary searches
                 at = np.minimum(np.searchsorted(keys, sorted_queries), len(keys) - 1)
                 hit = keys[at] == sorted_queries if len(keys) else np.zeros(len(at), bool)
-            else:                                       # else one merge pass over the chunk
+            else:  # else one merge pass over the chunk
                 at = lookup_sorted(keys, sorted_queries)
                 hit = at >= 0
             out[hit] = ids[at[hit]]
@@ -127,11 +133,16 @@ class IdTable:
         """Every row's tokens, in id order (a (size, k) uint32 array)."""
         if self._tokens is None:
             parts = [np.asarray(t).reshape(-1, self.k) for _, _, t in self.chunks]
-            self._tokens = parts[0] if len(parts) == 1 else \
-                np.concatenate(parts) if parts else np.zeros((0, self.k), np.uint32)
+            self._tokens = (
+                parts[0]
+                if len(parts) == 1
+                else np.concatenate(parts)
+                if parts
+                else np.zeros((0, self.k), np.uint32)
+            )
         return self._tokens
 
-    def additions(self, frequent: np.ndarray, absent: np.ndarray, prefix: "IdTable | None"):
+    def additions(self, frequent: np.ndarray, absent: np.ndarray, prefix: IdTable | None):
         """The frequent keys (sorted) that T_k lacks (``absent``: where `lookup` found
         none) as a new chunk (keys, ids, tokens), ids after the existing ones.
         ``prefix``: T_{k-1} (None for k = 2: prefixes are tokens)."""
@@ -161,15 +172,16 @@ def chain_ids(windows: np.ndarray, tables: list[IdTable]) -> np.ndarray:
     ids = windows[:, 0].astype(np.int64)
     valid = windows[:, 0] != INVALID
     for j in range(1, w):
-        found = tables[j - 1].lookup_any(tables[j - 1].code.encode(np.where(valid, ids, 0),
-                                                                   windows[:, j]))
+        found = tables[j - 1].lookup_any(
+            tables[j - 1].code.encode(np.where(valid, ids, 0), windows[:, j])
+        )
         valid &= (found != INVALID) & (windows[:, j] != INVALID)
         ids = np.where(valid, found, 0).astype(np.int64)
     return np.where(valid, ids, int(INVALID)).astype(np.uint32)
 
 
-SET_BITS = 1 << 21      # at least a 256 KiB bitmap (a core's L2 cache) ...
-SET_BITS_PER_ROW = 64   # ... and sparse enough that few windows probe the table
+SET_BITS = 1 << 21  # at least a 256 KiB bitmap (a core's L2 cache) ...
+SET_BITS_PER_ROW = 64  # ... and sparse enough that few windows probe the table
 
 
 def window_set(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,14 +192,15 @@ def window_set(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cc.hash_rows(rows, hashes)
     tab = np.full(1 << max(int(2 * len(rows)).bit_length(), 4), cc.EMPTY, np.uint64)
     cc.fill_set(tab, hashes)
-    bits = np.zeros(max(SET_BITS, 1 << int(SET_BITS_PER_ROW * len(rows)).bit_length()) // 64,
-                    np.uint64)
+    bits = np.zeros(
+        max(SET_BITS, 1 << int(SET_BITS_PER_ROW * len(rows)).bit_length()) // 64, np.uint64
+    )
     cc.fill_bits(bits, hashes)
     return tab, bits
 
 
-ANCHOR_STRIDE = 61          # a unit's token frequencies are estimated from every 61st token
-ANCHOR_SHARE = 1 / 32       # anchored starts only while they are at most this share of windows
+ANCHOR_STRIDE = 61  # a unit's token frequencies are estimated from every 61st token
+ANCHOR_SHARE = 1 / 32  # anchored starts only while they are at most this share of windows
 
 
 def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
@@ -201,7 +214,7 @@ def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
     tokens = np.ascontiguousarray(tokens, np.uint32)
     rows = np.asarray(rows, np.uint32)
     top = int(rows.max())
-    if top >= 2**22:        # per-token tables of over 32 MB: scan every window instead
+    if top >= 2**22:  # per-token tables of over 32 MB: scan every window instead
         return None
     sample = tokens[::ANCHOR_STRIDE]
     freq = np.bincount(sample[sample <= top], minlength=top + 1)
@@ -210,7 +223,7 @@ def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
     offsets = np.zeros(top + 1, np.uint8)
     np.bitwise_or.at(offsets, anchor, (1 << at).astype(np.uint8))
     distinct = np.flatnonzero(offsets)
-    per = np.unpackbits(offsets[distinct, None], axis=1).sum(axis=1)   # offsets per anchor
+    per = np.unpackbits(offsets[distinct, None], axis=1).sum(axis=1)  # offsets per anchor
     expected = int((freq[distinct] * per).sum()) * ANCHOR_STRIDE
     limit = int(n * ANCHOR_SHARE)
     if expected > limit:
@@ -220,8 +233,15 @@ def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
     return None if m < 0 else out[:m]
 
 
-def scan_unit(tokens: np.ndarray, limit: int, k: int, new_set: tuple[np.ndarray, np.ndarray],
-              tables: list[IdTable], old_size: int, starts: np.ndarray | None = None):
+def scan_unit(
+    tokens: np.ndarray,
+    limit: int,
+    k: int,
+    new_set: tuple[np.ndarray, np.ndarray],
+    tables: list[IdTable],
+    old_size: int,
+    starts: np.ndarray | None = None,
+):
     """Counts, in one unit of a kept shard, of the candidate k-grams it was never
     counted for: those whose (k-1)-prefix or (k-1)-suffix got its id in this refresh
     (id >= ``old_size``, its window in ``new_set``), the other one having an id too.

@@ -1,4 +1,5 @@
 """Atomic publishing: build aside, then rename into place; `_SUCCESS` last."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ def as_location(out, storage: dict | None = None) -> Location:
     return out if isinstance(out, Location) else locate(str(out), storage)
 
 
-def check_output(out, overwrite: bool, storage: dict | None = None, resume: bool = False
-                 ) -> Location:
+def check_output(
+    out, overwrite: bool, storage: dict | None = None, resume: bool = False
+) -> Location:
     """Where an output goes, checked before any work: a local folder that may be made
     and written, or an object-store prefix whose bucket exists and answers. Without
     ``overwrite`` it must not exist yet (an object-store prefix a run of ours left
@@ -50,8 +52,10 @@ def check_output(out, overwrite: bool, storage: dict | None = None, resume: bool
 
 SUCCESS = "_SUCCESS"
 MANIFEST = "manifest.json"
-_NOT_OURS = ("exists and is not an fgram output (no manifest.json): --overwrite replaces only "
-             "those; remove it yourself or choose another name")
+_NOT_OURS = (
+    "exists and is not an fgram output (no manifest.json): --overwrite replaces only "
+    "those; remove it yourself or choose another name"
+)
 
 
 def foreign_output(out) -> bool:
@@ -66,7 +70,8 @@ def foreign_output(out) -> bool:
         if not os.path.isdir(loc.path):
             return True
         return bool(os.listdir(loc.path)) and not any(
-            os.path.exists(os.path.join(loc.path, n)) for n in (MANIFEST, SUCCESS))
+            os.path.exists(os.path.join(loc.path, n)) for n in (MANIFEST, SUCCESS)
+        )
     return loc.exists() and not any(loc.child(n).exists() for n in (MANIFEST, SUCCESS))
 
 
@@ -77,6 +82,7 @@ def _beside(out, what: str) -> str:
     loc = as_location(out)
     if not loc.local:
         import hashlib
+
         digest = hashlib.sha256(loc.uri.encode()).hexdigest()[:16]
         return os.path.join(cache_dir("remote-runs"), f".{loc.name}-{digest}.fgram-{what}")
     parent, name = os.path.split(loc.path)
@@ -151,7 +157,7 @@ class FileLock:
             with open(self.path) as f:
                 return json.load(f)
         except (OSError, ValueError):
-            return None     # half-written or just removed: judged by its age below
+            return None  # half-written or just removed: judged by its age below
 
     def _is_stale(self, holder: dict) -> bool:
         try:
@@ -164,7 +170,7 @@ class FileLock:
 
     def _remove_stale(self) -> None:
         stale = f"{self.path}.stale-{uuid.uuid4().hex[:8]}"
-        try:            # rename first: of two runs taking over, only one wins
+        try:  # rename first: of two runs taking over, only one wins
             os.rename(self.path, stale)
             os.remove(stale)
         except FileNotFoundError:
@@ -222,11 +228,10 @@ def data_files(staging) -> list[str]:
     else:
         found = []
         for folder, dirs, files in os.walk(staging):
-            dirs[:] = [d for d in dirs if d != "_work"]     # not walked: nothing there is data
+            dirs[:] = [d for d in dirs if d != "_work"]  # not walked: nothing there is data
             rel = os.path.relpath(folder, staging)
             found += [name if rel == "." else f"{rel}/{name}" for name in files]
-    return sorted(f for f in found if f not in (MANIFEST, SUCCESS) and
-                  not f.startswith("_work/"))
+    return sorted(f for f in found if f not in (MANIFEST, SUCCESS) and not f.startswith("_work/"))
 
 
 def generation_name(rel: str, gen: str) -> str:
@@ -252,6 +257,7 @@ def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
     files = data_files(staging)
     if loc.local:
         from .workdir import save_json
+
         manifest["files"] = files
         save_json(os.path.join(staging, MANIFEST), manifest)
         with open(os.path.join(staging, SUCCESS), "w"):
@@ -262,17 +268,23 @@ def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
     names = {rel: rel if new_folder else generation_name(rel, gen) for rel in files}
     manifest["files"] = sorted(names.values())
     manifest["generation"] = gen
-    commit_generation(loc, {name: staging.child(rel) if remote_staging else
-                            os.path.join(staging, rel) for rel, name in names.items()},
-                      [(MANIFEST, json_bytes(manifest)), (SUCCESS, gen.encode())])
+    commit_generation(
+        loc,
+        {
+            name: staging.child(rel) if remote_staging else os.path.join(staging, rel)
+            for rel, name in names.items()
+        },
+        [(MANIFEST, json_bytes(manifest)), (SUCCESS, gen.encode())],
+    )
     if remote_staging:
         staging.remove_tree()
     else:
         discard(staging)
 
 
-def commit_generation(dest: Location, files: dict, markers: list[tuple[str, bytes]],
-                      written: tuple[str, ...] = ()) -> None:
+def commit_generation(
+    dest: Location, files: dict, markers: list[tuple[str, bytes]], written: tuple[str, ...] = ()
+) -> None:
     """The commit protocol of an object-store folder, where nothing renames: upload
     ``files`` (name below ``dest`` -> a local path or a `Location` of the same store),
     each under a name of its own generation, beside what an older one left (``written``:
@@ -321,16 +333,22 @@ class LeaseLock:
     def __init__(self, out: Location, beat: float = 10.0, stale: float = 120.0):
         self.out = out
         self.folder = out.sibling(f".{out.name}.fgram-lock")
-        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
-                   "output": out.uri}
-        self.claim = self.folder.child(f"{self.me['host']}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-                                       ".json")
+        self.me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "output": out.uri,
+        }
+        self.claim = self.folder.child(
+            f"{self.me['host']}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+        )
         self.beat, self.stale = beat, stale
         self._stop = threading.Event()
         self._thread = None
 
     def __enter__(self):
         import random
+
         seen = None
         for attempt in range(self.ATTEMPTS):
             self.claim.write_json(self.me)
@@ -345,7 +363,8 @@ class LeaseLock:
                 raise LockedError(
                     f"{self.out.uri}: another fgram run is writing it (pid {holder.get('pid')} "
                     f"on {holder.get('host')}, lease {self.folder.child(live[0]).uri}); if that "
-                    f"run is gone, the lease expires {int(self.stale)} s after its last beat")
+                    f"run is gone, the lease expires {int(self.stale)} s after its last beat"
+                )
             seen = live[0]
             time.sleep(random.uniform(0.2, 1.0))
         raise LockedError(f"{self.out.uri}: could not take the lease {self.folder.uri}")

@@ -2,13 +2,19 @@
 the S-th largest count seen so far, and the final histograms alone give the
 cutoff count and how many f-grams each length contributes (ties at the cutoff:
 whole lengths shortest first, the last one partly, by token ids)."""
+
 from __future__ import annotations
 
 from . import kernels as kn
 
 
-def add_length(hists: dict[int, dict[int, int]], k: int, part_hists: list[dict[int, int]],
-               size: int | None, threshold: int) -> int:
+def add_length(
+    hists: dict[int, dict[int, int]],
+    k: int,
+    part_hists: list[dict[int, int]],
+    size: int | None,
+    threshold: int,
+) -> int:
     """Add length k's count histogram (from its key ranges) and raise the threshold to
     the S-th largest count seen so far (the safe bound of SCONE.md); every length's
     histogram keeps only counts at or above it. Returns the threshold."""

@@ -12,6 +12,7 @@ filesystem, e.g. ``endpoint_override=http://127.0.0.1:8333``). Retries and
 time-outs are bounded (`S3_DEFAULTS`). Errors come back as one line that names
 the URI and the problem, never a secret (`redact`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,15 @@ SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file")
 S3_DEFAULTS = {"connect_timeout": 5.0, "request_timeout": 60.0}
 S3_ATTEMPTS = 3
 # what the SDKs read from the environment: a filesystem made under other values is another one
-ENV_SETTINGS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
-                "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION")
+ENV_SETTINGS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+)
 SECRET_WORDS = ("secret", "token", "password", "key", "credential", "sas", "sig")
 
 
@@ -94,7 +102,7 @@ _LOCAL = pafs.LocalFileSystem()
 # a forked process makes its own: an inherited one shares the parent's open connections, and
 # two processes reading through one get each other's bytes
 os.register_at_fork(after_in_child=_FILESYSTEMS.clear)
-_USED = [False]     # whether this process has made an object-store filesystem
+_USED = [False]  # whether this process has made an object-store filesystem
 
 
 def object_store_used() -> bool:
@@ -104,16 +112,21 @@ def object_store_used() -> bool:
 
 
 def _s3(options: dict) -> pafs.FileSystem:
-    kw = {**S3_DEFAULTS, **{k: _coerce(v) if k not in ("access_key", "secret_key",
-                                                        "session_token", "region",
-                                                        "endpoint_override") else v
-                            for k, v in options.items()}}
-    if "endpoint_override" not in kw:       # the AWS SDKs' variables (pyarrow's from_uri reads them)
+    kw = {
+        **S3_DEFAULTS,
+        **{
+            k: _coerce(v)
+            if k not in ("access_key", "secret_key", "session_token", "region", "endpoint_override")
+            else v
+            for k, v in options.items()
+        },
+    }
+    if "endpoint_override" not in kw:  # the AWS SDKs' variables (pyarrow's from_uri reads them)
         env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if env:
             kw["endpoint_override"] = env
     endpoint = kw.get("endpoint_override")
-    if isinstance(endpoint, str) and "://" in endpoint:      # http://host:port -> scheme + host
+    if isinstance(endpoint, str) and "://" in endpoint:  # http://host:port -> scheme + host
         kw["scheme"], kw["endpoint_override"] = endpoint.split("://", 1)
         kw["endpoint_override"] = kw["endpoint_override"].rstrip("/")
     kw.setdefault("retry_strategy", pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS))
@@ -128,8 +141,10 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
     if scheme is None:
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if scheme not in SCHEMES:
-        raise ConfigError(f"{uri}: unknown storage scheme {scheme!r} "
-                          f"(known: s3, gs, hdfs, abfs, file, or a plain path)")
+        raise ConfigError(
+            f"{uri}: unknown storage scheme {scheme!r} "
+            f"(known: s3, gs, hdfs, abfs, file, or a plain path)"
+        )
     rest = uri.split("://", 1)[1]
     if scheme == "file":
         return pafs.LocalFileSystem(), os.path.abspath("/" + rest.lstrip("/"))
@@ -137,33 +152,45 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
     if not bucket:
         raise ConfigError(f"{uri}: no bucket or host in the URI")
     path = rest.rstrip("/")
-    key = (scheme, bucket if scheme in ("hdfs", "viewfs") else "", tuple(sorted(options.items())),
-           tuple(os.environ.get(v) for v in ENV_SETTINGS))
+    key = (
+        scheme,
+        bucket if scheme in ("hdfs", "viewfs") else "",
+        tuple(sorted(options.items())),
+        tuple(os.environ.get(v) for v in ENV_SETTINGS),
+    )
     try:
         if key not in _FILESYSTEMS:
             _USED[0] = True
             if scheme == "s3":
                 _FILESYSTEMS[key] = _s3(options)
             elif scheme in ("gs", "gcs"):
-                _FILESYSTEMS[key] = pafs.GcsFileSystem(**{k: _coerce(v) for k, v in options.items()})
+                _FILESYSTEMS[key] = pafs.GcsFileSystem(
+                    **{k: _coerce(v) for k, v in options.items()}
+                )
             elif scheme in ("abfs", "abfss") and options:
-                _FILESYSTEMS[key] = pafs.AzureFileSystem(**{k: _coerce(v)
-                                                            for k, v in options.items()})
+                _FILESYSTEMS[key] = pafs.AzureFileSystem(
+                    **{k: _coerce(v) for k, v in options.items()}
+                )
             else:
                 if options:
-                    raise ConfigError(f"{uri}: --storage-option is not supported for {scheme}:// "
-                                      f"(give the settings in the URI)")
+                    raise ConfigError(
+                        f"{uri}: --storage-option is not supported for {scheme}:// "
+                        f"(give the settings in the URI)"
+                    )
                 fs, _ = pafs.FileSystem.from_uri(uri)
                 _FILESYSTEMS[key] = fs
         fs = _FILESYSTEMS[key]
     except FgramError:
         raise
     except TypeError as exc:
-        raise ConfigError(f"--storage-option for {scheme}://: {redact(str(exc), options)}") from None
+        raise ConfigError(
+            f"--storage-option for {scheme}://: {redact(str(exc), options)}"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - one line, naming the URI
-        raise ConfigError(f"{uri}: cannot open the filesystem ({first_line(exc, options)})") \
-            from None
-    if scheme in ("hdfs", "viewfs", "abfs", "abfss"):     # their paths drop the host part
+        raise ConfigError(
+            f"{uri}: cannot open the filesystem ({first_line(exc, options)})"
+        ) from None
+    if scheme in ("hdfs", "viewfs", "abfs", "abfss"):  # their paths drop the host part
         try:
             _, path = pafs.FileSystem.from_uri(uri)
         except Exception:  # noqa: BLE001 - keep the plain path
@@ -190,13 +217,24 @@ def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]
         return f"cannot reach the object store{where} (host name not found)", True
     if "curlCode: 28" in text or "imed out" in text:
         return f"the object store{where} did not answer in time", True
-    if "NETWORK_CONNECTION" in text or "curlCode: 7" in text or "Could not connect" in text \
-            or "Connection refused" in text:
+    if (
+        "NETWORK_CONNECTION" in text
+        or "curlCode: 7" in text
+        or "Could not connect" in text
+        or "Connection refused" in text
+    ):
         return f"cannot reach the object store{where} (connection refused)", True
-    if "ACCESS_DENIED" in text or "SIGNATURE_DOES_NOT_MATCH" in text or \
-            "InvalidAccessKeyId" in text or "INVALID_ACCESS_KEY_ID" in text or "403" in text:
-        return ("access denied (check the credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
-                "the AWS config, or --storage-option)"), False
+    if (
+        "ACCESS_DENIED" in text
+        or "SIGNATURE_DOES_NOT_MATCH" in text
+        or "InvalidAccessKeyId" in text
+        or "INVALID_ACCESS_KEY_ID" in text
+        or "403" in text
+    ):
+        return (
+            "access denied (check the credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
+            "the AWS config, or --storage-option)"
+        ), False
     if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or "bucket does not exist" in text:
         return "no such bucket", False
     if isinstance(exc, FileNotFoundError):
@@ -206,13 +244,17 @@ def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]
 
 def _endpoint(options: dict | None) -> str:
     """' at ENDPOINT' for messages, from the options or the environment ('' if neither)."""
-    end = (options or {}).get("endpoint_override") or os.environ.get("AWS_ENDPOINT_URL_S3") \
+    end = (
+        (options or {}).get("endpoint_override")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
         or os.environ.get("AWS_ENDPOINT_URL")
+    )
     return f" at {end}" if end else ""
 
 
-def failure(uri: str, exc: BaseException, options: dict | None = None, reading: bool = False
-            ) -> FgramError:
+def failure(
+    uri: str, exc: BaseException, options: dict | None = None, reading: bool = False
+) -> FgramError:
     """The error to raise for a storage call on ``uri`` that failed with ``exc``."""
     if isinstance(exc, FgramError):
         return exc
@@ -227,9 +269,10 @@ class Location:
     """A path on a filesystem, with the URI to show. It holds no filesystem object, only
     what makes one (`filesystem`, one per process): a task carries plain strings, and a
     forked process never shares its parent's connections."""
+
     path: str
     uri: str
-    options: tuple = ()     # (key, value) storage options
+    options: tuple = ()  # (key, value) storage options
 
     @property
     def local(self) -> bool:
@@ -243,20 +286,20 @@ class Location:
     def name(self) -> str:
         return self.path.rstrip("/").rsplit("/", 1)[-1]
 
-    def child(self, *names: str) -> "Location":
+    def child(self, *names: str) -> Location:
         rel = "/".join(n.strip("/") for n in names if n)
         if not rel:
             return self
         join = os.path.join if self.local else (lambda a, b: f"{a.rstrip('/')}/{b}")
         return Location(join(self.path, rel), join(self.uri, rel), self.options)
 
-    def parent(self) -> "Location":
+    def parent(self) -> Location:
         cut = lambda s: s.rstrip("/").rsplit("/", 1)[0]  # noqa: E731
         if self.local:
             return Location(os.path.dirname(self.path), os.path.dirname(self.uri), self.options)
         return Location(cut(self.path), cut(self.uri), self.options)
 
-    def sibling(self, name: str) -> "Location":
+    def sibling(self, name: str) -> Location:
         return self.parent().child(name)
 
     def _fail(self, exc: BaseException, reading: bool = False) -> FgramError:
@@ -277,13 +320,17 @@ class Location:
     def files(self) -> list[str]:
         """Paths of every file below this folder, relative to it, sorted ([] if absent)."""
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self.path, recursive=True,
-                                                            allow_not_found=True))
+            infos = self.fs.get_file_info(
+                pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
+            )
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc, reading=True) from None
         base = self.path.rstrip("/") + "/"
-        return sorted(i.path[len(base):] for i in infos
-                      if i.type == pafs.FileType.File and i.path.startswith(base))
+        return sorted(
+            i.path[len(base) :]
+            for i in infos
+            if i.type == pafs.FileType.File and i.path.startswith(base)
+        )
 
     def names(self) -> list[str]:
         """Names of the entries right below this folder, files and folders ([] if absent):
@@ -292,8 +339,9 @@ class Location:
             infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc, reading=True) from None
-        return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos
-                      if i.type != pafs.FileType.NotFound)
+        return sorted(
+            i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos if i.type != pafs.FileType.NotFound
+        )
 
     def read_bytes(self) -> bytes:
         try:
@@ -341,13 +389,19 @@ class Location:
         try:
             if self.local:
                 import shutil
+
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
                 tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
                 shutil.copyfile(local_path, tmp)
                 os.replace(tmp, self.path)
                 return
-            pafs.copy_files(local_path, self.path, destination_filesystem=self.fs,
-                            chunk_size=8 << 20, use_threads=True)
+            pafs.copy_files(
+                local_path,
+                self.path,
+                destination_filesystem=self.fs,
+                chunk_size=8 << 20,
+                use_threads=True,
+            )
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc) from None
 
@@ -356,8 +410,9 @@ class Location:
         tmp = f"{local_path}.{uuid.uuid4().hex}.tmp"
         try:
             os.makedirs(os.path.dirname(local_path), exist_ok=True)
-            pafs.copy_files(self.path, tmp, source_filesystem=self.fs,
-                            chunk_size=8 << 20, use_threads=True)
+            pafs.copy_files(
+                self.path, tmp, source_filesystem=self.fs, chunk_size=8 << 20, use_threads=True
+            )
             os.replace(tmp, local_path)
         except Exception as exc:  # noqa: BLE001
             if os.path.exists(tmp):
@@ -379,6 +434,7 @@ class Location:
         try:
             if self.local:
                 import shutil
+
                 shutil.rmtree(self.path, ignore_errors=True)
             elif self.exists():
                 self.fs.delete_dir_contents(self.path, missing_dir_ok=True)
@@ -392,10 +448,12 @@ class Location:
     def dataset(self, files: list[str] | None = None):
         """A pyarrow Parquet dataset of this folder (or of ``files`` below it)."""
         import pyarrow.dataset as ds
+
         try:
             if files is not None:
-                return ds.dataset([self.child(f).path for f in files], filesystem=self.fs,
-                                  format="parquet")
+                return ds.dataset(
+                    [self.child(f).path for f in files], filesystem=self.fs, format="parquet"
+                )
             return ds.dataset(self.path, filesystem=self.fs, format="parquet")
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc, reading=True) from None
@@ -430,14 +488,14 @@ def check_bucket(loc: Location) -> None:
 def cache_dir(*parts: str) -> str:
     """fgram's local cache (``$FGRAM_CACHE_DIR``, else ``~/.cache/fgram``), made on demand."""
     root = os.environ.get("FGRAM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "fgram")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fgram"
+    )
     path = os.path.join(root, *parts)
     os.makedirs(path, exist_ok=True)
     return path
 
 
-CACHE_MAX = "FGRAM_CACHE_MAX"       # bytes of object-store copies kept (default 32G)
+CACHE_MAX = "FGRAM_CACHE_MAX"  # bytes of object-store copies kept (default 32G)
 DEFAULT_CACHE_MAX = 32 * 2**30
 
 
@@ -476,7 +534,7 @@ def cached_copy(obj: Location, sha256: str, size: int) -> str:
     folder = cache_dir("remote")
     path = os.path.join(folder, f"{sha256}.npy")
     if os.path.exists(path) and os.path.getsize(path) == size:
-        os.utime(path)      # its time is its last use
+        os.utime(path)  # its time is its last use
         return path
     _evict(folder, cache_limit() - size)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"

@@ -7,6 +7,7 @@ every length, rare ones make the long tail, and phrase joins make the
 cross-phrase n-grams that real text has. Documents have geometric lengths.
 Everything is vectorised and generated in chunks, so 1B tokens stream to disk.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,12 +30,14 @@ class PhraseBook:
         rng = np.random.default_rng(seed)
         self.vocab = vocab
         n = phrases or max(1000, min(4_000_000, vocab * 20))
-        self.lengths = rng.choice(np.arange(1, 9), size=n,
-                                  p=np.array([30, 25, 18, 11, 7, 4, 3, 2]) / 100.0)
+        self.lengths = rng.choice(
+            np.arange(1, 9), size=n, p=np.array([30, 25, 18, 11, 7, 4, 3, 2]) / 100.0
+        )
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
         span = vocab - first_token
         self.tokens = (first_token + _zipf_ranks(rng, span, int(self.lengths.sum()), 1.05)).astype(
-            np.uint32)
+            np.uint32
+        )
         # shuffle which token id gets which popularity rank, so ids are not sorted by frequency
         perm = rng.permutation(span).astype(np.uint32) + first_token
         self.tokens = perm[self.tokens - first_token]
@@ -56,9 +59,16 @@ class PhraseBook:
         return np.concatenate(out)[:n_tokens]
 
 
-def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
-             fmt: str = "parquet", doc_len: int = 512, files: int | None = None,
-             book_seed: int | None = None) -> dict:
+def generate(
+    out_dir: str,
+    tokens: int,
+    vocab: int = 50_000,
+    seed: int = 0,
+    fmt: str = "parquet",
+    doc_len: int = 512,
+    files: int | None = None,
+    book_seed: int | None = None,
+) -> dict:
     """Write a corpus of `tokens` tokens to out_dir. Returns its description (also meta.json).
 
     The phrase book comes from ``book_seed`` (default: ``seed``), the text drawn
@@ -121,10 +131,17 @@ def generate(out_dir: str, tokens: int, vocab: int = 50_000, seed: int = 0,
             if writer is not None:
                 writer.close()
         os.replace(tmp, path)
-    meta = {"tokens": tokens, "documents": n_docs, "vocab": vocab, "seed": seed,
-            "book_seed": book_seed, "format": fmt,
-            "files": names, "dtype": np.dtype(dtype).name if fmt == "bin" else "int32",
-            "doc_sep": 0 if fmt == "bin" else None}
+    meta = {
+        "tokens": tokens,
+        "documents": n_docs,
+        "vocab": vocab,
+        "seed": seed,
+        "book_seed": book_seed,
+        "format": fmt,
+        "files": names,
+        "dtype": np.dtype(dtype).name if fmt == "bin" else "int32",
+        "doc_sep": 0 if fmt == "bin" else None,
+    }
     with open(os.path.join(out_dir, "meta.json"), "w") as fh:
         json.dump(meta, fh, indent=2)
     return meta

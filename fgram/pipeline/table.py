@@ -5,6 +5,7 @@ of a whole (count, length) group is known from count histograms alone, so a
 task that holds complete groups can number its rows without seeing the rest:
 ``id = offset of the group + rank of the tokens inside the group``.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,25 +18,45 @@ import pyarrow.parquet as pq
 from . import compiled as cc
 from .errors import FgramError
 
-SCHEMA = pa.schema([("fgram_id", pa.int64()), ("length", pa.int8()),
-                    ("tokens", pa.list_(pa.int32())), ("count", pa.int64())])
+SCHEMA = pa.schema(
+    [
+        ("fgram_id", pa.int64()),
+        ("length", pa.int8()),
+        ("tokens", pa.list_(pa.int32())),
+        ("count", pa.int64()),
+    ]
+)
 
 
 def table_record() -> dict:
     """The manifest's description of the table (a build's and a refresh's version)."""
-    return {"path": "fgrams", "format": "parquet", "compression": "zstd",
-            "columns": {"fgram_id": "int64", "length": "int8",
-                        "tokens": "list<int32>", "count": "int64"},
-            "order": "fgram_id = rank by (count desc, length asc, tokens asc)"}
+    return {
+        "path": "fgrams",
+        "format": "parquet",
+        "compression": "zstd",
+        "columns": {
+            "fgram_id": "int64",
+            "length": "int8",
+            "tokens": "list<int32>",
+            "count": "int64",
+        },
+        "order": "fgram_id = rank by (count desc, length asc, tokens asc)",
+    }
 
 
 class Groups:
     """The (count, length) groups of the selection in rank order, with their first ids."""
 
     def __init__(self, hists: dict[int, dict[int, int]], cutoff: int, cut_len: int):
-        pairs = sorted(((c, k) for k, h in hists.items() for c in h
-                        if c > cutoff or (c == cutoff and k <= cut_len)),
-                       key=lambda ck: (-ck[0], ck[1]))
+        pairs = sorted(
+            (
+                (c, k)
+                for k, h in hists.items()
+                for c in h
+                if c > cutoff or (c == cutoff and k <= cut_len)
+            ),
+            key=lambda ck: (-ck[0], ck[1]),
+        )
         self.count = np.array([c for c, _ in pairs], dtype=np.int64)
         self.length = np.array([k for _, k in pairs], dtype=np.int64)
         self.size = np.array([hists[k][c] for c, k in pairs], dtype=np.int64)
@@ -52,8 +73,9 @@ class Groups:
         length = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
         return np.searchsorted(self._code, self.code(count, length))
 
-    def rows_in(self, count: np.ndarray, length: int, g0: int, g1: int,
-                table_max: int = 1 << 22) -> np.ndarray:
+    def rows_in(
+        self, count: np.ndarray, length: int, g0: int, g1: int, table_max: int = 1 << 22
+    ) -> np.ndarray:
         """Mask of rows (count, length) that belong to groups g0 .. g1-1.
 
         The counts of those groups of this length become a dense table when their
@@ -64,7 +86,7 @@ class Groups:
             return np.zeros(len(count), bool)
         lo, hi = int(mine.min()), int(mine.max())
         count = np.asarray(count, np.int64)
-        if hi - lo <= table_max:     # slot 0: below lo, slot hi-lo+2: above hi
+        if hi - lo <= table_max:  # slot 0: below lo, slot hi-lo+2: above hi
             table = np.zeros(hi - lo + 3, bool)
             table[mine - lo + 1] = True
             return table[np.clip(count - (lo - 1), 0, hi - lo + 2)]
@@ -93,8 +115,9 @@ class Groups:
         ideal = np.arange(1, tasks) * (total / tasks)
         right = np.minimum(np.searchsorted(self.start, ideal), len(self.size))
         left = np.maximum(right - 1, 0)
-        near = np.where(np.abs(self.start[left] - ideal) <= np.abs(self.start[right] - ideal),
-                        left, right)
+        near = np.where(
+            np.abs(self.start[left] - ideal) <= np.abs(self.start[right] - ideal), left, right
+        )
         near = near[(near > 0) & (near < len(self.size)) & (self.start[near] < total)]
         return np.unique(np.concatenate([[0], near])).astype(np.int64)
 
@@ -120,7 +143,7 @@ def dense_rank_desc(counts: np.ndarray) -> tuple[np.ndarray, int]:
         return rank.reshape(-1), len(distinct)
     present = np.zeros(hi - lo + 1, np.int64)
     present[c - lo] = 1
-    above = np.cumsum(present[::-1])[::-1]      # distinct counts >= lo + i
+    above = np.cumsum(present[::-1])[::-1]  # distinct counts >= lo + i
     return above[c - lo] - 1, int(above[0])
 
 
@@ -145,7 +168,7 @@ def _rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return order
     sorted_head = head[order]
     tie = np.flatnonzero(sorted_head[1:] == sorted_head[:-1])
-    if len(tie):        # the rows of tied runs sit at these positions, runs in order
+    if len(tie):  # the rows of tied runs sit at these positions, runs in order
         in_run = np.zeros(n, bool)
         in_run[tie] = True
         in_run[tie + 1] = True
@@ -177,8 +200,18 @@ def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path) -> int:
         order = _rank_order(toks, cnts)
         mine = groups.length == k
         dest = np.empty(len(order), np.int64)
-        if not cc.place_ranked(np.asarray(cnts, np.int64), order, groups.count[mine],
-                               groups.start[:-1][mine], lo, hi, k, lengths, counts, dest):
+        if not cc.place_ranked(
+            np.asarray(cnts, np.int64),
+            order,
+            groups.count[mine],
+            groups.start[:-1][mine],
+            lo,
+            hi,
+            k,
+            lengths,
+            counts,
+            dest,
+        ):
             raise FgramError(f"internal: a selected {k}-gram's count has no group")
         placed.append((toks, order, dest))
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -196,10 +229,11 @@ def arrow_array(values: np.ndarray, dtype=None) -> pa.Array:
     Not `pa.array`: its first call in a process imports pandas when pandas is
     installed (0.7-0.8 s, measured in every rank task's worker)."""
     values = np.ascontiguousarray(values, dtype)
-    if values.dtype.kind not in "iuf":      # Arrow packs booleans in bits: not this buffer
+    if values.dtype.kind not in "iuf":  # Arrow packs booleans in bits: not this buffer
         raise TypeError(f"arrow_array takes integers or floats, not {values.dtype}")
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
-                                 [None, pa.py_buffer(values)])
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)]
+    )
 
 
 def arrow_list(offsets: np.ndarray, values: np.ndarray, dtype=None) -> pa.ListArray:
@@ -207,18 +241,29 @@ def arrow_list(offsets: np.ndarray, values: np.ndarray, dtype=None) -> pa.ListAr
     return pa.ListArray.from_arrays(arrow_array(offsets, np.int32), arrow_array(values, dtype))
 
 
-def arrow_table(ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray,
-                flat_tokens: np.ndarray, counts: np.ndarray) -> pa.Table:
+def arrow_table(
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+    flat_tokens: np.ndarray,
+    counts: np.ndarray,
+) -> pa.Table:
     """The table's columns from numpy arrays (``offsets``: n + 1 starts into flat_tokens)."""
-    return pa.Table.from_arrays([arrow_array(ids, np.int64), arrow_array(lengths, np.int8),
-                                 arrow_list(offsets, flat_tokens, np.int32),
-                                 arrow_array(counts, np.int64)], schema=SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            arrow_array(ids, np.int64),
+            arrow_array(lengths, np.int8),
+            arrow_list(offsets, flat_tokens, np.int32),
+            arrow_array(counts, np.int64),
+        ],
+        schema=SCHEMA,
+    )
 
 
 def write_table(table: pa.Table, path) -> None:
     """One Parquet file at a local path, or at a `storage.Location` (an object: written
     whole, then it appears)."""
-    if isinstance(path, str) or path.local:        # aside, then renamed: whole or not at all
+    if isinstance(path, str) or path.local:  # aside, then renamed: whole or not at all
         path = getattr(path, "path", path)
         tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
         pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)

@@ -15,10 +15,11 @@ tags are read from the store; a flat shard's ``.npy`` tags are copied once into 
 local cache (`storage.immutable_copy`: an object-store output's files have names of
 their own generation, never rewritten) and memory-mapped.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -29,8 +30,9 @@ from .publish import MANIFEST, SUCCESS, generation_name
 from .storage import Location, local_path, locate
 
 
-def open_tags(tags, table: str | None = None, storage: dict | None = None
-              ) -> tuple[Location, dict, FgramIndex]:
+def open_tags(
+    tags, table: str | None = None, storage: dict | None = None
+) -> tuple[Location, dict, FgramIndex]:
     """The tags' location, their manifest and the index of their table; refuses stale
     tags."""
     loc = tags if isinstance(tags, Location) else locate(str(tags), storage)
@@ -39,8 +41,10 @@ def open_tags(tags, table: str | None = None, storage: dict | None = None
     manifest = loc.child(MANIFEST).read_json()
     table = table or manifest["table"]["path"]
     if manifest_fingerprint(locate(table, storage)) != manifest["table"]["fingerprint"]:
-        raise FgramError(f"{loc.uri}: tags were made with another f-gram table than {table} "
-                         "(stale); annotate again")
+        raise FgramError(
+            f"{loc.uri}: tags were made with another f-gram table than {table} "
+            "(stale); annotate again"
+        )
     return loc, manifest, FgramIndex.open(table, storage=storage)
 
 
@@ -57,8 +61,9 @@ def _flat_tags(f: Location) -> np.ndarray:
     return np.load(local_path(f), mmap_mode="r")
 
 
-def _streams(loc: Location, manifest: dict, storage: dict | None
-             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _streams(
+    loc: Location, manifest: dict, storage: dict | None
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     cfg = manifest["config"]
     shards = [Shard(**{**rec, "row_groups": []}) for rec in manifest["inputs"]]
     for u in manifest["units"]:
@@ -66,11 +71,14 @@ def _streams(loc: Location, manifest: dict, storage: dict | None
         shard = shards[unit.shard]
         name = os.path.basename(shard.uri)
         if shard.format == "flat":
-            tokens = read_flat_range(shard, unit.start, unit.stop,
-                                     storage=storage).astype(np.int64)
+            tokens = read_flat_range(shard, unit.start, unit.stop, storage=storage).astype(np.int64)
             fid = _flat_tags(tag_file(loc, manifest, f"tags/{name}.fgid.npy"))
             mlen = _flat_tags(tag_file(loc, manifest, f"tags/{name}.mlen.npy"))
-            yield tokens, np.asarray(fid[unit.start:unit.stop]), np.asarray(mlen[unit.start:unit.stop])
+            yield (
+                tokens,
+                np.asarray(fid[unit.start : unit.stop]),
+                np.asarray(mlen[unit.start : unit.stop]),
+            )
         else:
             import pyarrow.compute as pc
             import pyarrow.parquet as pq
@@ -78,22 +86,26 @@ def _streams(loc: Location, manifest: dict, storage: dict | None
             stem = os.path.splitext(name)[0]
             f = tag_file(loc, manifest, f"tags/{stem}.{unit.start:06d}.parquet")
             t = pq.read_table(f.path, filesystem=f.fs, columns=["fgram_ids", "match_len"])
-            _, tokens = list_column(read_row_groups(shard, unit, [cfg["column"]], storage),
-                                    cfg["column"], shard.uri)
-            yield (tokens.astype(np.int64),
-                   pc.list_flatten(t.column("fgram_ids")).to_numpy().astype(np.int64),
-                   pc.list_flatten(t.column("match_len")).to_numpy())
+            _, tokens = list_column(
+                read_row_groups(shard, unit, [cfg["column"]], storage), cfg["column"], shard.uri
+            )
+            yield (
+                tokens.astype(np.int64),
+                pc.list_flatten(t.column("fgram_ids")).to_numpy().astype(np.int64),
+                pc.list_flatten(t.column("match_len")).to_numpy(),
+            )
 
 
-def truncate(index: FgramIndex, tokens: np.ndarray, fid: np.ndarray, mlen: np.ndarray,
-             seq_len: int) -> None:
+def truncate(
+    index: FgramIndex, tokens: np.ndarray, fid: np.ndarray, mlen: np.ndarray, seq_len: int
+) -> None:
     """In place: windows of seq_len over the arrays; cut matches at each window's start."""
     n = len(tokens) // seq_len
     head = min(index.max_len - 1, seq_len)
     if n == 0 or head < 1:
         return
     cols = np.arange(head)
-    pos = (np.arange(n) * seq_len)[:, None] + cols[None, :]     # [n, head] positions
+    pos = (np.arange(n) * seq_len)[:, None] + cols[None, :]  # [n, head] positions
     bad = mlen[pos] > cols[None, :] + 1
     if not bad.any():
         return
@@ -104,8 +116,13 @@ def truncate(index: FgramIndex, tokens: np.ndarray, fid: np.ndarray, mlen: np.nd
     mlen[fix] = hl[bad.ravel()]
 
 
-def training_sequences(tags, seq_len: int, table: str | None = None,
-                       drop_last: bool = True, storage: dict | None = None):
+def training_sequences(
+    tags,
+    seq_len: int,
+    table: str | None = None,
+    drop_last: bool = True,
+    storage: dict | None = None,
+):
     """Yield (tokens, fgram_ids, match_len) arrays of length seq_len, in stream order.
     ``tags``: a folder or a URI; ``storage``: storage options for it, its table and its
     inputs (else the environment's)."""
@@ -125,7 +142,7 @@ def training_sequences(tags, seq_len: int, table: str | None = None,
         full = (len(t) // seq_len) * seq_len
         truncate(index, t[:full], f[:full], m[:full], seq_len)
         for s in range(0, full, seq_len):
-            yield t[s:s + seq_len], f[s:s + seq_len], m[s:s + seq_len]
+            yield t[s : s + seq_len], f[s : s + seq_len], m[s : s + seq_len]
         buf_t, buf_f, buf_m = [t[full:]], [f[full:]], [m[full:]]
         have = len(t) - full
     if have and not drop_last:

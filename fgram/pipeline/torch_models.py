@@ -10,6 +10,7 @@
 - ``fgram.pipeline.torch_models:reference``: a factory for ``--model`` that
   builds a seeded `FgramTransformer` (vocab 65536, d = 256) on ``device``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,18 +35,28 @@ class TorchModel:
 class FgramTransformer(nn.Module):
     """Embeds an f-gram (right-padded tokens [B, K], lengths [B]) into [B, d]."""
 
-    def __init__(self, token_embeddings: torch.Tensor, max_len: int = 8, layers: int = 2,
-                 heads: int = 4, freeze_tokens: bool = True):
+    def __init__(
+        self,
+        token_embeddings: torch.Tensor,
+        max_len: int = 8,
+        layers: int = 2,
+        heads: int = 4,
+        freeze_tokens: bool = True,
+    ):
         super().__init__()
         vocab, dim = token_embeddings.shape
         self.tokens = nn.Embedding.from_pretrained(token_embeddings, freeze=freeze_tokens)
         self.positions = nn.Embedding(max_len, dim)
-        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=4 * dim,
-                                           batch_first=True, norm_first=True, dropout=0.0)
+        layer = nn.TransformerEncoderLayer(
+            dim, heads, dim_feedforward=4 * dim, batch_first=True, norm_first=True, dropout=0.0
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
-        self.register_buffer("causal", torch.triu(torch.ones(max_len, max_len, dtype=torch.bool),
-                                                  diagonal=1), persistent=False)
+        self.register_buffer(
+            "causal",
+            torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1),
+            persistent=False,
+        )
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         width = tokens.shape[1]
@@ -61,5 +72,5 @@ def reference(device: str = "cpu", vocab: int = 65536, dim: int = 256, seed: int
     """A seeded reference model (random token embeddings) for tries and benchmarks."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = FgramTransformer(torch.randn(vocab, dim, generator=gen) / dim ** 0.5)
+    model = FgramTransformer(torch.randn(vocab, dim, generator=gen) / dim**0.5)
     return TorchModel(model, device)

@@ -14,6 +14,7 @@ opens the root sees either the old table or the new one, never a mix.
 Version ids sort by time (``20261130T030512Z-1a2b3c``). The functions take a
 root as a local path (and then give local paths back) or a `storage.Location`.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,9 @@ def new_version_id() -> str:
 def is_finished(path) -> bool:
     """Whether ``path`` (a local path, a URI or a `Location`) holds a finished output."""
     if isinstance(path, str) and not is_remote(path):
-        return os.path.exists(os.path.join(path, "_SUCCESS")) and \
-            os.path.exists(os.path.join(path, "manifest.json"))
+        return os.path.exists(os.path.join(path, "_SUCCESS")) and os.path.exists(
+            os.path.join(path, "manifest.json")
+        )
     loc = as_location(path)
     return loc.child("_SUCCESS").exists() and loc.child("manifest.json").exists()
 
@@ -44,8 +46,9 @@ def is_finished(path) -> bool:
 def list_versions(root) -> list[str]:
     """Finished version ids, oldest first."""
     folder = as_location(root).child(VERSIONS)
-    return sorted(v for v in folder.names()
-                  if not v.startswith(".") and is_finished(folder.child(v)))
+    return sorted(
+        v for v in folder.names() if not v.startswith(".") and is_finished(folder.child(v))
+    )
 
 
 def current(root) -> str | None:
@@ -73,15 +76,18 @@ def check_root(root, storage: dict | None = None):
     Returns it as an absolute local path, or as a `Location` on an object store."""
     loc = as_location(root, storage)
     if is_finished(loc):
-        raise OutputError(f"{loc.uri}: is a plain `fgram build` output; refresh needs a folder "
-                          f"of its own (it keeps versions/ and current there)")
+        raise OutputError(
+            f"{loc.uri}: is a plain `fgram build` output; refresh needs a folder "
+            f"of its own (it keeps versions/ and current there)"
+        )
     if loc.local and os.path.exists(loc.path) and not os.path.isdir(loc.path):
         raise OutputError(f"{loc.path}: exists and is not a directory")
     names = set(loc.names())
     extra = names - {VERSIONS, CURRENT, "store"}
     if extra and VERSIONS not in names:
-        raise OutputError(f"{loc.uri}: not empty and not a refresh folder "
-                          f"(found {', '.join(sorted(extra)[:3])})")
+        raise OutputError(
+            f"{loc.uri}: not empty and not a refresh folder (found {', '.join(sorted(extra)[:3])})"
+        )
     if loc.local:
         os.makedirs(os.path.join(loc.path, VERSIONS), exist_ok=True)
         return loc.path
@@ -134,10 +140,10 @@ def prune(root, keep: int) -> list[str]:
     loc = as_location(root)
     cur = current(loc)
     old = [v for v in list_versions(loc) if v != cur]
-    survivors = (1 if cur else 0)
-    doomed = old[:max(len(old) - (keep - survivors), 0)]
+    survivors = 1 if cur else 0
+    doomed = old[: max(len(old) - (keep - survivors), 0)]
     for vid in doomed:
-        if loc.local:       # renamed first: gone from listings at once
+        if loc.local:  # renamed first: gone from listings at once
             aside = os.path.join(loc.path, VERSIONS, f".{vid}.deleting")
             os.rename(os.path.join(loc.path, VERSIONS, vid), aside)
             _delete(as_location(aside))

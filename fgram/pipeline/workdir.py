@@ -6,6 +6,7 @@ half-written file for a reader. The work folder is a local path (a local or shar
 disk: the fast path, memory maps) or a `storage.Location` on an object store, which
 every executor of a cluster reaches; the functions here take either.
 """
+
 from __future__ import annotations
 
 import io
@@ -59,10 +60,13 @@ def read_into(path, scratch, name: str) -> np.ndarray:
     path = _local(path)
     with open(path, "rb") as f:
         version = np.lib.format.read_magic(f)
-        if version not in ((1, 0), (2, 0)):     # np.save writes these: anything else, plainly
+        if version not in ((1, 0), (2, 0)):  # np.save writes these: anything else, plainly
             return load_array(path, mmap=False)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-            np.lib.format.read_array_header_2_0
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         shape, _, dtype = read_header(f)
         if len(shape) != 1 or dtype.hasobject:
             raise ValueError(f"{path}: not a 1-d array of numbers")
@@ -82,11 +86,18 @@ def concat_arrays(dest: Location, parts: list, dtype, shape: tuple) -> tuple[str
 
     dtype = np.dtype(dtype)
     head = io.BytesIO()
-    np.lib.format.write_array_header_2_0(head, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                                "fortran_order": False, "shape": tuple(shape)})
+    np.lib.format.write_array_header_2_0(
+        head,
+        {
+            "descr": np.lib.format.dtype_to_descr(dtype),
+            "fortran_order": False,
+            "shape": tuple(shape),
+        },
+    )
     digest, size, rows = hashlib.sha256(), 0, 0
     try:
         with dest.fs.open_output_stream(dest.path) as f:
+
             def put(data: bytes) -> None:
                 nonlocal size
                 digest.update(data)
@@ -97,8 +108,10 @@ def concat_arrays(dest: Location, parts: list, dtype, shape: tuple) -> tuple[str
             for part in parts:
                 arr = load_array(part)
                 if arr.shape[1:] != tuple(shape[1:]):
-                    raise FgramError(f"{getattr(part, 'uri', part)}: rows of shape "
-                                     f"{arr.shape[1:]}, expected {tuple(shape[1:])}")
+                    raise FgramError(
+                        f"{getattr(part, 'uri', part)}: rows of shape "
+                        f"{arr.shape[1:]}, expected {tuple(shape[1:])}"
+                    )
                 rows += len(arr)
                 put(np.ascontiguousarray(arr, dtype=dtype).tobytes())
             if rows != shape[0]:
@@ -154,6 +167,7 @@ def remove_tree(path) -> None:
         path.remove_tree()
     else:
         import shutil
+
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -19,6 +19,7 @@ an editable install, whose modules are found after every path entry. The
 working directory goes back at the end of the path (modules of the user's,
 such as an ``embed --model``, still import from it).
 """
+
 import os
 import sys
 
@@ -27,8 +28,10 @@ if __name__ == "__main__":
     here = [p for p in sys.path if p in ("", os.getcwd())]
     sys.path[:] = [p for p in sys.path if not p.endswith(".zip") and p not in here] + zips
     for name in [m for m in sys.modules if m == "fgram" or m.startswith("fgram.")]:
-        del sys.modules[name]       # a namespace package found in the working directory
+        del sys.modules[name]  # a namespace package found in the working directory
     import fgram  # noqa: F401,E402 - the installed package, first
+
     sys.path += here
     from pyspark.daemon import manager
+
     manager()

@@ -1,5 +1,6 @@
 """The Spark session and context that fgram builds: local mode that works on a fresh
 machine (loopback only, no UI, the quiet log4j configuration), any master when asked."""
+
 from __future__ import annotations
 
 import os
@@ -31,13 +32,17 @@ def local_defaults() -> dict[str, str]:
 
 JAVA_OPTS = "spark.driver.extraJavaOptions"
 DAEMON = "spark.python.daemon.module"
-LOG_LEVEL = "FGRAM_LOG_LEVEL"       # `fgram --log-level`: off, error (default), warn, info, debug
+LOG_LEVEL = "FGRAM_LOG_LEVEL"  # `fgram --log-level`: off, error (default), warn, info, debug
 LEVELS = ("off", "error", "warn", "info", "debug")
 # what the JVM prints on every start whatever its log level (the JDK's own warning, Spark's
 # notes about its default profile, Hadoop's native-library warning): dropped unless debugging
-NOISE = ("WARNING: Using incubator modules", "Using Spark's default log4j profile",
-         "Setting default log level to", "To adjust logging level use sc.setLogLevel",
-         "NativeCodeLoader: Unable to load native-hadoop")
+NOISE = (
+    "WARNING: Using incubator modules",
+    "Using Spark's default log4j profile",
+    "Setting default log level to",
+    "To adjust logging level use sc.setLogLevel",
+    "NativeCodeLoader: Unable to load native-hadoop",
+)
 
 
 def log_level() -> str:
@@ -50,8 +55,10 @@ def _log_options() -> str:
     level = log_level()
     config = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
     tasks = level if level in ("info", "debug") else "off"
-    return (f"-Dlog4j2.configurationFile=file:{config} -Dfgram.log.level={level} "
-            f"-Dfgram.log.tasks={tasks}")
+    return (
+        f"-Dlog4j2.configurationFile=file:{config} -Dfgram.log.level={level} "
+        f"-Dfgram.log.tasks={tasks}"
+    )
 
 
 def _forward(stream, out) -> None:
@@ -63,13 +70,14 @@ def _forward(stream, out) -> None:
             try:
                 out.write(line)
                 out.flush()
-            except (ValueError, OSError):       # stderr closed at interpreter exit
+            except (ValueError, OSError):  # stderr closed at interpreter exit
                 return
 
 
 def _spark_conf(chosen: str | None, settings: dict, app_name: str):
     """The SparkConf of a new context or session: ``chosen`` master (None: spark-submit's)."""
     from pyspark import SparkConf
+
     sconf = SparkConf().setAppName(app_name)
     if chosen:
         sconf.setMaster(chosen)
@@ -85,8 +93,12 @@ def _launch_quietly(sconf) -> None:
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return
     gateway = launch_gateway(sconf, popen_kwargs={"stderr": subprocess.PIPE})
-    threading.Thread(target=_forward, args=(gateway.proc.stderr, sys.stderr),
-                     name="fgram-jvm-stderr", daemon=True).start()
+    threading.Thread(
+        target=_forward,
+        args=(gateway.proc.stderr, sys.stderr),
+        name="fgram-jvm-stderr",
+        daemon=True,
+    ).start()
     SparkContext._ensure_initialized(gateway=gateway, conf=sconf)
 
 
@@ -109,11 +121,20 @@ def class_archive() -> str | None:
     if not java:
         return None
     java = os.path.realpath(java)
-    key = hashlib.sha256(repr((java, os.stat(java).st_mtime, pyspark.__version__,
-                               os.path.dirname(os.path.abspath(pyspark.__file__)),
-                               os.environ.get("SPARK_CONF_DIR"))).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        repr(
+            (
+                java,
+                os.stat(java).st_mtime,
+                pyspark.__version__,
+                os.path.dirname(os.path.abspath(pyspark.__file__)),
+                os.environ.get("SPARK_CONF_DIR"),
+            )
+        ).encode()
+    ).hexdigest()[:16]
     folder = os.environ.get("FGRAM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fgram")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fgram"
+    )
     return os.path.join(folder, f"spark-classes-{key}.jsa")
 
 
@@ -136,22 +157,22 @@ def _with_class_archive(settings: dict) -> str | None:
             return None
     except OSError:
         return None
-    quiet = " -Xlog:cds=off -Xlog:cds+dynamic=off"      # an unusable archive is skipped silently
+    quiet = " -Xlog:cds=off -Xlog:cds+dynamic=off"  # an unusable archive is skipped silently
     if os.path.exists(final):
         settings[JAVA_OPTS] += f" -XX:SharedArchiveFile={final}{quiet}"
         try:
-            os.utime(final)     # its time is its last use: see _tidy
+            os.utime(final)  # its time is its last use: see _tidy
         except OSError:
             pass
         return None
-    if os.path.exists(final + ".none"):     # this JVM could not write one: do not retry
+    if os.path.exists(final + ".none"):  # this JVM could not write one: do not retry
         return None
     _tidy(os.path.dirname(final), KEEP_ARCHIVES)
     settings[JAVA_OPTS] += f" -XX:ArchiveClassesAtExit={_being_written(final)}{quiet}"
     return final
 
 
-KEEP_ARCHIVES = 3   # archives of other JDKs / Spark installs (venvs) kept besides a new one
+KEEP_ARCHIVES = 3  # archives of other JDKs / Spark installs (venvs) kept besides a new one
 
 
 def _tidy(folder: str, keep: int) -> None:
@@ -193,7 +214,7 @@ def _keep_class_archive(sc, final: str) -> None:
         try:
             if proc is not None:
                 sc.stop()
-                proc.stdin.close()          # the gateway JVM exits at EOF on its stdin
+                proc.stdin.close()  # the gateway JVM exits at EOF on its stdin
                 proc.wait(timeout=120)
                 if proc.returncode == 0 and os.path.exists(tmp) and os.path.getsize(tmp) > 0:
                     os.replace(tmp, final)
@@ -213,16 +234,20 @@ def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | No
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
-        os.environ.get("SPARK_ENV_LOADED")
+    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
+        "SPARK_ENV_LOADED"
+    )
     chosen = master or (None if submitted else "local[*]")
     effective = chosen or _submitted_master()
     # bind to 127.0.0.1 only in local mode: a cluster's executors must reach the driver
-    settings = local_defaults() if effective.startswith("local") else {
-        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-    if submitted:       # --py-files reach a worker only after its daemon has started
+    settings = (
+        local_defaults()
+        if effective.startswith("local")
+        else {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+    )
+    if submitted:  # --py-files reach a worker only after its daemon has started
         settings.pop(DAEMON, None)
-    else:               # a JVM we launch logs through fgram's configuration
+    else:  # a JVM we launch logs through fgram's configuration
         settings[JAVA_OPTS] = f"{settings.get(JAVA_OPTS, '')} {_log_options()}".strip()
     settings.update(conf or {})
     return chosen, settings
@@ -234,11 +259,13 @@ def effective_master(master: str | None) -> str:
     if master:
         return master
     from pyspark import SparkContext
+
     active = SparkContext._active_spark_context
     if active is not None:
         return active.master
-    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or \
-        os.environ.get("SPARK_ENV_LOADED")
+    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
+        "SPARK_ENV_LOADED"
+    )
     return _submitted_master() if submitted else "local[*]"
 
 
@@ -246,14 +273,16 @@ def _submitted_master() -> str:
     """The master that spark-submit was given ("" when it cannot be read)."""
     try:
         from pyspark import SparkConf, SparkContext
-        SparkContext._ensure_initialized()      # under spark-submit: connects to its JVM
+
+        SparkContext._ensure_initialized()  # under spark-submit: connects to its JVM
         return SparkConf().get("spark.master", "") or ""
     except Exception:  # noqa: BLE001 - then treat it as a cluster: no loopback binding
         return ""
 
 
-def get_context(master: str | None = None, conf: dict[str, str] | None = None,
-                app_name: str = "fgram"):
+def get_context(
+    master: str | None = None, conf: dict[str, str] | None = None, app_name: str = "fgram"
+):
     """Return the active SparkContext, or start one (same defaults as `get_session`).
 
     The jobs that only run tasks need no SQL session: a bare context starts
@@ -280,8 +309,14 @@ def _launching_archive(chosen: str | None, conf: dict | None, settings: dict) ->
     """The class archive for a driver JVM that pyspark launches now in local mode with
     our JVM options (not under spark-submit, not when --conf sets them)."""
     from pyspark import SparkContext
-    if SparkContext._gateway is not None or not chosen or not chosen.startswith("local") \
-            or JAVA_OPTS in (conf or {}) or os.environ.get("PYSPARK_SUBMIT_ARGS"):
+
+    if (
+        SparkContext._gateway is not None
+        or not chosen
+        or not chosen.startswith("local")
+        or JAVA_OPTS in (conf or {})
+        or os.environ.get("PYSPARK_SUBMIT_ARGS")
+    ):
         return None
     return _with_class_archive(settings)
 
@@ -289,11 +324,13 @@ def _launching_archive(chosen: str | None, conf: dict | None, settings: dict) ->
 def session():
     """The SparkSession over the active context (its settings included)."""
     from pyspark.sql import SparkSession
+
     return SparkSession.builder.getOrCreate()
 
 
-def get_session(master: str | None = None, conf: dict[str, str] | None = None,
-                app_name: str = "fgram"):
+def get_session(
+    master: str | None = None, conf: dict[str, str] | None = None, app_name: str = "fgram"
+):
     """Return the active SparkSession, or build one.
 
     Local mode (``local[*]``) by default, bound to 127.0.0.1 with the UI off;

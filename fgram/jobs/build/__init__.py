@@ -32,6 +32,7 @@ resume state), `passes` (count, merge, keep), `select` (decode, rank, write;
 or `select_sql`), and `driver` (the checks, the pass loop, the manifest,
 publishing).
 """
+
 from fgram.jobs.build.driver import run_build
 
 __all__ = ["run_build"]

@@ -1,6 +1,7 @@
 """The driver of `fgram build`: checks, then the pass loop (`passes`), the select stage
 (`select`, or `select_sql` past the broadcast budget), the manifest, and publishing
 (`publish.finish`), under one writer's lock."""
+
 from __future__ import annotations
 
 import math
@@ -8,13 +9,27 @@ import time
 
 import numpy as np
 
-from fgram.version import __version__
-from fgram.jobs.build.passes import (MERGE_BYTES, SCRATCH, Plan, count_task, keep_task,
-                                     merge_task, pass_code, unit_files)
+from fgram.jobs.build.passes import (
+    MERGE_BYTES,
+    SCRATCH,
+    Plan,
+    count_task,
+    keep_task,
+    merge_task,
+    pass_code,
+    unit_files,
+)
 from fgram.jobs.build.select import write_table
 from fgram.jobs.build.select_sql import write_table_sql
-from fgram.jobs.build.state import (check_work_reach, fingerprint_digest, fresh_state,
-                                    prepare_staging, resume_record, run_fingerprint, save_state)
+from fgram.jobs.build.state import (
+    check_work_reach,
+    fingerprint_digest,
+    fresh_state,
+    prepare_staging,
+    resume_record,
+    run_fingerprint,
+    save_state,
+)
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import kernels as kn
@@ -27,6 +42,7 @@ from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import Location
 from fgram.pipeline.table import Groups, table_record
 from fgram.pipeline.workdir import Sweeper
+from fgram.version import __version__
 
 
 def run_build(cfg: BuildConfig, spark=None) -> dict:
@@ -38,7 +54,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     """
     t_start = time.time()
     cfg.validate()
-    check_inputs(cfg.inputs, cfg.storage)     # a missing input: said before the JVM starts
+    check_inputs(cfg.inputs, cfg.storage)  # a missing input: said before the JVM starts
     out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
         return _run_locked(cfg, spark, out, t_start)
@@ -52,13 +68,13 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
     try:
         shards = plan_shards(cfg.inputs, cfg.read_options())
         units = plan_units(shards, cfg.unit_tokens)
-        kn.warm_up()   # compile (or load) the kernels once here, not in every worker at once
+        kn.warm_up()  # compile (or load) the kernels once here, not in every worker at once
         fingerprint = run_fingerprint(cfg, shards)
         staging, state = prepare_staging(cfg, out, fingerprint)
         plan = Plan(cfg, shards, units, wf.join(staging, "_work"))
         resumed = resume_record(plan, state)
     except BaseException as exc:
-        starting.wait()     # the input's error is the one to report
+        starting.wait()  # the input's error is the one to report
         if staging and not keeps_work(exc):
             wf.remove_tree(staging)
         raise
@@ -71,18 +87,21 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         if resumed:
             manifest["resumed"] = resumed
         finish(staging, out, manifest)
-        starting.wait()     # a warm-up job still running would be cut off at exit, noisily
+        starting.wait()  # a warm-up job still running would be cut off at exit, noisily
         return manifest
     except BaseException as exc:
         where = getattr(staging, "uri", staging)
         if not keeps_work(exc):
             wf.remove_tree(staging)
-        elif isinstance(exc, StorageUnavailable):     # one line: the cause, then what is kept
-            raise StorageUnavailable(f"{exc}; the completed passes are kept in {where}: "
-                                     f"rerun with --resume once it answers") from None
-        else:       # for the command line's one line (cli.main)
-            exc.fgram_kept = f"the completed passes are kept in {where}: rerun with --resume " \
-                             f"to continue"
+        elif isinstance(exc, StorageUnavailable):  # one line: the cause, then what is kept
+            raise StorageUnavailable(
+                f"{exc}; the completed passes are kept in {where}: "
+                f"rerun with --resume once it answers"
+            ) from None
+        else:  # for the command line's one line (cli.main)
+            exc.fgram_kept = (
+                f"the completed passes are kept in {where}: rerun with --resume to continue"
+            )
         raise
 
 
@@ -97,20 +116,27 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
         code = pass_code(k, shards, st["kept"], st["top_token"])
         prev = st["prev"]
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: count", len(units), tokens_of(shards, units))
-        stats = ex.map(len(units), lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c),
-                       overlap=True, progress=True)
+        stats = ex.map(
+            len(units),
+            lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c),
+            overlap=True,
+            progress=True,
+        )
         t_count = time.time()
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, keep")
         if k == 2:
-            st["totals"] = {"documents": sum(s["documents"] for s in stats),
-                            "tokens": sum(s["tokens"] for s in stats)}
+            st["totals"] = {
+                "documents": sum(s["documents"] for s in stats),
+                "tokens": sum(s["tokens"] for s in stats),
+            }
             if st["totals"]["tokens"] == 0:
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
             st["top_token"] = max(s["max_token"] for s in stats)
         distinct = sum(s["distinct"] for s in stats)
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
-        merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor, c=code:
-                                 merge_task(plan, k, p, n, f, c))
+        merged = ex.map_batched(
+            nparts, lambda p, k=k, n=nparts, f=floor, c=code: merge_task(plan, k, p, n, f, c)
+        )
         t_merge = time.time()
         part_hists = [m["hist"] for m in merged]
         threshold = add_length(hists, k, part_hists, cfg.size, threshold)
@@ -122,21 +148,40 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
         broadcast = kept * 8 <= cfg.broadcast_budget or ex.name == "local"
         answer = k < cfg.max_len and not broadcast
-        ex.map_batched(nparts, lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer:
-                       keep_task(plan, k, p, n, t, o[p], a))
-        st["passes"].append({
-            "length": k, "count_threshold": floor, "threshold": threshold,
-            "candidates": sum(s["counted"] for s in stats), "distinct": distinct,
-            "kept": kept, "partitions": nparts, "key_bits": [code.prefix_bits, code.last_bits],
-            "lookup": "broadcast" if broadcast else "join",
-            "seconds": round(time.time() - t0, 3),
-            "stages": {"count": round(t_count - t0, 3), "merge": round(t_merge - t_count, 3),
-                       "keep": round(time.time() - t_merge, 3)}})
-        st.update(threshold=threshold, kept=kept, prev={"nparts": nparts, "broadcast": broadcast},
-                  next=k + 1 if kept else cfg.max_len + 1)
+        ex.map_batched(
+            nparts,
+            lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer: keep_task(
+                plan, k, p, n, t, o[p], a
+            ),
+        )
+        st["passes"].append(
+            {
+                "length": k,
+                "count_threshold": floor,
+                "threshold": threshold,
+                "candidates": sum(s["counted"] for s in stats),
+                "distinct": distinct,
+                "kept": kept,
+                "partitions": nparts,
+                "key_bits": [code.prefix_bits, code.last_bits],
+                "lookup": "broadcast" if broadcast else "join",
+                "seconds": round(time.time() - t0, 3),
+                "stages": {
+                    "count": round(t_count - t0, 3),
+                    "merge": round(t_merge - t_count, 3),
+                    "keep": round(time.time() - t_merge, 3),
+                },
+            }
+        )
+        st.update(
+            threshold=threshold,
+            kept=kept,
+            prev={"nparts": nparts, "broadcast": broadcast},
+            next=k + 1 if kept else cfg.max_len + 1,
+        )
         st["codes"][k] = [code.prefix_bits, code.last_bits]
-        save_state(work, st)      # pass k is a completed unit: a rerun continues after it
-        if k > 2:   # the previous pass's per-unit files were consumed by this one
+        save_state(work, st)  # pass k is a completed unit: a rerun continues after it
+        if k > 2:  # the previous pass's per-unit files were consumed by this one
             sweeper.sweep(unit_files(plan, k - 1))
         k = st["next"]
     sweeper.wait()
@@ -147,12 +192,19 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
     cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     # the decode of length k holds every selected (k-1)-gram's tokens in each task
-    widest = max((int(groups.size[groups.length == k].sum()) * (k - 1) * 4 +
-                  offsets_by_len.get(k - 1, [0])[-1] * 8 for k in offsets_by_len), default=0)
+    widest = max(
+        (
+            int(groups.size[groups.length == k].sum()) * (k - 1) * 4
+            + offsets_by_len.get(k - 1, [0])[-1] * 8
+            for k in offsets_by_len
+        ),
+        default=0,
+    )
     if ex.name == "local" or widest <= cfg.broadcast_budget:
         final = "broadcast"
-        select_stages = write_table(ex, plan, offsets_by_len, groups, cutoff, cut_len,
-                                           selected, staging)
+        select_stages = write_table(
+            ex, plan, offsets_by_len, groups, cutoff, cut_len, selected, staging
+        )
     else:
         final = "join"
         write_table_sql(ex.spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)

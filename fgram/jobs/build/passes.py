@@ -2,6 +2,7 @@
 (a task per key range), over numpy arrays in the run's work folder (`WorkDir`).
 The driver (`driver.py`) runs them in order; each task is idempotent and leaves
 its results as files (a count task also a completion marker, for --resume)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,22 +17,22 @@ from fgram.pipeline.errors import InputError, OutputError
 from fgram.pipeline.inputs import Shard, Unit, read_unit
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
-
-MERGE_BYTES = 64 * 2**20   # target volume of one merge task
+MERGE_BYTES = 64 * 2**20  # target volume of one merge task
 
 
 @dataclass
 class Plan:
     """What every task needs: shipped with the task closure."""
+
     cfg: BuildConfig
     shards: list[Shard]
     units: list[Unit]
     work: str
-    codes: dict | None = None    # length -> KeyCode of its keys, once every pass has run
+    codes: dict | None = None  # length -> KeyCode of its keys, once every pass has run
 
 
 _TABLE_CACHE: dict[tuple, np.ndarray] = {}
-SCRATCH = kn.Scratch()     # a worker's count tasks reuse its work arrays
+SCRATCH = kn.Scratch()  # a worker's count tasks reuse its work arrays
 
 
 def _frequent_table(wd: WorkDir, k: int, nparts: int) -> np.ndarray:
@@ -48,13 +49,16 @@ def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.nda
     """Global ids (INVALID where not frequent) of unit u's distinct keys of pass k."""
     if prev["broadcast"]:
         keys = load_array(wd.unit(k, u, "keys"))
-        return kn.ids_in(_frequent_table(wd, k, prev["nparts"]), keys,
-                         out=SCRATCH.get("answers", len(keys), np.uint32))
+        return kn.ids_in(
+            _frequent_table(wd, k, prev["nparts"]),
+            keys,
+            out=SCRATCH.get("answers", len(keys), np.uint32),
+        )
     chunks = []
     for p in range(prev["nparts"]):
         offsets = load_array(wd.answers(k, p, "offsets"))
         ids = load_array(wd.answers(k, p, "ids"))
-        chunks.append(np.asarray(ids[offsets[u]:offsets[u + 1]]))
+        chunks.append(np.asarray(ids[offsets[u] : offsets[u + 1]]))
     return np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
 
 
@@ -83,18 +87,21 @@ def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) ->
 def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
-    if wf.exists(wd.unit_done(k, u)):     # counted already (head start, or a resumed run)
+    if wf.exists(wd.unit_done(k, u)):  # counted already (head start, or a resumed run)
         return load_json(wd.unit_done(k, u))
     unit = plan.units[u]
-    stream = read_unit(plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1,
-                       scratch=SCRATCH)
+    stream = read_unit(
+        plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1, scratch=SCRATCH
+    )
     tokens = stream.tokens
     if k == 2:
         ids = tokens
-    else:   # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
+    else:  # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
         try:
-            order = (read_into(wd.unit(k - 1, u, "pos"), SCRATCH, "prev_pos"),
-                     read_into(wd.unit(k - 1, u, "starts"), SCRATCH, "prev_starts"))
+            order = (
+                read_into(wd.unit(k - 1, u, "pos"), SCRATCH, "prev_pos"),
+                read_into(wd.unit(k - 1, u, "starts"), SCRATCH, "prev_starts"),
+            )
             answers = _unit_answers(plan, wd, k - 1, u, prev)
         except (FileNotFoundError, OutputError, InputError):
             if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
@@ -102,16 +109,23 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
             raise
         ids = kn.ids_at(answers, order, len(tokens), SCRATCH)
     last = k == cfg.max_len
-    uniq, counts, order, counted = kn.unit_table(ids, tokens, k, stream.limit, want_order=not last,
-                                                 code=code, scratch=SCRATCH)
+    uniq, counts, order, counted = kn.unit_table(
+        ids, tokens, k, stream.limit, want_order=not last, code=code, scratch=SCRATCH
+    )
     save_array(wd.unit(k, u, "keys"), uniq)
     save_array(wd.unit(k, u, "counts"), counts)
     if not last:
         save_array(wd.unit(k, u, "pos"), order[0])
         save_array(wd.unit(k, u, "starts"), order[1])
-    stats = {"unit": u, "documents": stream.documents, "tokens": stream.n_tokens,
-             "counted": counted, "distinct": len(uniq), "max_token": stream.max_token}
-    save_json(wd.unit_done(k, u), stats, durable=False)    # the unit's completion marker, last
+    stats = {
+        "unit": u,
+        "documents": stream.documents,
+        "tokens": stream.n_tokens,
+        "counted": counted,
+        "distinct": len(uniq),
+        "max_token": stream.max_token,
+    }
+    save_json(wd.unit_done(k, u), stats, durable=False)  # the unit's completion marker, last
     if k > 2:
         _drop_inputs(wd, k - 1, u)
     return stats
@@ -126,7 +140,7 @@ def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
     its marker). Freed now, their pages go to the next files written here; freed a pass
     later in one batch, their memory would be cold again (a VM hands freed memory back to
     its host: here, writing a file into fresh pages took 4-6x as long as into reused ones)."""
-    for what in UNIT_FILES:     # gone already (another run of the task): no matter
+    for what in UNIT_FILES:  # gone already (another run of the task): no matter
         wf.remove(wd.unit(k, u, what))
 
 
@@ -139,9 +153,12 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.Key
         keys = load_array(wd.unit(k, u, "keys"))
         a, b = kn.key_slice(keys, lo, hi)
         if b > a:
-            runs.append((np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b])))
-    keys, counts = kn.merge_counts_bucketed(runs, code, lo, 2**64 if hi is None else hi,
-                                            scratch=SCRATCH)
+            runs.append(
+                (np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b]))
+            )
+    keys, counts = kn.merge_counts_bucketed(
+        runs, code, lo, 2**64 if hi is None else hi, scratch=SCRATCH
+    )
     # only keys that may be kept: the threshold only rises from the floor (at 500M tokens
     # 5% of the merged keys; all of them were 4.5 GB of files, written and read once)
     kept = counts >= floor
@@ -152,8 +169,9 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.Key
 
 
 @as_task
-def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: int,
-              answer: bool) -> int:
+def keep_task(
+    plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: int, answer: bool
+) -> int:
     wd = WorkDir(plan.work)
     keys = load_array(wd.merged(k, p, "keys"), mmap=False)
     counts = load_array(wd.merged(k, p, "counts"), mmap=False)
@@ -170,16 +188,20 @@ def keep_task(plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: i
             a, b = kn.key_slice(ukeys, lo, hi)
             chunks.append(kn.ids_in(fkeys, np.asarray(ukeys[a:b]), offset))
             offsets[u + 1] = offsets[u] + (b - a)
-        save_array(wd.answers(k, p, "ids"),
-                   np.concatenate(chunks) if chunks else np.zeros(0, np.uint32))
+        save_array(
+            wd.answers(k, p, "ids"), np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
+        )
         save_array(wd.answers(k, p, "offsets"), offsets)
     return int(len(fkeys))
 
 
 def unit_files(plan: Plan, k: int) -> list[str]:
     folder = WorkDir(plan.work).pass_dir(k)
-    return [wf.join(folder, name) for name in wf.names(folder)
-            if name.startswith(("unit-", "merged-", "answers-"))]
+    return [
+        wf.join(folder, name)
+        for name in wf.names(folder)
+        if name.startswith(("unit-", "merged-", "answers-"))
+    ]
 
 
 def candidates(wd: WorkDir, k: int, p: int, code: kn.KeyCode, cutoff: int, cut_len: int):

@@ -3,6 +3,7 @@ every (count, length) group come from the passes' histograms (`pipeline.selectio
 decode tasks give the selected f-grams their tokens (prefix tokens + last token,
 length by length) and bucket them by rank range; rank tasks sort whole groups by
 token ids and write one Parquet file of consecutive fgram_ids each."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,7 @@ from fgram.pipeline.errors import FgramError
 from fgram.pipeline.table import Groups, bucket_order, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, save_array
 
-
-RANK_ROWS = 4_000_000   # rows per rank task (a single larger group stays whole)
+RANK_ROWS = 4_000_000  # rows per rank task (a single larger group stays whole)
 
 
 def rank_split(groups: Groups, parallelism: int, selected: int) -> np.ndarray:
@@ -46,8 +46,16 @@ def _decoded(wd: WorkDir, k: int, nparts: int, kept: int) -> tuple[np.ndarray, n
 
 
 @as_task
-def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups,
-                task_firsts: np.ndarray, cutoff: int, cut_len: int) -> int:
+def decode_task(
+    plan: Plan,
+    k: int,
+    p: int,
+    offsets_by_len: dict,
+    groups: Groups,
+    task_firsts: np.ndarray,
+    cutoff: int,
+    cut_len: int,
+) -> int:
     """Tokens of the selected k-grams of key range p, bucketed by rank task."""
     wd = WorkDir(plan.work)
     idx, counts, prefix, last = candidates(wd, k, p, plan.codes[k], cutoff, cut_len)
@@ -67,14 +75,22 @@ def decode_task(plan: Plan, k: int, p: int, offsets_by_len: dict, groups: Groups
     save_array(wd.decoded(k, p, "sids"), (idx + offsets_by_len[k][p])[order])
     save_array(wd.decoded(k, p, "tokens"), tokens[order])
     save_array(wd.decoded(k, p, "counts"), counts[order])
-    save_array(wd.decoded(k, p, "offsets"),
-               np.searchsorted(task[order], np.arange(len(task_firsts) + 1)))
+    save_array(
+        wd.decoded(k, p, "offsets"), np.searchsorted(task[order], np.arange(len(task_firsts) + 1))
+    )
     return len(idx)
 
 
 @as_task
-def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_firsts: np.ndarray,
-              selected: int, out_dir: str) -> int:
+def rank_task(
+    plan: Plan,
+    r: int,
+    parts_by_len: dict,
+    groups: Groups,
+    task_firsts: np.ndarray,
+    selected: int,
+    out_dir: str,
+) -> int:
     """Number the rows of rank task r (whole groups) and write them as one Parquet file."""
     wd = WorkDir(plan.work)
     _, _, lo, hi = groups.task_span(task_firsts, r, selected)
@@ -92,20 +108,30 @@ def rank_task(plan: Plan, r: int, parts_by_len: dict, groups: Groups, task_first
     return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
 
 
-def write_table(ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len,
-                       selected, staging) -> dict:
+def write_table(
+    ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len, selected, staging
+) -> dict:
     """Decode, rank and write the selected f-grams with numpy tasks (no per-row Spark)."""
     task_firsts = rank_split(groups, ex.parallelism, selected)
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
     t0 = time.time()
     for k in sorted(offsets_by_len):
-        ex.map_batched(parts_by_len[k], lambda p, k=k: decode_task(
-            plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len))
+        ex.map_batched(
+            parts_by_len[k],
+            lambda p, k=k: decode_task(
+                plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len
+            ),
+        )
     t1 = time.time()
     out_dir = wf.join(staging, "fgrams")
-    wf.remove_tree(out_dir)        # a resumed run's earlier attempt at this stage
+    wf.remove_tree(out_dir)  # a resumed run's earlier attempt at this stage
     wf.make_dirs(out_dir)
-    ex.map(len(task_firsts), lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts,
-                                                 selected, out_dir))
-    return {"decode_seconds": round(t1 - t0, 3), "rank_write_seconds": round(time.time() - t1, 3),
-            "rank_tasks": len(task_firsts)}
+    ex.map(
+        len(task_firsts),
+        lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts, selected, out_dir),
+    )
+    return {
+        "decode_seconds": round(t1 - t0, 3),
+        "rank_write_seconds": round(time.time() - t1, 3),
+        "rank_tasks": len(task_firsts),
+    }

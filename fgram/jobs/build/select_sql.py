@@ -1,6 +1,7 @@
 """The select stage past --broadcast-budget: decoding and ranking as Spark SQL joins
 and a global sort (one row per f-gram in Spark), for a selection whose tokens no
 task may hold whole. Writes to a shared folder only (Spark's Hadoop filesystems)."""
+
 from __future__ import annotations
 
 import os
@@ -14,24 +15,34 @@ from fgram.pipeline.table import arrow_array
 from fgram.pipeline.workdir import WorkDir
 
 
-def final_rows(plan: Plan, k: int, p: int, code: kn.KeyCode, offset: int, cutoff: int,
-               cut_len: int):
+def final_rows(
+    plan: Plan, k: int, p: int, code: kn.KeyCode, offset: int, cutoff: int, cut_len: int
+):
     """Arrow rows of the frequent k-grams of range p that may be selected."""
     import pyarrow as pa
+
     idx, counts, prefix, last = candidates(WorkDir(plan.work), k, p, code, cutoff, cut_len)
     return pa.RecordBatch.from_arrays(
-        [arrow_array(np.full(len(idx), k, np.int8)), arrow_array(idx + offset),
-         arrow_array(prefix), arrow_array(last, np.int32), arrow_array(counts)],
-        names=["length", "sid", "prefix", "last", "count"])
+        [
+            arrow_array(np.full(len(idx), k, np.int8)),
+            arrow_array(idx + offset),
+            arrow_array(prefix),
+            arrow_array(last, np.int32),
+            arrow_array(counts),
+        ],
+        names=["length", "sid", "prefix", "last", "count"],
+    )
 
 
 def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, staging) -> None:
     from pyspark.sql import functions as F
 
     if not isinstance(staging, str):
-        raise ConfigError(f"{staging.uri}: the selected f-grams' tokens exceed "
-                          f"--broadcast-budget, and the Spark SQL select that takes over then "
-                          f"writes to a shared folder only; raise --broadcast-budget")
+        raise ConfigError(
+            f"{staging.uri}: the selected f-grams' tokens exceed "
+            f"--broadcast-budget, and the Spark SQL select that takes over then "
+            f"writes to a shared folder only; raise --broadcast-budget"
+        )
     budget = plan.cfg.broadcast_budget
     spark.conf.set("spark.sql.autoBroadcastJoinThreshold", str(budget) if budget > 0 else "-1")
     row_schema = "length byte, sid long, prefix long, last int, count long"
@@ -47,26 +58,36 @@ def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected
                     yield final_rows(plan, k, p, plan.codes[k], off, cutoff, cut_len)
 
         df = spark.range(0, len(tasks), 1, numPartitions=max(1, len(tasks))).mapInArrow(
-            rows, row_schema)
+            rows, row_schema
+        )
         if previous is None:
-            dk = df.select("count", "length", "sid",
-                           F.array(F.col("prefix").cast("int"), F.col("last")).alias("tokens"))
+            dk = df.select(
+                "count",
+                "length",
+                "sid",
+                F.array(F.col("prefix").cast("int"), F.col("last")).alias("tokens"),
+            )
         else:
             parent = previous.select(F.col("sid").alias("prefix"), F.col("tokens").alias("ptok"))
             dk = df.join(parent, "prefix").select(
-                "count", "length", "sid", F.concat("ptok", F.array("last")).alias("tokens"))
+                "count", "length", "sid", F.concat("ptok", F.array("last")).alias("tokens")
+            )
         dk = dk.persist()
         decoded.append(dk)
         previous = dk
     table = decoded[0]
     for dk in decoded[1:]:
         table = table.unionByName(dk)
-    ordered = table.select("count", "length", "tokens").orderBy(
-        F.col("count").desc(), F.col("length").asc(), F.col("tokens").asc()).persist()
+    ordered = (
+        table.select("count", "length", "tokens")
+        .orderBy(F.col("count").desc(), F.col("length").asc(), F.col("tokens").asc())
+        .persist()
+    )
 
     def sizes(batches):
         import pyarrow as pa
         from pyspark import TaskContext
+
         n = sum(b.num_rows for b in batches)
         yield pa.RecordBatch.from_pydict({"pid": [TaskContext.get().partitionId()], "n": [n]})
 
@@ -79,20 +100,28 @@ def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected
     def number(batches):
         import pyarrow as pa
         from pyspark import TaskContext
+
         nxt = starts.get(TaskContext.get().partitionId(), 0)
         for b in batches:
             ids = arrow_array(np.arange(nxt, nxt + b.num_rows, dtype=np.int64))
             nxt += b.num_rows
             yield pa.RecordBatch.from_arrays(
-                [ids, b.column(b.schema.get_field_index("length")),
-                 b.column(b.schema.get_field_index("tokens")),
-                 b.column(b.schema.get_field_index("count"))],
-                names=["fgram_id", "length", "tokens", "count"])
+                [
+                    ids,
+                    b.column(b.schema.get_field_index("length")),
+                    b.column(b.schema.get_field_index("tokens")),
+                    b.column(b.schema.get_field_index("count")),
+                ],
+                names=["fgram_id", "length", "tokens", "count"],
+            )
 
-    numbered = ordered.mapInArrow(number, "fgram_id long, length byte, tokens array<int>, count long")
+    numbered = ordered.mapInArrow(
+        number, "fgram_id long, length byte, tokens array<int>, count long"
+    )
     table_dir = os.path.join(staging, "fgrams")
     numbered.filter(F.col("fgram_id") < selected).write.mode("overwrite").option(
-        "compression", "zstd").parquet(table_dir)
+        "compression", "zstd"
+    ).parquet(table_dir)
     for name in os.listdir(table_dir):  # Hadoop's checksum files and inner marker: not ours
         if name.endswith(".crc") or name == "_SUCCESS":
             os.remove(os.path.join(table_dir, name))

@@ -2,40 +2,53 @@
 files, then the table before it is published), its fingerprint (options and inputs:
 a rerun may reuse the work only if equal) and the driver's state after each
 completed pass (for --resume)."""
+
 from __future__ import annotations
 
 import sys
 
-from fgram.version import __version__
+from fgram.jobs.build.passes import Plan
 from fgram.jobs.executors import runs_here
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
-from fgram.jobs.build.passes import Plan
 from fgram.pipeline.errors import ConfigError, OutputError
 from fgram.pipeline.inputs import shard_record
 from fgram.pipeline.publish import staging_path
 from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
 from fgram.pipeline.workdir import WorkDir, load_json, save_json
+from fgram.version import __version__
 
 
 def run_fingerprint(cfg: BuildConfig, shards) -> dict:
     """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
-    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage",
-                "work_dir", "strict"):
+    for key in (
+        "output",
+        "overwrite",
+        "resume",
+        "engine",
+        "master",
+        "conf",
+        "storage",
+        "work_dir",
+        "strict",
+    ):
         rec.pop(key, None)
-    return {"fgram_version": __version__, "config": rec,
-            "inputs": [shard_record(s) for s in shards]}
+    return {
+        "fgram_version": __version__,
+        "config": rec,
+        "inputs": [shard_record(s) for s in shards],
+    }
 
 
 def fingerprint_digest(fingerprint: dict) -> str:
     import hashlib
     import json
+
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict
-                     ) -> tuple[str, dict | None]:
+def prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict) -> tuple[str, dict | None]:
     """The staging folder and, with --resume, the state of a previous run to continue.
 
     Leftovers of an unfinished run are removed unless --resume finds that they
@@ -51,11 +64,15 @@ def prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict
             return staging, load_state(work) or fresh_state(cfg)
         if cfg.resume and old is not None:
             what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
-            raise OutputError(f"{out.uri}: cannot resume: the unfinished run there had other {what}; "
-                              f"rerun without --resume to start over")
-        if old is not None:     # said, not done silently: it may hold hours of work
-            sys.stderr.write(f"fgram: removing an unfinished run's work in "
-                             f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n")
+            raise OutputError(
+                f"{out.uri}: cannot resume: the unfinished run there had other {what}; "
+                f"rerun without --resume to start over"
+            )
+        if old is not None:  # said, not done silently: it may hold hours of work
+            sys.stderr.write(
+                f"fgram: removing an unfinished run's work in "
+                f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n"
+            )
         wf.remove_tree(staging)
     wf.make_dirs(work)
     save_json(run_record, fingerprint)
@@ -70,6 +87,7 @@ def work_location(cfg: BuildConfig, out: Location):
     `Location` every executor reaches: a cluster without a shared mount)."""
     if cfg.work_dir:
         import hashlib
+
         where = locate(cfg.work_dir, cfg.storage)
         check_bucket(where)
         name = f".{out.name}-{hashlib.sha256(out.uri.encode()).hexdigest()[:12]}.fgram-staging"
@@ -84,16 +102,28 @@ def resume_record(plan: Plan, state: dict | None) -> dict | None:
         return None
     wd = WorkDir(plan.work)
     k = state["next"]
-    done = sum(wf.exists(wd.unit_done(k, u)) for u in range(len(plan.units))) \
-        if k <= plan.cfg.max_len else 0
+    done = (
+        sum(wf.exists(wd.unit_done(k, u)) for u in range(len(plan.units)))
+        if k <= plan.cfg.max_len
+        else 0
+    )
     return {"from_pass": k, "units_counted_before": done}
 
 
 def fresh_state(cfg: BuildConfig) -> dict:
     """What the driver knows between passes (saved after each, for --resume)."""
-    return {"next": 2, "threshold": cfg.min_count, "hists": {}, "passes": [], "prev": None,
-            "offsets": {}, "codes": {}, "totals": {"documents": 0, "tokens": 0},
-            "top_token": None, "kept": None}
+    return {
+        "next": 2,
+        "threshold": cfg.min_count,
+        "hists": {},
+        "passes": [],
+        "prev": None,
+        "offsets": {},
+        "codes": {},
+        "totals": {"documents": 0, "tokens": 0},
+        "top_token": None,
+        "kept": None,
+    }
 
 
 def save_state(work, st: dict) -> None:
@@ -116,8 +146,15 @@ def check_work_reach(cfg: BuildConfig, ex) -> None:
     """A run whose work files `work_location` put on this machine's disk (an object-store
     output, tasks judged to run here) never sends a task to a cluster's executors, which
     cannot reach them: refused before any task runs there."""
-    if is_remote(cfg.output) and ex.name == "spark" and not ex.sc.master.startswith("local") \
-            and runs_here(cfg) and not cfg.work_dir:
-        raise ConfigError(f"{cfg.output}: this run keeps its work files on this machine, which "
-                          f"executors of {ex.sc.master} cannot reach; give the cluster's master "
-                          f"with --master")
+    if (
+        is_remote(cfg.output)
+        and ex.name == "spark"
+        and not ex.sc.master.startswith("local")
+        and runs_here(cfg)
+        and not cfg.work_dir
+    ):
+        raise ConfigError(
+            f"{cfg.output}: this run keeps its work files on this machine, which "
+            f"executors of {ex.sc.master} cannot reach; give the cluster's master "
+            f"with --master"
+        )

@@ -42,6 +42,7 @@ deleted with the pruned versions.
 The modules: `store` (objects, key code, garbage collection), `tasks` (count, scan,
 merge, id tables, rank) and `driver` (the run).
 """
+
 from fgram.jobs.refresh.driver import run_refresh
 
 __all__ = ["run_refresh"]

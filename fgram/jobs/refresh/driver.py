@@ -1,12 +1,12 @@
 """The driver of `fgram refresh`: the versioned root's checks and lock, what changed
 (shards kept, new, removed), the passes over the store (`tasks`), the manifest and
 store.json of the new version, publishing it and switching ``current``."""
+
 from __future__ import annotations
 
 import math
 import time
 
-from fgram.version import __version__
 from fgram.jobs.build.select import rank_split
 from fgram.jobs.build.state import check_work_reach, fingerprint_digest, run_fingerprint
 from fgram.jobs.executors import runs_here
@@ -39,9 +39,10 @@ from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import check_bucket, locate
 from fgram.pipeline.table import Groups, table_record
 from fgram.pipeline.workdir import load_json, save_json
+from fgram.version import __version__
 
-MERGE_BYTES = 256 * 2**20       # base volume read by one merge task
-COMPACT = 0.25     # rewrite a length's base when its delta outgrows this share of it
+MERGE_BYTES = 256 * 2**20  # base volume read by one merge task
+COMPACT = 0.25  # rewrite a length's base when its delta outgrows this share of it
 
 
 def _empty_level() -> dict:
@@ -55,7 +56,7 @@ def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None, bound: bool = True)
     either way; False counts from --min-count, which scans more old units)."""
     t_start = time.time()
     cfg.validate()
-    vs.check_keep(keep)         # before building, not after
+    vs.check_keep(keep)  # before building, not after
     where = locate(cfg.output, cfg.storage)
     check_bucket(where)
     root = vs.check_root(where)
@@ -69,14 +70,13 @@ def _staging(cfg: BuildConfig, root, vid: str):
     folder in versions/, which every executor reaches and `clear_leftovers` removes)."""
     if isinstance(root, str):
         return staging_path(vs.version_path(root, vid))
-    if runs_here(cfg):      # one per root: the next run clears what a killed one left
+    if runs_here(cfg):  # one per root: the next run clears what a killed one left
         return staging_path(root.child(vs.VERSIONS, ".next"))
     return root.child(vs.VERSIONS, f".{vid}.fgram-staging")
 
 
-def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool
-                ) -> dict:
-    vs.clear_leftovers(root)        # of a refresh killed before it could clean up
+def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool) -> dict:
+    vs.clear_leftovers(root)  # of a refresh killed before it could clean up
     previous = vs.current(root)
     shards = plan_shards(cfg.inputs, cfg.read_options())
     digest = fingerprint_digest(run_fingerprint(cfg, shards))
@@ -86,12 +86,17 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
         vpath = vs.version_path(root, previous)
         old = load_json(wf.join(vpath, "manifest.json"))
         if old.get("run_fingerprint") == digest:
-            return {"version": previous, "previous": previous, "built": False,
-                    "pruned": vs.prune(root, keep), "collected": collect_garbage(root)}
+            return {
+                "version": previous,
+                "previous": previous,
+                "built": False,
+                "pruned": vs.prune(root, keep),
+                "collected": collect_garbage(root),
+            }
         if wf.exists(wf.join(vpath, "store.json")):
             old_store = load_json(wf.join(vpath, "store.json"))
             if old_store.get("options") != store_options(cfg, code):
-                old_store = None        # other options: start the store afresh
+                old_store = None  # other options: start the store afresh
     vid = vs.new_version_id()
     out = vs.version_path(root, vid)
     staging = _staging(cfg, root, vid)
@@ -102,8 +107,11 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
     # Spark's JVM starts (seconds) while the driver plans and counts new units
     starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
     try:
-        bound = old.get("cutoff_count") if use_bound and old_store and \
-            old.get("fgrams") == cfg.size else None
+        bound = (
+            old.get("cutoff_count")
+            if use_bound and old_store and old.get("fgrams") == cfg.size
+            else None
+        )
         manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
         manifest["run_fingerprint"] = digest
         manifest["refresh"]["previous"] = previous
@@ -111,20 +119,33 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
         wf.remove_tree(work)
         manifest["seconds"] = round(time.time() - t_start, 3)
         finish(staging, out, manifest, new_folder=True)
-        starting.wait()     # a warm-up job still running would be cut off at exit, noisily
+        starting.wait()  # a warm-up job still running would be cut off at exit, noisily
     except BaseException:
         starting.wait()
         wf.remove_tree(staging)
         raise
     vs.switch_current(root, vid)
     pruned = vs.prune(root, keep)
-    return {"version": vid, "previous": previous, "built": True, "pruned": pruned,
-            "collected": collect_garbage(root), "manifest": manifest}
+    return {
+        "version": vid,
+        "previous": previous,
+        "built": True,
+        "pruned": pruned,
+        "collected": collect_garbage(root),
+        "manifest": manifest,
+    }
 
 
-def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: dict | None,
-             starting: Starting, code: kn.KeyCode,
-             old_cutoff: int | None = None) -> tuple[dict, dict]:
+def _refresh(
+    cfg: BuildConfig,
+    root,
+    staging,
+    shards: list[Shard],
+    old_store: dict | None,
+    starting: Starting,
+    code: kn.KeyCode,
+    old_cutoff: int | None = None,
+) -> tuple[dict, dict]:
     """``code``: the store's keys (`store_code` of ``shards``); ``old_cutoff``: the cutoff
     count of the version ``old_store`` belongs to, when that version held S f-grams
     (None otherwise)."""
@@ -140,22 +161,43 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
     kept_shards = [shards[i] for i in kept_idx]
     new_shards = [shards[i] for i in new_idx]
     kept_units = plan_units(kept_shards, cfg.unit_tokens)
-    rare = [{(a, b): name for a, b, name in old_store["shards"][digests[i]].get("rare", [])}
-            for i in kept_idx]
-    plan = RPlan(cfg, root, work, code, new_shards, plan_units(new_shards, cfg.unit_tokens),
-                 kept_shards, kept_units,
-                 {k: lv["table"] for k, lv in old_levels.items() if lv["table"]},
-                 [rare[u.shard].get((u.start, u.stop)) for u in kept_units])
+    rare = [
+        {(a, b): name for a, b, name in old_store["shards"][digests[i]].get("rare", [])}
+        for i in kept_idx
+    ]
+    plan = RPlan(
+        cfg,
+        root,
+        work,
+        code,
+        new_shards,
+        plan_units(new_shards, cfg.unit_tokens),
+        kept_shards,
+        kept_units,
+        {k: lv["table"] for k, lv in old_levels.items() if lv["table"]},
+        [rare[u.shard].get((u.start, u.stop)) for u in kept_units],
+    )
     kn.warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
     timing = {"plan": round(time.time() - t_begin, 3)}
-    entries = {d: {"record": e["record"], "totals": e["totals"],
-                   "partials": {k: list(v) for k, v in e["partials"].items()},
-                   **({"rare": e["rare"]} if "rare" in e else {})}
-               for d, e in old_store["shards"].items() if d in current}
-    new_entries = {digests[i]: {"record": shard_record(shards[i]),
-                                "totals": {"documents": 0, "tokens": 0}, "partials": {}}
-                   for i in new_idx}
+    entries = {
+        d: {
+            "record": e["record"],
+            "totals": e["totals"],
+            "partials": {k: list(v) for k, v in e["partials"].items()},
+            **({"rare": e["rare"]} if "rare" in e else {}),
+        }
+        for d, e in old_store["shards"].items()
+        if d in current
+    }
+    new_entries = {
+        digests[i]: {
+            "record": shard_record(shards[i]),
+            "totals": {"documents": 0, "tokens": 0},
+            "partials": {},
+        }
+        for i in new_idx
+    }
     # only shards added: the current version's S f-grams keep at least its cutoff count, so
     # the new cutoff is at least that, and nothing counted less can be an f-gram
     threshold = max(cfg.min_count, old_cutoff or 0) if not removed else cfg.min_count
@@ -173,9 +215,14 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
         n_scanned = len(plan.kept_units) if k > 2 and scan_rows else 0
         todo += [("scan", u) for u in range(n_scanned)]
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: count new, scan old units")
-        done_now = ex.map_batched(len(todo), lambda i, k=k, o=old_size, todo=todo: (
-            count_task(plan, k, todo[i][1]) if todo[i][0] == "count"
-            else scan_task(plan, k, todo[i][1], o)))
+        done_now = ex.map_batched(
+            len(todo),
+            lambda i, k=k, o=old_size, todo=todo: (
+                count_task(plan, k, todo[i][1])
+                if todo[i][0] == "count"
+                else scan_task(plan, k, todo[i][1], o)
+            ),
+        )
         stats = [r for (kind, _), r in zip(todo, done_now) if kind == "count"]
         fresh = [s["run"] for s in stats if s["run"]["n"]]
         for s in stats:
@@ -200,46 +247,72 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
         compact = base_n == 0 or change > COMPACT * base_n
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, ids")
         rounds = math.ceil((base_n + change) * 16 / MERGE_BYTES / ex.parallelism)
-        nparts = ex.parallelism * max(rounds, 1)       # no lone last round
-        merged = ex.map_batched(nparts, lambda p, k=k, n=nparts, f=floor, lv=level, c=compact:
-                                merge_task(plan, k, p, n, f, lv, fresh, scanned, gone, c))
+        nparts = ex.parallelism * max(rounds, 1)  # no lone last round
+        merged = ex.map_batched(
+            nparts,
+            lambda p, k=k, n=nparts, f=floor, lv=level, c=compact: merge_task(
+                plan, k, p, n, f, lv, fresh, scanned, gone, c
+            ),
+        )
         pieces = sorted((m["piece"] for m in merged if m["piece"]), key=lambda x: x["lo"])
-        new_level = {"base": pieces, "delta": []} if compact else \
-            {"base": level["base"], "delta": pieces}
+        new_level = (
+            {"base": pieces, "delta": []} if compact else {"base": level["base"], "delta": pieces}
+        )
         t_merge = time.time()
         if not done:
             threshold = add_length(hists, k, [m["hist"] for m in merged], cfg.size, threshold)
         kept = sum(hists.get(k, {}).values()) if not done else 0
-        tab = ex.map(1, lambda _, k=k, n=nparts, t=threshold if not done else 2**62:
-                     table_task(plan, k, n, t))[0]
+        tab = ex.map(
+            1,
+            lambda _, k=k, n=nparts, t=threshold if not done else 2**62: table_task(plan, k, n, t),
+        )[0]
         new_level["table"] = tab["table"]
         if tab["table"]:
             plan.tables[k] = tab["table"]
         if tab["table"] and tab["table"]["size"] * (24 + 4 * k) > max(cfg.broadcast_budget, 1):
-            raise ConfigError(f"refresh: the id table of {k}-grams ({tab['table']['size']} rows) "
-                              f"exceeds --broadcast-budget; raise it, or use `fgram build`")
+            raise ConfigError(
+                f"refresh: the id table of {k}-grams ({tab['table']['size']} rows) "
+                f"exceeds --broadcast-budget; raise it, or use `fgram build`"
+            )
         old_size, scan_rows = tab["old_size"], tab["scan_rows"]
         levels[k] = new_level
-        passes.append({"length": k, "count_threshold": floor, "threshold": threshold,
-                       "candidates": sum(s["counted"] for s in stats), "kept": kept,
-                       "partitions": nparts, "new_units": len(plan.new_units),
-                       "scanned_units": n_scanned,
-                       "scanned_at_rare": sum(r.get("at_rare", False) for r in done_now),
-                       "scanned_at_anchors": sum(r.get("at_anchors", False) for r in done_now),
-                       "scanned_grams": sum(r["n"] for r in scanned),
-                       "ids_added": tab["added"], "ids": (tab["table"] or {}).get("size", 0),
-                       "delta": sum(m["delta"] for m in merged), "compacted": compact,
-                       "seconds": round(time.time() - t0, 3),
-                       "task_seconds": {kind: round(sum(r["seconds"] for (w, _), r in
-                                                        zip(todo, done_now) if w == kind), 3)
-                                        for kind in ("count", "scan")},
-                       "stages": {"count": round(t_count - t0, 3),
-                                  "merge": round(t_merge - t_count, 3),
-                                  "table": round(time.time() - t_merge, 3)}})
+        passes.append(
+            {
+                "length": k,
+                "count_threshold": floor,
+                "threshold": threshold,
+                "candidates": sum(s["counted"] for s in stats),
+                "kept": kept,
+                "partitions": nparts,
+                "new_units": len(plan.new_units),
+                "scanned_units": n_scanned,
+                "scanned_at_rare": sum(r.get("at_rare", False) for r in done_now),
+                "scanned_at_anchors": sum(r.get("at_anchors", False) for r in done_now),
+                "scanned_grams": sum(r["n"] for r in scanned),
+                "ids_added": tab["added"],
+                "ids": (tab["table"] or {}).get("size", 0),
+                "delta": sum(m["delta"] for m in merged),
+                "compacted": compact,
+                "seconds": round(time.time() - t0, 3),
+                "task_seconds": {
+                    kind: round(
+                        sum(r["seconds"] for (w, _), r in zip(todo, done_now) if w == kind), 3
+                    )
+                    for kind in ("count", "scan")
+                },
+                "stages": {
+                    "count": round(t_count - t0, 3),
+                    "merge": round(t_merge - t_count, 3),
+                    "table": round(time.time() - t_merge, 3),
+                },
+            }
+        )
         done = done or kept == 0
     entries.update(new_entries)
-    totals = {"documents": sum(e["totals"]["documents"] for e in entries.values()),
-              "tokens": sum(e["totals"]["tokens"] for e in entries.values())}
+    totals = {
+        "documents": sum(e["totals"]["documents"] for e in entries.values()),
+        "tokens": sum(e["totals"]["tokens"] for e in entries.values()),
+    }
     if totals["tokens"] == 0:
         raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
     t0 = time.time()
@@ -250,11 +323,16 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
     lengths = sorted(hists)
     out_dir = wf.join(staging, "fgrams")
     wf.make_dirs(out_dir)
-    ex.map(len(task_firsts), lambda r: rank_task(plan, r, lengths, groups, task_firsts, selected,
-                                                 out_dir))
-    store = {"options": store_options(cfg, code), "fgram_version": __version__,
-             "levels": {str(k): v for k, v in levels.items()},
-             "shards": entries}
+    ex.map(
+        len(task_firsts),
+        lambda r: rank_task(plan, r, lengths, groups, task_firsts, selected, out_dir),
+    )
+    store = {
+        "options": store_options(cfg, code),
+        "fgram_version": __version__,
+        "levels": {str(k): v for k, v in levels.items()},
+        "shards": entries,
+    }
     manifest = {
         "fgram_version": __version__,
         "kind": "fgram-table",
@@ -268,10 +346,14 @@ def _refresh(cfg: BuildConfig, root, staging, shards: list[Shard], old_store: di
         "by_length": {str(k): n for k, n in sorted(by_len.items())},
         "select": {"seconds": round(time.time() - t0, 3), "rank_tasks": len(task_firsts)},
         "timing": timing,
-        "refresh": {"new_shards": len(new_shards), "kept_shards": len(kept_shards),
-                    "head_start_tasks": ex.in_driver,
-                    "executor_start_seconds": starting.seconds,
-                    "removed_shards": len(removed), "store_reused": bool(old_levels)},
+        "refresh": {
+            "new_shards": len(new_shards),
+            "kept_shards": len(kept_shards),
+            "head_start_tasks": ex.in_driver,
+            "executor_start_seconds": starting.seconds,
+            "removed_shards": len(removed),
+            "store_reused": bool(old_levels),
+        },
         "table": table_record(),
     }
     return manifest, store

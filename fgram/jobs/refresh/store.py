@@ -2,6 +2,7 @@
 named at random, cached per machine when on an object store), what keys them (the
 store's key code and options) and their garbage collection (objects that no kept
 version's ``store.json`` names)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,7 @@ from fgram.pipeline.inputs import Shard, shard_record
 from fgram.pipeline.storage import Location, cache_dir, keep_copy, local_path
 from fgram.pipeline.workdir import load_array, load_json, save_array
 
-STORE_FORMAT = 3     # 3: the store's key code depends on the shards' token width
+STORE_FORMAT = 3  # 3: the store's key code depends on the shards' token width
 STORE_OPTIONS = ("max_len", "min_count", "size", "column", "dtype", "doc_sep")
 
 
@@ -58,15 +59,19 @@ def store_code(shards: list[Shard]) -> kn.KeyCode:
     """The store's key code: 32 bits of prefix id and 16 of last token when every shard
     is a flat file of 16-bit tokens (a unit's count then sorts one word per position:
     ~1.8x faster than 64-bit keys), else 32 + 32. Another code starts the store afresh."""
-    small = bool(shards) and all(s.format == "flat" and np.dtype(s.dtype).itemsize <= 2
-                                 for s in shards)
+    small = bool(shards) and all(
+        s.format == "flat" and np.dtype(s.dtype).itemsize <= 2 for s in shards
+    )
     return kn.KeyCode(32, 16 if small else 32)
 
 
 def store_options(cfg: BuildConfig, code: kn.KeyCode) -> dict:
     rec = cfg.record()
-    return {"format": STORE_FORMAT, **{k: rec[k] for k in STORE_OPTIONS},
-            "key_bits": [code.prefix_bits, code.last_bits]}
+    return {
+        "format": STORE_FORMAT,
+        **{k: rec[k] for k in STORE_OPTIONS},
+        "key_bits": [code.prefix_bits, code.last_bits],
+    }
 
 
 def referenced(store) -> set[str]:
@@ -100,5 +105,9 @@ def put_run(root: str, keys, counts, **extra) -> dict:
 
 
 def put_chunk(root: str, keys, ids, tokens) -> dict:
-    return {"keys": put(root, keys), "ids": put(root, ids), "tokens": put(root, tokens),
-            "n": len(ids)}
+    return {
+        "keys": put(root, keys),
+        "ids": put(root, ids),
+        "tokens": put(root, tokens),
+        "n": len(ids),
+    }

@@ -1,6 +1,7 @@
 """The tasks of a refresh, length by length: count new units, scan old units for what
 their partials lack, merge the partials per key range, extend the id tables, and
 rank and write the new version's table."""
+
 from __future__ import annotations
 
 import time
@@ -24,20 +25,21 @@ from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
 @dataclass
 class RPlan:
     """What every task needs (shipped with the task closure: small)."""
+
     cfg: BuildConfig
-    root: str | Location    # the refresh root: a local path, or a `Location` on an object store
+    root: str | Location  # the refresh root: a local path, or a `Location` on an object store
     work: str | Location
-    code: kn.KeyCode    # the store's keys (`store_code`)
+    code: kn.KeyCode  # the store's keys (`store_code`)
     new_shards: list[Shard]
     new_units: list[Unit]
     kept_shards: list[Shard]
     kept_units: list[Unit]
-    tables: dict        # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
-    kept_rare: list     # per kept unit: its rare-bigram positions' object (or None)
+    tables: dict  # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
+    kept_rare: list  # per kept unit: its rare-bigram positions' object (or None)
 
 
 _TABLES: dict[tuple, pt.IdTable] = {}
-MAX_CHUNKS = 8      # an id table's chunks (one per refresh that added ids) before one is merged
+MAX_CHUNKS = 8  # an id table's chunks (one per refresh that added ids) before one is merged
 
 
 def id_table(plan: RPlan, k: int) -> pt.IdTable:
@@ -47,9 +49,14 @@ def id_table(plan: RPlan, k: int) -> pt.IdTable:
     if key not in _TABLES:
         if len(_TABLES) > 8:
             _TABLES.clear()
-        _TABLES[key] = pt.IdTable(k, [tuple(get(plan.root, c[w], mmap=False)
-                                            for w in ("keys", "ids", "tokens"))
-                                      for c in t["chunks"]], plan.code)
+        _TABLES[key] = pt.IdTable(
+            k,
+            [
+                tuple(get(plan.root, c[w], mmap=False) for w in ("keys", "ids", "tokens"))
+                for c in t["chunks"]
+            ],
+            plan.code,
+        )
     return _TABLES[key]
 
 
@@ -69,28 +76,43 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
     t0 = time.time()
     cfg = plan.cfg
     unit = plan.new_units[u]
-    stream = read_unit(plan.new_shards[unit.shard], unit, cfg.read_options(),
-                       overlap=cfg.max_len - 1, scratch=SCRATCH)
+    stream = read_unit(
+        plan.new_shards[unit.shard],
+        unit,
+        cfg.read_options(),
+        overlap=cfg.max_len - 1,
+        scratch=SCRATCH,
+    )
     tokens = stream.tokens
     if k == 2:
         prev = tokens
     else:
         uniq = load_array(unit_file(plan, k - 1, u, "uniq"), mmap=False)
-        order = (read_into(unit_file(plan, k - 1, u, "pos"), SCRATCH, "prev_pos"),
-                 read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"))
+        order = (
+            read_into(unit_file(plan, k - 1, u, "pos"), SCRATCH, "prev_pos"),
+            read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"),
+        )
         prev = kn.ids_at(id_table(plan, k - 1).lookup(uniq), order, len(tokens), SCRATCH)
     rare = put(plan.root, rare_bigrams(tokens, prev)) if k == 3 else None
     last = k == cfg.max_len
-    uniq, counts, order, counted = kn.unit_table(prev, tokens, k, stream.limit, want_order=not last,
-                                                 code=plan.code, scratch=SCRATCH)
+    uniq, counts, order, counted = kn.unit_table(
+        prev, tokens, k, stream.limit, want_order=not last, code=plan.code, scratch=SCRATCH
+    )
     if not last:
         save_array(unit_file(plan, k, u, "uniq"), uniq)
         save_array(unit_file(plan, k, u, "pos"), order[0])
         save_array(unit_file(plan, k, u, "starts"), order[1])
     nz = counts > 0
     run = put_run(plan.root, uniq[nz], counts[nz])
-    return {"unit": u, "run": run, "documents": stream.documents, "tokens": stream.n_tokens,
-            "counted": counted, "rare": rare, "seconds": time.time() - t0}
+    return {
+        "unit": u,
+        "run": run,
+        "documents": stream.documents,
+        "tokens": stream.n_tokens,
+        "counted": counted,
+        "rare": rare,
+        "seconds": time.time() - t0,
+    }
 
 
 def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -98,9 +120,10 @@ def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
     places where a bigram can occur that gets an id later (id tables only grow), so
     a later refresh scans just these for new bigram ids, not the whole unit."""
     t = tokens
-    at = np.flatnonzero((ids[:len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID)
-                        & (t[1:] != kn.INVALID))
-    return at.astype(np.uint32 if len(t) <= 2**32 else np.int64)   # 4 bytes unless huge units
+    at = np.flatnonzero(
+        (ids[: len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID) & (t[1:] != kn.INVALID)
+    )
+    return at.astype(np.uint32 if len(t) <= 2**32 else np.int64)  # 4 bytes unless huge units
 
 
 @as_task
@@ -110,16 +133,27 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     cfg = plan.cfg
     unit = plan.kept_units[u]
     rows = load_array(wf.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
-    stream = read_unit(plan.kept_shards[unit.shard], unit, cfg.read_options(),
-                       overlap=cfg.max_len - 1, scratch=SCRATCH)
+    stream = read_unit(
+        plan.kept_shards[unit.shard],
+        unit,
+        cfg.read_options(),
+        overlap=cfg.max_len - 1,
+        scratch=SCRATCH,
+    )
     tables = [id_table(plan, j) for j in range(2, k)]
     rare = plan.kept_rare[u] if k == 3 else None
     starts = get(plan.root, rare) if rare is not None else pt.anchored_starts(stream.tokens, rows)
-    keys, counts = pt.scan_unit(stream.tokens, stream.limit, k, pt.window_set(rows), tables,
-                                old_size, starts)
+    keys, counts = pt.scan_unit(
+        stream.tokens, stream.limit, k, pt.window_set(rows), tables, old_size, starts
+    )
     run = put_run(plan.root, keys, counts) if len(keys) else None
-    return {"unit": u, "run": run, "at_rare": rare is not None,
-            "at_anchors": rare is None and starts is not None, "seconds": time.time() - t0}
+    return {
+        "unit": u,
+        "run": run,
+        "at_rare": rare is not None,
+        "at_anchors": rare is None and starts is not None,
+        "seconds": time.time() - t0,
+    }
 
 
 def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
@@ -132,8 +166,18 @@ def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1)
 
 
 @as_task
-def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict,
-               fresh: list[dict], scanned: list[dict], removed: list[dict], compact: bool) -> dict:
+def merge_task(
+    plan: RPlan,
+    k: int,
+    p: int,
+    nparts: int,
+    floor: int,
+    level: dict,
+    fresh: list[dict],
+    scanned: list[dict],
+    removed: list[dict],
+    compact: bool,
+) -> dict:
     """Totals of key range p of length k: base + (old delta + new - removed + scanned).
 
     Writes the range's keys with total >= floor (and their new-shard counts)
@@ -142,14 +186,21 @@ def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict
     root = plan.root
     lo, hi = kn.part_range(nparts, p)
     base = _slices(root, level["base"], lo, hi)
-    if len(base) != 1:      # base pieces of another split: at most a few overlap a range
-        base = (np.concatenate([b[0] for b in base]), np.concatenate([b[1] for b in base])) \
-            if base else (pt.EMPTY_KEYS, pt.EMPTY_COUNTS)
+    if len(base) != 1:  # base pieces of another split: at most a few overlap a range
+        base = (
+            (np.concatenate([b[0] for b in base]), np.concatenate([b[1] for b in base]))
+            if base
+            else (pt.EMPTY_KEYS, pt.EMPTY_COUNTS)
+        )
     else:
         base = base[0]
     new_runs = _slices(root, fresh, lo, hi)
-    delta = pt.signed_sum(_slices(root, level["delta"], lo, hi) + new_runs +
-                          _slices(root, scanned, lo, hi) + _slices(root, removed, lo, hi, -1))
+    delta = pt.signed_sum(
+        _slices(root, level["delta"], lo, hi)
+        + new_runs
+        + _slices(root, scanned, lo, hi)
+        + _slices(root, removed, lo, hi, -1)
+    )
     keys, counts, fresh_counts = pt.combine(base, delta, pt.signed_sum(new_runs), floor)
     wd = WorkDir(plan.work)
     save_array(wd.merged(k, p, "keys"), keys)
@@ -157,8 +208,7 @@ def merge_task(plan: RPlan, k: int, p: int, nparts: int, floor: int, level: dict
     save_array(wd.merged(k, p, "fresh"), fresh_counts)
     out = pt.signed_sum([base, delta]) if compact else delta
     piece = put_run(root, *out, lo=lo, hi=hi) if len(out[0]) else None
-    return {"part": p, "hist": kn.histogram(counts, floor), "piece": piece,
-            "delta": len(delta[0])}
+    return {"part": p, "hist": kn.histogram(counts, floor), "piece": piece, "delta": len(delta[0])}
 
 
 @as_task
@@ -178,8 +228,9 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
     old_size = table.size
     known = table.lookup(frequent)
     is_new = known == kn.INVALID
-    new_keys, new_ids, new_rows = table.additions(frequent, is_new,
-                                                  None if k == 2 else id_table(plan, k - 1))
+    new_keys, new_ids, new_rows = table.additions(
+        frequent, is_new, None if k == 2 else id_table(plan, k - 1)
+    )
     in_old = (counts - fresh)[is_new] > 0
     save_array(wf.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
     # the frequent k-grams' ids and counts, for the rank tasks
@@ -190,18 +241,30 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
     if len(new_keys):
         chunks = record["chunks"] + [put_chunk(plan.root, new_keys, new_ids, new_rows)]
         if len(chunks) > MAX_CHUNKS:
-            merged = pt.IdTable(k, table.chunks + [(new_keys, new_ids, new_rows)],
-                                plan.code).merged()
+            merged = pt.IdTable(
+                k, table.chunks + [(new_keys, new_ids, new_rows)], plan.code
+            ).merged()
             chunks = [put_chunk(plan.root, *merged)]
         record = {"size": old_size + len(new_keys), "chunks": chunks}
     table = record if record["chunks"] else None
-    return {"table": table, "old_size": old_size, "added": len(new_keys),
-            "scan_rows": int(in_old.sum())}
+    return {
+        "table": table,
+        "old_size": old_size,
+        "added": len(new_keys),
+        "scan_rows": int(in_old.sum()),
+    }
 
 
 @as_task
-def rank_task(plan: RPlan, r: int, lengths: list[int], groups: Groups, task_firsts: np.ndarray,
-              selected: int, out_dir) -> int:
+def rank_task(
+    plan: RPlan,
+    r: int,
+    lengths: list[int],
+    groups: Groups,
+    task_firsts: np.ndarray,
+    selected: int,
+    out_dir,
+) -> int:
     """Rank task r's rows (whole groups), from the table tasks' frequent ids and counts
     and the id tables' tokens, written as one Parquet file."""
     wd = WorkDir(plan.work)
