@@ -10,6 +10,7 @@ Peak memory is the largest sum of resident memory over the whole process tree
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -30,10 +31,8 @@ def tree_rss(proc: psutil.Process) -> int:
     except psutil.NoSuchProcess:
         return 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 

@@ -129,7 +129,8 @@ def main() -> None:
                 f"{p['length']}: {p['seconds']:.1f}s (thr {p['threshold']}, kept {p['kept']})"
                 for p in m["passes"]
             )
-            + f"; select {m['select']['seconds']:.1f}s; fgrams {m['fgrams']}, cutoff {m['cutoff_count']}"
+            + f"; select {m['select']['seconds']:.1f}s; fgrams {m['fgrams']}, "
+            f"cutoff {m['cutoff_count']}"
         )
     with open(os.path.join(HERE, "results.jsonl"), "a") as fh:
         for name, r in results.items():

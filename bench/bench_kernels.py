@@ -169,8 +169,9 @@ def main() -> None:
         per = {name: best[name] * 1e9 / len(tok) for name in impls}
         print(
             f"  {case:38s} exact {per['exact']:5.1f}, indirect {per['indirect']:5.1f}, "
-            f"numpy {per['numpy']:5.1f} ns/position: exact is {per['indirect'] / per['exact']:.2f}x "
-            f"indirect, {per['numpy'] / per['exact']:.2f}x numpy"
+            f"numpy {per['numpy']:5.1f} ns/position: exact is "
+            f"{per['indirect'] / per['exact']:.2f}x indirect, "
+            f"{per['numpy'] / per['exact']:.2f}x numpy"
         )
 
 

@@ -8,7 +8,8 @@ decoding lookups at a batch, side by side with FgramStore on the same
 contexts: for each context, LMDB tries lengths K..2 of its tail until a key
 exists (what a key-value store needs without the chained index), FgramStore
 runs `embed_last` (mmap mode). Both warm (page cache) and cold (LMDB's data
-file and the embedding matrix evicted before each call; the index stays warm). Checks both return the same rows.
+file and the embedding matrix evicted before each call; the index stays warm). Checks
+both return the same rows.
 Needs the bench extra: pip install lmdb.
 """
 

@@ -78,11 +78,11 @@ def main() -> None:
                 m = groups.rows_in(cnts, k, g0, g1)
                 mine[k] = (toks[m], cnts[m])
             tasks.append((mine, lo, hi))
-        for name, fn in impls.items():  # warm-up (compiled kernels load)
+        for fn in impls.values():  # warm-up (compiled kernels load)
             mine, lo, hi = tasks[-1]
             fn(mine, groups, lo, hi, os.path.join(out, "w.parquet"))
         times = {n: [] for n in impls}
-        for rep in range(a.repeat):
+        for _ in range(a.repeat):
             for name, fn in impls.items():
                 t0 = time.perf_counter()
                 for r, (mine, lo, hi) in enumerate(tasks):

@@ -353,7 +353,7 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
                 out.append(fn(j))
             return out
 
-    for n in (1, 2, 3, 10, 40):
+    def one_job(n):  # a job of n tasks, from a fresh start
         markers, runs, lock = {}, [], threading.Lock()
 
         def task(i):
@@ -379,6 +379,9 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
         assert len(counted) - len(set(counted)) <= 1  # at most one ran twice (one slot)
         if n == 40:
             assert tail and len(main) < n  # both sides did part of it
+
+    for n in (1, 2, 3, 10, 40):
+        one_job(n)
 
 
 def test_driver_head_start_then_spark(spark, tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ local mode's, row for row.
 Deselect with ``-m "not cluster"``; `.ci/run` runs it.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -126,10 +127,8 @@ class Cluster:
         return sum(w["state"] == "ALIVE" for w in state.get("workers", []))
 
     def kill(self, p):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         p.wait()
 
     def stop(self):

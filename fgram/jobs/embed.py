@@ -26,7 +26,6 @@ Where the rows go while the run lasts:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -43,7 +42,7 @@ from fgram.pipeline.index import manifest_fingerprint, publish_parts
 from fgram.pipeline.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.storage import Location, file_sha256, json_bytes
 from fgram.pipeline.versions import open_table, table_dataset
-from fgram.pipeline.workdir import save_json
+from fgram.pipeline.workdir import load_json, save_json
 
 
 @dataclass
@@ -182,9 +181,7 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     params_path = os.path.join(staging, "params.json")
     path = os.path.join(staging, "matrix.npy")
     resumed = (
-        os.path.exists(params_path)
-        and json.load(open(params_path)) == params
-        and os.path.exists(path)
+        os.path.exists(params_path) and load_json(params_path) == params and os.path.exists(path)
     )
     if not resumed:
         shutil.rmtree(staging, ignore_errors=True)

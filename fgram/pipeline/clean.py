@@ -15,6 +15,7 @@ Nothing that a live run holds (its lock's process is alive) is listed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -41,10 +42,8 @@ def _size(path: str) -> int:
     total = 0
     for folder, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
     return total
 
 
@@ -110,7 +109,5 @@ def remove(entries: list[Entry]) -> None:
         if os.path.isdir(e.path) and not os.path.islink(e.path):
             shutil.rmtree(e.path, ignore_errors=True)
         else:
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(e.path)
-            except OSError:
-                pass

@@ -600,7 +600,7 @@ def windows_in_set(tokens, w, tab, bits, out):
     mask = np.uint64(len(tab) - 1)
     bmask = np.uint64(len(bits) * 64 - 1)
     top = np.uint64(1)
-    for j in range(w - 1):
+    for _ in range(w - 1):
         top *= _M
     h = np.uint64(0)
     run = 0

@@ -73,7 +73,7 @@ def diff_tables(old: str, new: str, show: int = 0, storage: dict | None = None) 
             return {}
         lens = t.column(col).to_numpy(zero_copy_only=False)
         v, n = np.unique(lens, return_counts=True)
-        return {str(int(x)): int(c) for x, c in zip(v, n)}
+        return {str(int(x)): int(c) for x, c in zip(v, n, strict=True)}
 
     def top(t, count_col):
         if not show or not t.num_rows:
@@ -82,7 +82,7 @@ def diff_tables(old: str, new: str, show: int = 0, storage: dict | None = None) 
         keys = t.column("key").to_pylist()
         return [
             {"tokens": np.frombuffer(k, np.int32).tolist(), "count": c}
-            for k, c in zip(keys, t.column(count_col).to_pylist())
+            for k, c in zip(keys, t.column(count_col).to_pylist(), strict=True)
         ]
 
     return {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import glob as globlib
+import itertools
 import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -343,7 +344,7 @@ def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
         if shard.format == "flat":
             n = -(-shard.n_items // unit_tokens)
             cuts = [shard.n_items * i // n for i in range(n + 1)] if n else []
-            units.extend(Unit(s_idx, a, b) for a, b in zip(cuts, cuts[1:]))
+            units.extend(Unit(s_idx, a, b) for a, b in itertools.pairwise(cuts))
         else:
             first, size = 0, 0
             for g, values in enumerate(shard.row_groups):

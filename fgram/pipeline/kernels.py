@@ -371,7 +371,8 @@ def unit_table(
 def ids_at(
     values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int, scratch: Scratch | None = None
 ) -> np.ndarray:
-    """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID elsewhere."""
+    """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID
+    elsewhere."""
     positions, starts = order
     out = work_array(scratch, "ids", n, np.uint32)
     out.fill(INVALID)
@@ -469,7 +470,7 @@ def histogram(counts: np.ndarray, floor: int) -> dict[int, int]:
     """{count value: number of keys} for counts >= floor (a small summary)."""
     c = counts[counts >= floor]
     vals, num = np.unique(c, return_counts=True)
-    return {int(v): int(n) for v, n in zip(vals, num)}
+    return {int(v): int(n) for v, n in zip(vals, num, strict=True)}
 
 
 def kth_largest(hist: dict[int, int], k: int) -> int | None:
@@ -491,7 +492,8 @@ def merge_hists(*hists: dict[int, int]) -> dict[int, int]:
 
 
 def part_bounds(nparts: int) -> np.ndarray:
-    """Boundaries of `nparts` equal ranges of the mixed-key space (uint64, len nparts+1, last = 2**64 handled)."""
+    """Boundaries of `nparts` equal ranges of the mixed-key space (uint64, len nparts+1;
+    the end, 2**64, is implied)."""
     edges = [(i * (2**64)) // nparts for i in range(nparts)]
     return np.array(edges, dtype=np.uint64)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -132,8 +133,9 @@ class FileLock:
                 holder = self._holder()
                 if holder is not None and not self._is_stale(holder):
                     raise LockedError(
-                        f"{self.out}: another fgram run is writing it (pid {holder.get('pid')} on "
-                        f"{holder.get('host')}, lock {self.path}); if that run is gone, delete the lock"
+                        f"{self.out}: another fgram run is writing it (pid {holder.get('pid')} "
+                        f"on {holder.get('host')}, lock {self.path}); if that run is gone, "
+                        f"delete the lock"
                     ) from None
                 self._remove_stale()
                 continue
@@ -146,10 +148,8 @@ class FileLock:
 
     def __exit__(self, *exc):
         self._stop.set()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(self.path)
-        except FileNotFoundError:
-            pass
         return False
 
     def _holder(self) -> dict | None:
@@ -178,10 +178,8 @@ class FileLock:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.beat):
-            try:
+            with contextlib.suppress(OSError):
                 os.utime(self.path)
-            except OSError:
-                pass
 
 
 def process_alive(pid: int) -> bool:
@@ -391,17 +389,13 @@ class LeaseLock:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.beat):
-            try:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - the next beat tries again
                 self.claim.write_json({**self.me, "beat": time.time()})
-            except Exception:  # noqa: BLE001 - the next beat tries again
-                pass
 
     def __exit__(self, *exc):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
             self.claim.remove()
-        except Exception:  # noqa: BLE001 - it expires by itself
-            pass
         return False

@@ -15,6 +15,7 @@ the URI and the problem, never a secret (`redact`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -191,10 +192,8 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
             f"{uri}: cannot open the filesystem ({first_line(exc, options)})"
         ) from None
     if scheme in ("hdfs", "viewfs", "abfs", "abfss"):  # their paths drop the host part
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - keep the plain path
             _, path = pafs.FileSystem.from_uri(uri)
-        except Exception:  # noqa: BLE001 - keep the plain path
-            pass
     return fs, path
 
 
@@ -438,10 +437,8 @@ class Location:
                 shutil.rmtree(self.path, ignore_errors=True)
             elif self.exists():
                 self.fs.delete_dir_contents(self.path, missing_dir_ok=True)
-                try:
+                with contextlib.suppress(FileNotFoundError, OSError):
                     self.fs.delete_dir(self.path)
-                except (FileNotFoundError, OSError):
-                    pass
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc) from None
 

@@ -73,8 +73,8 @@ def generate(
 
     The phrase book comes from ``book_seed`` (default: ``seed``), the text drawn
     from it from ``seed``: one book and two seeds make two corpora of one
-    distribution. Flat format: one uint16 (vocab <= 65536) or uint32 `.bin` file per shard, documents
-    separated by id 0, which is never used inside a document. Parquet: columns
+    distribution. Flat format: one uint16 (vocab <= 65536) or uint32 `.bin` file per shard,
+    documents separated by id 0, which is never used inside a document. Parquet: columns
     doc_id int64, tokens list<int32>, one document per row.
     """
     import json

@@ -9,6 +9,7 @@ every executor of a cluster reaches; the functions here take either.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -156,10 +157,8 @@ def remove(path) -> None:
     if _remote(path):
         path.remove()
         return
-    try:
+    with contextlib.suppress(OSError):
         os.remove(_local(path))
-    except OSError:
-        pass
 
 
 def remove_tree(path) -> None:
@@ -244,7 +243,5 @@ class Sweeper:
 
 def _remove_files(paths: list) -> None:
     for path in paths:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - gone already, or not ours: the staging folder goes anyway
             remove(path)
-        except Exception:  # noqa: BLE001 - gone already, or not ours: the staging folder goes anyway
-            pass

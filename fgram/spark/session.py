@@ -3,6 +3,7 @@ machine (loopback only, no UI, the quiet log4j configuration), any master when a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -160,10 +161,8 @@ def _with_class_archive(settings: dict) -> str | None:
     quiet = " -Xlog:cds=off -Xlog:cds+dynamic=off"  # an unusable archive is skipped silently
     if os.path.exists(final):
         settings[JAVA_OPTS] += f" -XX:SharedArchiveFile={final}{quiet}"
-        try:
+        with contextlib.suppress(OSError):
             os.utime(final)  # its time is its last use: see _tidy
-        except OSError:
-            pass
         return None
     if os.path.exists(final + ".none"):  # this JVM could not write one: do not retry
         return None
@@ -190,16 +189,12 @@ def _tidy(folder: str, keep: int) -> None:
         if parts[-1] == "tmp" and parts[-2].isdigit() and not process_alive(int(parts[-2])):
             doomed.append(name)
         elif name.endswith(".jsa"):
-            try:
+            with contextlib.suppress(OSError):
                 archives.append((os.stat(os.path.join(folder, name)).st_mtime, name))
-            except OSError:
-                pass
     doomed += [name for _, name in sorted(archives, reverse=True)[keep:]]
     for name in doomed:
-        try:
+        with contextlib.suppress(OSError):
             os.remove(os.path.join(folder, name))
-        except OSError:
-            pass
 
 
 def _keep_class_archive(sc, final: str) -> None:
@@ -344,10 +339,8 @@ def get_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in (conf or {}).items():
-            try:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - static confs cannot change on a live session
                 active.conf.set(key, value)
-            except Exception:  # noqa: BLE001 - static confs cannot change on a live session
-                pass
         return active
     archive = _launching_archive(chosen, conf, settings)
     _launch_quietly(_spark_conf(chosen, settings, app_name))

@@ -223,7 +223,7 @@ def _refresh(
                 else scan_task(plan, k, todo[i][1], o)
             ),
         )
-        stats = [r for (kind, _), r in zip(todo, done_now) if kind == "count"]
+        stats = [r for (kind, _), r in zip(todo, done_now, strict=True) if kind == "count"]
         fresh = [s["run"] for s in stats if s["run"]["n"]]
         for s in stats:
             unit = plan.new_units[s["unit"]]
@@ -235,7 +235,7 @@ def _refresh(
                 e["totals"]["documents"] += s["documents"]
                 e["totals"]["tokens"] += s["tokens"]
         scanned = []
-        for (kind, u), r in zip(todo, done_now):
+        for (kind, u), r in zip(todo, done_now, strict=True):
             if kind == "scan" and r["run"]:
                 scanned.append(r["run"])
                 d = digests[kept_idx[plan.kept_units[u].shard]]
@@ -250,8 +250,8 @@ def _refresh(
         nparts = ex.parallelism * max(rounds, 1)  # no lone last round
         merged = ex.map_batched(
             nparts,
-            lambda p, k=k, n=nparts, f=floor, lv=level, c=compact: merge_task(
-                plan, k, p, n, f, lv, fresh, scanned, gone, c
+            lambda p, k=k, n=nparts, f=floor, lv=level, c=compact, runs=(fresh, scanned, gone): (
+                merge_task(plan, k, p, n, f, lv, *runs, c)
             ),
         )
         pieces = sorted((m["piece"] for m in merged if m["piece"]), key=lambda x: x["lo"])
@@ -296,7 +296,12 @@ def _refresh(
                 "seconds": round(time.time() - t0, 3),
                 "task_seconds": {
                     kind: round(
-                        sum(r["seconds"] for (w, _), r in zip(todo, done_now) if w == kind), 3
+                        sum(
+                            r["seconds"]
+                            for (w, _), r in zip(todo, done_now, strict=True)
+                            if w == kind
+                        ),
+                        3,
                     )
                     for kind in ("count", "scan")
                 },
