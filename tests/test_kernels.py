@@ -34,7 +34,7 @@ def test_key_code_round_trip_and_order(prefix_bits, last_bits, data):
     p = np.array([a for a, _ in pairs], dtype=np.int64)
     t = np.array([b for _, b in pairs], dtype=np.int64)
     keys = code.encode(p, t)
-    assert np.all(keys & np.uint64(2**code.up - 1) == 0) if code.up else True
+    assert np.all(keys & np.uint64(2**code.up - 1) == 0)  # the bits below the key: free
     back_p, back_t = code.decode(keys)
     assert back_p.tolist() == p.tolist() and back_t.tolist() == t.tolist()
     assert len(np.unique(keys)) == len(set(pairs))
@@ -261,14 +261,14 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
 @given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(), seed=st.integers(0, 2**16))
 def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
     """Against a lexsort of every column: wide and narrow tokens, ties on leading tokens."""
-    from fgram.pipeline.table import _rank_order
+    from fgram.pipeline.table import rank_order
 
     rng = np.random.default_rng(seed)
     top = 3 if small else 2**31 - 1
     toks = np.unique(rng.integers(0, top + 1, (n, k)).astype(np.uint32), axis=0)
     counts = rng.integers(1, 4 if small else 1000, len(toks)).astype(np.int64)
     want = np.lexsort([toks[:, j] for j in range(k - 1, -1, -1)] + [-counts])
-    assert _rank_order(toks, counts).tolist() == want.tolist()
+    assert rank_order(toks, counts).tolist() == want.tolist()
 
 
 @given(counts=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 2**40)), max_size=60))

@@ -123,3 +123,14 @@ def test_the_library_never_imports_spark():
 
 def test_no_module_takes_another_modules_private_names():
     assert [p for _, (_, _, private) in _graph().items() for p in private] == []
+
+
+def test_tests_use_public_names_only():
+    """The tests reach fgram through its public names (the seams a user has too)."""
+    known = set(_modules())
+    here = os.path.dirname(__file__)
+    private = []
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            private += _imports(f"tests.{name[:-3]}", os.path.join(here, name), known)[2]
+    assert private == []

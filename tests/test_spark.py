@@ -16,18 +16,18 @@ def test_class_archive_written_once_then_used(monkeypatch, tmp_path):
     for path in (orphan, mine):
         open(path, "w").close()
     settings = {sp.JAVA_OPTS: "-XX:+UseSerialGC"}
-    assert sp._with_class_archive(settings) == final
+    assert sp.with_class_archive(settings) == final
     assert f"-XX:ArchiveClassesAtExit={mine}" in settings[sp.JAVA_OPTS]
     assert settings[sp.JAVA_OPTS].startswith("-XX:+UseSerialGC ")
     assert not os.path.exists(orphan) and os.path.exists(mine)
     open(final, "w").close()
     settings = {sp.JAVA_OPTS: ""}
-    assert sp._with_class_archive(settings) is None
+    assert sp.with_class_archive(settings) is None
     assert f"-XX:SharedArchiveFile={final}" in settings[sp.JAVA_OPTS]
     os.remove(final)
     open(final + ".none", "w").close()  # this JVM could not write one: no retry
     settings = {sp.JAVA_OPTS: ""}
-    assert sp._with_class_archive(settings) is None and settings[sp.JAVA_OPTS] == ""
+    assert sp.with_class_archive(settings) is None and settings[sp.JAVA_OPTS] == ""
 
 
 def test_only_the_most_recently_used_archives_are_kept(monkeypatch, tmp_path):
@@ -43,10 +43,10 @@ def test_only_the_most_recently_used_archives_are_kept(monkeypatch, tmp_path):
         os.utime(path, (1e9 - age * 1000, 1e9 - age * 1000))  # names[0] the newest
     open(tmp_path / "other.txt", "w").close()
     os.rename(tmp_path / names[-1], final)  # the oldest is this install's: using it ...
-    assert sp._with_class_archive({sp.JAVA_OPTS: ""}) is None
+    assert sp.with_class_archive({sp.JAVA_OPTS: ""}) is None
     assert os.stat(final).st_mtime > 1e9  # ... makes it the most recently used
     os.remove(final)  # gone: the next run writes it afresh
-    assert sp._with_class_archive({sp.JAVA_OPTS: ""}) == final
+    assert sp.with_class_archive({sp.JAVA_OPTS: ""}) == final
     left = sorted(n for n in os.listdir(tmp_path) if n.endswith(".jsa"))
     assert left == sorted(names[: sp.KEEP_ARCHIVES])
     assert os.path.exists(tmp_path / "other.txt")
@@ -135,7 +135,7 @@ def test_the_daemon_module_only_where_fgram_launches_local_spark(monkeypatch):
     the daemon (started before any task) cannot import: pyspark's own daemon there."""
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
-    assert sp._settings(None, None)[1][sp.DAEMON] == "fgram.spark.daemon"
-    assert sp.DAEMON not in sp._settings("spark://127.0.0.1:7077", None)[1]
+    assert sp.spark_settings(None, None)[1][sp.DAEMON] == "fgram.spark.daemon"
+    assert sp.DAEMON not in sp.spark_settings("spark://127.0.0.1:7077", None)[1]
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.master=local[2] pyspark-shell")
-    assert sp.DAEMON not in sp._settings("local[2]", None)[1]
+    assert sp.DAEMON not in sp.spark_settings("local[2]", None)[1]

@@ -95,7 +95,7 @@ class Starting:
 
     def ready(self) -> bool:
         """Made and warm: until then the driver's own tasks beat queueing behind the
-        warm-up job (measured: a refresh 21-22 s against 24-26 s side by side)."""
+        warm-up job."""
         return self._made.is_set() and not self._thread.is_alive()
 
     def made(self) -> bool:

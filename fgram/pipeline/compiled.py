@@ -5,8 +5,8 @@ cached on disk (``cache=True``), so a worker process pays the compile once.
 Everything here has a brute-force oracle in the tests.
 
 Lookups are memory-latency bound: a probe of a table of hundreds of MB costs
-a DRAM round trip (~150 ns here) when issued alone, ~15-25 ns when many are
-in flight. The kernels therefore issue their probes in batches of
+a DRAM round trip when issued alone, a fraction of one when many are in
+flight. The kernels therefore issue their probes in batches of
 independent loads (one per lane) and decide in a separate loop, instead of
 chasing one position's chain at a time.
 """
@@ -700,7 +700,7 @@ def combine_runs(bk, bc, dk, dc, floor, ok, oc):
 
 @numba.njit(cache=True, nogil=True)
 def pack_head(tokens, rank, lead, vbits, out):
-    """out[i] = rank[i], then tokens[i, :lead] (vbits each), as one uint64 (`table._rank_order`)."""
+    """out[i] = rank[i], then tokens[i, :lead] (vbits each), as one uint64 (`table.rank_order`)."""
     for i in range(tokens.shape[0]):
         h = np.uint64(rank[i])
         for j in range(lead):

@@ -192,8 +192,8 @@ def ids_in(
 class Scratch:
     """Grow-only work arrays reused by the calls of one process.
 
-    Touching fresh memory costs page faults (here, in a VM, up to ~1 ns per
-    byte: more than sorting it); a worker that counts unit after unit reuses
+    Touching fresh memory costs page faults (in a VM, more than sorting the same
+    bytes); a worker that counts unit after unit reuses
     the same pages instead. An array from `get` is valid until the next `get`
     of the same name.
     """
@@ -239,7 +239,7 @@ BUCKET = 1 << 16  # target candidates per bucket: its arrays stay in the core's 
 MAX_BUCKET_BITS = 12  # more buckets than 2**12: numpy's per-bucket sort calls cost too much
 # Bucket sizes estimated from every SAMPLE-th position (a unit of SAMPLE_FROM positions
 # or more), each bucket given room for its estimate + 6 standard deviations: the
-# exact count was a pass over every position (~3-5 ns each) before the scatter's own.
+# exact count was a pass over every position before the scatter's own.
 # A bucket that fills up anyway (e.g. a corpus periodic in SAMPLE) is counted exactly.
 SAMPLE = 32
 SAMPLE_FROM = 1 << 20

@@ -16,7 +16,8 @@ def add_length(
     threshold: int,
 ) -> int:
     """Add length k's count histogram (from its key ranges) and raise the threshold to
-    the S-th largest count seen so far (the safe bound of SCONE.md); every length's
+    the S-th largest count seen so far (safe: the S f-grams count at least that, and an
+    n-gram counts at most its parts); every length's
     histogram keeps only counts at or above it. Returns the threshold."""
     hists[k] = kn.merge_hists(*part_hists)
     if size is not None:

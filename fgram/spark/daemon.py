@@ -1,9 +1,8 @@
 """PySpark's worker daemon for local mode, importing pyspark's installed modules.
 
 Spark puts its source zip of pyspark first on the workers' PYTHONPATH. A zip
-holds no compiled bytecode, so every daemon start compiled pyspark again
-(~1 s of CPU, measured), and every worker it forks compiled the worker
-modules (~0.3-0.5 s more each), all while the driver is counting. Local mode
+holds no compiled bytecode, so every daemon start compiled pyspark again,
+and every worker it forks compiled the worker modules, all while the driver is counting. Local mode
 started by fgram itself (not under spark-submit, whose --py-files reach a
 worker only after its daemon has started) runs this instead
 (``spark.python.daemon.module``): it moves the zips behind

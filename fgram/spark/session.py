@@ -21,12 +21,12 @@ def local_defaults() -> dict[str, str]:
         "spark.python.worker.reuse": "true",
         "spark.task.maxFailures": "4",
         # the workers' pyspark from the installed package, not Spark's source zip
-        # (`fgram.spark.daemon`): ~1 s of CPU less at every start
+        # (`fgram.spark.daemon`): less CPU at every start
         DAEMON: "fgram.spark.daemon",
         # The driver JVM only schedules here (data moves in files, not through the
         # JVM), and on a small machine its C2 JIT and parallel GC threads take CPU
-        # from the tasks: C1-only JIT and the serial GC (about 11% faster at 100M
-        # tokens on 2 cores; BENCHMARKS.md). --conf spark.driver.extraJavaOptions=... overrides.
+        # from the tasks: C1-only JIT and the serial GC (docs/internals.md).
+        # --conf spark.driver.extraJavaOptions=... overrides.
         JAVA_OPTS: "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
 
@@ -107,9 +107,8 @@ def class_archive() -> str | None:
     """Where the driver JVM's class-data-sharing archive for this JDK and this Spark
     lives (``$FGRAM_CACHE_DIR``, else ``~/.cache/fgram``), or None without a java.
 
-    Loading Spark's classes is most of a local JVM's start: with the archive a
-    context starts in ~1.5 s instead of ~2.5 s and its first job ~0.3 s sooner
-    (BENCHMARKS.md). The archive is the JDK's own format; one made for another
+    Loading Spark's classes is most of a local JVM's start, which the archive
+    shortens (docs/internals.md). The archive is the JDK's own format; one made for another
     JDK or Spark has another name, and one the JVM cannot use is ignored.
     """
     import hashlib
@@ -144,7 +143,7 @@ def _being_written(archive: str, pid: int | None = None) -> str:
     return f"{archive}.{os.getpid() if pid is None else pid}.tmp"
 
 
-def _with_class_archive(settings: dict) -> str | None:
+def with_class_archive(settings: dict) -> str | None:
     """Add the class archive to the driver JVM's options (``settings``, in place): use it
     when it exists, else have this JVM write it at exit. Returns the archive being
     written (its final path), or None. Only for a JVM that pyspark is about to launch
@@ -224,7 +223,7 @@ def _keep_class_archive(sc, final: str) -> None:
     atexit.register(save)
 
 
-def _settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | None, dict]:
+def spark_settings(master: str | None, conf: dict[str, str] | None) -> tuple[str | None, dict]:
     """(master to set or None, settings) for a new context or session."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -284,7 +283,7 @@ def get_context(
     in about two thirds of the time (no Catalyst state) and takes less CPU
     from the tasks on a small machine. `session` makes one on demand.
     """
-    chosen, settings = _settings(master, conf)
+    chosen, settings = spark_settings(master, conf)
     from pyspark import SparkContext
 
     active = SparkContext._active_spark_context
@@ -313,7 +312,7 @@ def _launching_archive(chosen: str | None, conf: dict | None, settings: dict) ->
         or os.environ.get("PYSPARK_SUBMIT_ARGS")
     ):
         return None
-    return _with_class_archive(settings)
+    return with_class_archive(settings)
 
 
 def session():
@@ -333,7 +332,7 @@ def get_session(
     ``conf`` override anything, so a cluster is one flag away. Under
     spark-submit the submitted master wins.
     """
-    chosen, settings = _settings(master, conf)
+    chosen, settings = spark_settings(master, conf)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()

@@ -139,7 +139,7 @@ def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
     them again (pass k merged and kept before pass k+1 began; a rerun of this task finds
     its marker). Freed now, their pages go to the next files written here; freed a pass
     later in one batch, their memory would be cold again (a VM hands freed memory back to
-    its host: here, writing a file into fresh pages took 4-6x as long as into reused ones)."""
+    its host, and a file written into fresh pages is slower: docs/internals.md)."""
     for what in UNIT_FILES:  # gone already (another run of the task): no matter
         wf.remove(wd.unit(k, u, what))
 
@@ -159,8 +159,8 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.Key
     keys, counts = kn.merge_counts_bucketed(
         runs, code, lo, 2**64 if hi is None else hi, scratch=SCRATCH
     )
-    # only keys that may be kept: the threshold only rises from the floor (at 500M tokens
-    # 5% of the merged keys; all of them were 4.5 GB of files, written and read once)
+    # only keys that may be kept: the threshold only rises from the floor (a small share
+    # of the merged keys; the rest would be written and read once for nothing)
     kept = counts >= floor
     counts = counts[kept]
     save_array(wd.merged(k, p, "keys"), keys[kept])

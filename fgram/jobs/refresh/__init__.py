@@ -29,7 +29,7 @@ length by length:
    prefix or suffix got its id in step 3 (one compiled pass over the tokens
    that tests a hash set, then exact checks at the few hits). For 3-grams the
    pass visits only the positions of the unit's bigrams that had no id when
-   it was counted (~3.5% of them here, kept in the store with its partials):
+   it was counted (a few percent of them, kept in the store with its partials):
    a bigram that gets an id later can occur nowhere else.
 
 Removing a shard subtracts its stored partials; a shard changed in place is

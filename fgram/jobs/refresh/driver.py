@@ -210,7 +210,7 @@ def _refresh(
         level = old_levels.get(k, _empty_level())
         floor = threshold
         # one job: the new units' counts (largest first), then the old units' scans, in
-        # batches (a scan takes ~0.1 s; a Spark task's launch ~50 ms more)
+        # batches (a scan is short next to a Spark task's launch)
         todo = [("count", u) for u in range(len(plan.new_units))]
         n_scanned = len(plan.kept_units) if k > 2 and scan_rows else 0
         todo += [("scan", u) for u in range(n_scanned)]

@@ -57,8 +57,8 @@ def shard_digest(shard: Shard) -> str:
 
 def store_code(shards: list[Shard]) -> kn.KeyCode:
     """The store's key code: 32 bits of prefix id and 16 of last token when every shard
-    is a flat file of 16-bit tokens (a unit's count then sorts one word per position:
-    ~1.8x faster than 64-bit keys), else 32 + 32. Another code starts the store afresh."""
+    is a flat file of 16-bit tokens (a unit's count then sorts one word per position,
+    docs/internals.md), else 32 + 32. Another code starts the store afresh."""
     small = bool(shards) and all(
         s.format == "flat" and np.dtype(s.dtype).itemsize <= 2 for s in shards
     )
