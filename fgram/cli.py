@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 
@@ -57,7 +58,8 @@ class _Commands(click.Group):
     type=click.Choice(["off", "error", "warn", "info", "debug"]),
     default=None,
     help="Spark's log messages at this level and above (default: error; "
-    "$FGRAM_LOG_LEVEL). debug also keeps the JVM's start-up lines.",
+    "$FGRAM_LOG_LEVEL); fgram's own stage lines show at every level but off. debug also "
+    "shows fgram's debug records and keeps the JVM's start-up lines.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No log messages at all (--log-level off).")
 def cli(log_level, quiet) -> None:
@@ -70,11 +72,15 @@ def cli(log_level, quiet) -> None:
     """
     from fgram.jobs.progress import PROGRESS
     from fgram.spark.session import LOG_LEVEL
+    from fgram.spark.session import log_level as effective_level
 
     if quiet or log_level:
         os.environ[LOG_LEVEL] = "off" if quiet else log_level
-    if not quiet:
-        PROGRESS.enable()
+    level = effective_level()
+    if level == "off":
+        PROGRESS.disable()
+    else:  # stage lines (INFO) always; fgram's debug records with debug
+        PROGRESS.enable(level=logging.DEBUG if level == "debug" else logging.INFO)
 
 
 def _storage_option(fn):

@@ -20,7 +20,8 @@ def test_stage_lines_count_the_tasks_an_executor_finishes(monkeypatch):
 
     stream = io.StringIO()
     p = Progress()
-    p.stage("ignored", 3)  # not enabled: silent
+    p.stage("ignored", 3)  # not enabled: silent (a log record only)
+    p.end()
     p.enable(stream)
     monkeypatch.setattr(ex, "PROGRESS", p)
     p.stage("pass 2/3: count", 4, tokens=4_000_000)
@@ -86,3 +87,46 @@ def test_a_terminal_gets_a_live_bar(tmp_path):
     assert re.search(r"pass 2/5: count: (\d+)/\1 units \|", text), text[-2000:]  # all done
     assert "M tokens/s" in text and "\r" in text
     assert "select:" in text and PREFIX not in text  # a bar, not stage lines
+
+
+def test_the_library_logs_one_record_per_stage(tmp_path, capsys):
+    """Called from Python (no command line, nothing enabled), a build prints nothing and
+    emits its stage lines as records of the `fgram` logger."""
+    import logging
+
+    from helpers import build, write_bin
+
+    from fgram.logs import LOG, hide
+
+    hide()  # as in a fresh process: no handler of the command line's
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3]] * 4, sep=0)
+    stages = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            stages.append(record.getMessage())
+
+    keep, level = Keep(), LOG.level
+    LOG.addHandler(keep)
+    LOG.setLevel(logging.INFO)
+    try:
+        build(
+            None,
+            [tmp_path / "a.bin"],
+            tmp_path / "o",
+            min_count=2,
+            max_len=3,
+            doc_sep=0,
+            engine="local",
+        )
+    finally:
+        LOG.removeHandler(keep)
+        LOG.setLevel(level)
+    assert [s.split("]")[0] for s in stages] == [
+        "[pass 2/3: count",
+        "[pass 2/3: merge, keep",
+        "[pass 3/3: count",
+        "[pass 3/3: merge, keep",
+        "[select",
+    ], stages
+    assert "fgram: [" not in capsys.readouterr().err

@@ -310,4 +310,5 @@ def _annotate(
     }
     if staging is not None:
         finish(staging, out, manifest)
+    PROGRESS.end()  # the last stage's line
     return manifest

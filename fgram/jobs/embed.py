@@ -162,6 +162,12 @@ def _chunk(staging: Location, c: int) -> Location:
 
 def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.local``."""
+    meta = _run_embed(cfg, spark)
+    PROGRESS.end()  # the last stage's line
+    return meta
+
+
+def _run_embed(cfg: EmbedConfig, spark) -> dict:
     cfg.validate()
     t0 = time.time()
     table, manifest = open_table(cfg.table, cfg.storage)

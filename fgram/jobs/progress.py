@@ -6,16 +6,20 @@ tracker is read once a second, no Python in the tasks). Where it goes:
 
 - stderr a terminal: a live bar (tqdm) per stage: units done/total, tokens/s,
   elapsed and ETA, redrawn at least once a second;
-- otherwise: one plain line per finished stage, ``fgram: [pass 3/5] ...``;
+- otherwise: one line per finished stage, ``fgram: [pass 3/5] ...``, a record of the
+  ``fgram`` logger (`fgram.logs`) at INFO (under a bar, at DEBUG);
 - nothing unless `enable` was called (the command line does, unless ``-q``):
   the library itself prints nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
+
+from fgram.logs import LOG, hide, show
 
 PREFIX = "fgram: ["  # every stage line starts so (tests and scripts may filter them)
 
@@ -28,10 +32,17 @@ class Progress:
         self._stage = None
         self._thread = None
 
-    def enable(self, stream=None) -> None:
-        """Show progress on ``stream`` (default: whatever sys.stderr is at each stage)."""
+    def enable(self, stream=None, level: int = logging.INFO) -> None:
+        """Show progress on ``stream`` (default: whatever sys.stderr is at each stage),
+        and fgram's log records from ``level`` up."""
         self.enabled = True
         self._fixed = stream
+        show(stream, level)
+
+    def disable(self) -> None:
+        """Show nothing (``-q``), whatever an earlier `enable` set up."""
+        self.enabled = False
+        hide()
 
     @property
     def _stream(self):
@@ -39,13 +50,12 @@ class Progress:
 
     def stage(self, name: str, total: int = 0, tokens: int = 0, unit: str = "units") -> None:
         """Start stage ``name`` of ``total`` tasks covering ``tokens`` tokens (0: unknown);
-        the previous stage ends."""
-        if not self.enabled:
-            return
+        the previous stage ends. Not enabled: no bar, and the stage's line is only a log
+        record (shown where the application's logging shows it)."""
         self.end()
         bar = None
         try:
-            tty = self._stream.isatty()
+            tty = self.enabled and self._stream.isatty()
         except (AttributeError, ValueError):
             tty = False
         if tty:
@@ -141,20 +151,14 @@ class Progress:
                 st["bar"].close()
             return
         done = st["total"] or self._done(st)
-        if st["bar"] is not None:
-            self._draw(st, done)
-            st["bar"].close()
-            return
         seconds = time.time() - st["t0"]
         what = f"{done} {st['unit']}" if st["total"] else "done"
         tokens = f", {st['tokens'] / 1e6:.1f}M tokens" if st["tokens"] else ""
-        try:
-            self._stream.write(
-                f"{PREFIX}{st['name']}] {what}{tokens} in {seconds:.1f} s{self._rate(st, done)}\n"
-            )
-            self._stream.flush()
-        except (ValueError, OSError):  # a stream closed under us (a test's runner)
-            pass
+        line = f"[{st['name']}] {what}{tokens} in {seconds:.1f} s{self._rate(st, done)}"
+        if st["bar"] is not None:
+            self._draw(st, done)
+            st["bar"].close()
+        LOG.log(logging.DEBUG if st["bar"] is not None else logging.INFO, line)
 
 
 PROGRESS = Progress()

@@ -88,6 +88,7 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
             manifest["resumed"] = resumed
         finish(staging, out, manifest)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
+        PROGRESS.end()  # the last stage's line
         return manifest
     except BaseException as exc:
         where = getattr(staging, "uri", staging)

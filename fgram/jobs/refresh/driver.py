@@ -120,6 +120,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
         manifest["seconds"] = round(time.time() - t_start, 3)
         finish(staging, out, manifest, new_folder=True)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
+        PROGRESS.end()  # the last stage's line
     except BaseException:
         starting.wait()
         wf.remove_tree(staging)
