@@ -11,6 +11,7 @@ import sys
 
 LOG = logging.getLogger("fgram")
 LOG.addHandler(logging.NullHandler())
+_SHOWN: list[logging.Handler] = []  # the handlers `show` installed
 
 
 class _Stderr(logging.StreamHandler):
@@ -30,8 +31,8 @@ class _Stderr(logging.StreamHandler):
 
 def hide() -> None:
     """Undo `show`: the records go to the application's logging again."""
-    for handler in [h for h in LOG.handlers if getattr(h, "fgram_shown", False)]:
-        LOG.removeHandler(handler)
+    while _SHOWN:
+        LOG.removeHandler(_SHOWN.pop())
     LOG.propagate = True
 
 
@@ -40,7 +41,7 @@ def show(stream=None, level: int = logging.INFO) -> None:
     as ``fgram: <message>``; replaces what an earlier call set up."""
     hide()
     handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
-    handler.fgram_shown = True
+    _SHOWN.append(handler)
     handler.setFormatter(logging.Formatter("fgram: %(message)s"))
     LOG.addHandler(handler)
     LOG.setLevel(level)

@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import re
 import time
+from typing import NoReturn
 
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
@@ -37,7 +38,7 @@ def as_task(fn):
     return wrapper
 
 
-def reraise(exc: BaseException):
+def reraise(exc: BaseException) -> NoReturn:
     text = str(exc)
     err = from_marker_text(text)
     if err is not None:

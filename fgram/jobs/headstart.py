@@ -138,7 +138,7 @@ class HeadStart(Executor):
         """The driver runs tasks 0, 1, .. until ``up()`` (default: the executor is
         ready) or the job is done: (their results, how many)."""
         up = up or self._starting.ready
-        out = []
+        out: list = []
         try:
             while len(out) < n and not up():
                 out.append(fn(len(out)))

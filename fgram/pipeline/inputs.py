@@ -33,7 +33,11 @@ from .errors import ConfigError, FgramError, InputError, StorageUnavailable
 from .kernels import MAX_TOKEN, SENTINEL, work_array
 from .storage import failure, filesystem, first_line, is_remote
 
-FLAT_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4"), "int32": np.dtype("<i4")}
+FLAT_DTYPES: dict[str, np.dtype] = {
+    "uint16": np.dtype("<u2"),
+    "uint32": np.dtype("<u4"),
+    "int32": np.dtype("<i4"),
+}
 PARQUET_EXT = (".parquet", ".pq")
 FLAT_EXT = (".bin", ".npy")
 NPY_MAGIC = b"\x93NUMPY"
@@ -339,7 +343,7 @@ def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
     """Split shards into units of at most `unit_tokens` tokens each: a flat shard into
     as few as that allows, of equal size (a shard of 1.5 units: two of 0.75, which
     two cores count in the same time, not 1 and 0.5); a Parquet shard at row groups."""
-    units = []
+    units: list[Unit] = []
     for s_idx, shard in enumerate(shards):
         if shard.format == "flat":
             n = -(-shard.n_items // unit_tokens)

@@ -299,7 +299,8 @@ def unit_table(
         bits = max(bits, code.bits + pos_bits - 64)
     bits = min(bits, code.bits)
     shift = np.uint64(code.bits - bits)
-    bstart = bend = None
+    bstart: np.ndarray | None = None
+    bend: np.ndarray | None = None
     ends = np.empty(1 << bits, np.int64)
     if exact and sample and n_pos >= sample_from:
         est = np.zeros(1 << bits, np.int64)
@@ -339,6 +340,7 @@ def unit_table(
                 where,
                 packed,
             )
+    assert bstart is not None and bend is not None  # both set on every path above
     n = int((bend - bstart).sum())
     _sort_buckets(packed, bstart, bend)
     # untouched tails of these are never resident: no copies of the used heads

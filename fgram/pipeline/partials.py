@@ -107,7 +107,7 @@ class IdTable:
         self.chunks = chunks
         self.code = code
         self.size = sum(len(c[1]) for c in chunks)
-        self._tokens = None
+        self._tokens: np.ndarray | None = None
 
     def lookup(self, sorted_queries: np.ndarray) -> np.ndarray:
         """Ids (INVALID where absent) of sorted keys: one merge-join per chunk."""

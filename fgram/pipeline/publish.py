@@ -195,7 +195,7 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def staging_dir(out: str) -> str:
+def staging_dir(out) -> str:
     path = _beside(out, f"staging-{uuid.uuid4().hex[:12]}")
     os.makedirs(path)
     return path

@@ -42,6 +42,7 @@ def selection(hists: dict[int, dict[int, int]], size: int | None):
         by_len = {k: sum(h.values()) for k, h in hists.items()}
         return (min(combined) if combined else 0), max(hists, default=0), total, by_len
     cutoff = kn.kth_largest(combined, size)
+    assert cutoff is not None  # total > size: the S-th largest count exists
     by_len = {k: sum(n for c, n in h.items() if c > cutoff) for k, h in hists.items()}
     need = size - sum(by_len.values())
     cut_len = 0

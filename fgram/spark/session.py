@@ -256,7 +256,7 @@ def effective_master(master: str | None) -> str:
 
     active = SparkContext._active_spark_context
     if active is not None:
-        return active.master
+        return str(active.master)
     submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
         "SPARK_ENV_LOADED"
     )

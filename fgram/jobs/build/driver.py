@@ -100,7 +100,7 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
                 f"rerun with --resume once it answers"
             ) from None
         else:  # for the command line's one line (cli.main)
-            exc.fgram_kept = (
+            exc.fgram_kept = (  # type: ignore[attr-defined]
                 f"the completed passes are kept in {where}: rerun with --resume to continue"
             )
         raise

@@ -80,6 +80,7 @@ def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) ->
     if k == 2:
         top = token_ceiling(shards)
         return kn.KeyCode.fitting(top, top)
+    assert kept_before is not None and top_token is not None  # known after pass 2
     return kn.KeyCode.fitting(kept_before - 1, top_token)
 
 
@@ -102,6 +103,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
                 read_into(wd.unit(k - 1, u, "pos"), SCRATCH, "prev_pos"),
                 read_into(wd.unit(k - 1, u, "starts"), SCRATCH, "prev_starts"),
             )
+            assert prev is not None  # the previous pass's record, after pass 2
             answers = _unit_answers(plan, wd, k - 1, u, prev)
         except (FileNotFoundError, OutputError, InputError):
             if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first

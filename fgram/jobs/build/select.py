@@ -36,9 +36,10 @@ def _decoded(wd: WorkDir, k: int, nparts: int, kept: int) -> tuple[np.ndarray, n
     key = (wd.root, k)
     if key not in _DECODED_CACHE:
         _DECODED_CACHE.clear()
-        sids = [load_array(wd.decoded(k, p, "sids"), mmap=False) for p in range(nparts)]
+        sids = np.concatenate(
+            [load_array(wd.decoded(k, p, "sids"), mmap=False) for p in range(nparts)]
+        )
         toks = [load_array(wd.decoded(k, p, "tokens"), mmap=False) for p in range(nparts)]
-        sids = np.concatenate(sids)
         row = np.full(kept, -1, dtype=np.int64)
         row[sids] = np.arange(len(sids))
         _DECODED_CACHE[key] = (np.concatenate(toks).reshape(-1, k), row)
@@ -58,6 +59,7 @@ def decode_task(
 ) -> int:
     """Tokens of the selected k-grams of key range p, bucketed by rank task."""
     wd = WorkDir(plan.work)
+    assert plan.codes is not None  # set once every pass has run
     idx, counts, prefix, last = candidates(wd, k, p, plan.codes[k], cutoff, cut_len)
     if k == 2:
         tokens = np.stack([prefix, last], axis=1).astype(np.uint32)

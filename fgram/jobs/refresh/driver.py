@@ -191,7 +191,7 @@ def _refresh(
         for d, e in old_store["shards"].items()
         if d in current
     }
-    new_entries = {
+    new_entries: dict[str, dict] = {
         digests[i]: {
             "record": shard_record(shards[i]),
             "totals": {"documents": 0, "tokens": 0},

@@ -99,12 +99,12 @@ def collect_garbage(root: str) -> int:
     return len(doomed)
 
 
-def put_run(root: str, keys, counts, **extra) -> dict:
+def put_run(root, keys, counts, **extra) -> dict:
     """A sorted (keys, counts) run written as two objects, with its length."""
     return {"keys": put(root, keys), "counts": put(root, counts), "n": len(keys), **extra}
 
 
-def put_chunk(root: str, keys, ids, tokens) -> dict:
+def put_chunk(root, keys, ids, tokens) -> dict:
     return {
         "keys": put(root, keys),
         "ids": put(root, ids),

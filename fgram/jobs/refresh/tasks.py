@@ -52,7 +52,11 @@ def id_table(plan: RPlan, k: int) -> pt.IdTable:
         _TABLES[key] = pt.IdTable(
             k,
             [
-                tuple(get(plan.root, c[w], mmap=False) for w in ("keys", "ids", "tokens"))
+                (
+                    get(plan.root, c["keys"], mmap=False),
+                    get(plan.root, c["ids"], mmap=False),
+                    get(plan.root, c["tokens"], mmap=False),
+                )
                 for c in t["chunks"]
             ],
             plan.code,
@@ -156,7 +160,7 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     }
 
 
-def _slices(root: str, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
+def _slices(root, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
     out = []
     for run in runs:
         keys, counts = pt.slice_run(get(root, run["keys"]), get(root, run["counts"]), lo, hi)
@@ -216,14 +220,17 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
     """Append length k's newly frequent k-grams to T_k; write the rows an old shard
     must be scanned for at length k+1 (new ids that occur in old shards)."""
     wd = WorkDir(plan.work)
-    keys, counts, fresh = [], [], []
+    keys: list[np.ndarray] = []
+    count_parts: list[np.ndarray] = []
+    fresh_parts: list[np.ndarray] = []
     for p in range(nparts):
         c = load_array(wd.merged(k, p, "counts"), mmap=False)
         keep = c >= threshold
         keys.append(load_array(wd.merged(k, p, "keys"), mmap=False)[keep])
-        counts.append(c[keep])
-        fresh.append(load_array(wd.merged(k, p, "fresh"), mmap=False)[keep])
-    frequent, counts, fresh = np.concatenate(keys), np.concatenate(counts), np.concatenate(fresh)
+        count_parts.append(c[keep])
+        fresh_parts.append(load_array(wd.merged(k, p, "fresh"), mmap=False)[keep])
+    frequent = np.concatenate(keys)
+    counts, fresh = np.concatenate(count_parts), np.concatenate(fresh_parts)
     table = id_table(plan, k)
     old_size = table.size
     known = table.lookup(frequent)
@@ -246,9 +253,9 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
             ).merged()
             chunks = [put_chunk(plan.root, *merged)]
         record = {"size": old_size + len(new_keys), "chunks": chunks}
-    table = record if record["chunks"] else None
+    published = record if record["chunks"] else None
     return {
-        "table": table,
+        "table": published,
         "old_size": old_size,
         "added": len(new_keys),
         "scan_rows": int(in_old.sum()),
