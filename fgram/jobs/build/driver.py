@@ -22,9 +22,9 @@ from fgram.jobs.build.passes import (
 from fgram.jobs.build.select import write_table
 from fgram.jobs.build.select_sql import write_table_sql
 from fgram.jobs.build.state import (
+    BuildState,
     check_work_reach,
     fingerprint_digest,
-    fresh_state,
     prepare_staging,
     resume_record,
     run_fingerprint,
@@ -80,7 +80,7 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         raise
     try:
         executor = HeadStart(starting, cfg.master, release=SCRATCH.clear)
-        manifest = _build(executor, plan, staging, t_start, state or fresh_state(cfg))
+        manifest = _build(executor, plan, staging, t_start, state or BuildState.fresh(cfg))
         manifest["head_start_tasks"] = executor.in_driver
         manifest["executor_start_seconds"] = starting.seconds
         manifest["run_fingerprint"] = fingerprint_digest(fingerprint)
@@ -106,16 +106,16 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         raise
 
 
-def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
+def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
     cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
-    hists, offsets_by_len = st["hists"], st["offsets"]
-    k = st["next"]
+    hists, offsets_by_len = st.hists, st.offsets
+    k = st.next
     sweeper = Sweeper()
     while k <= cfg.max_len:
         t0 = time.time()
-        floor = threshold = st["threshold"]
-        code = pass_code(k, shards, st["kept"], st["top_token"])
-        prev = st["prev"]
+        floor = threshold = st.threshold
+        code = pass_code(k, shards, st.kept, st.top_token)
+        prev = st.prev
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: count", len(units), tokens_of(shards, units))
         stats = ex.map(
             len(units),
@@ -126,13 +126,13 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
         t_count = time.time()
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, keep")
         if k == 2:
-            st["totals"] = {
+            st.totals = {
                 "documents": sum(s["documents"] for s in stats),
                 "tokens": sum(s["tokens"] for s in stats),
             }
-            if st["totals"]["tokens"] == 0:
+            if st.totals["tokens"] == 0:
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
-            st["top_token"] = max(s["max_token"] for s in stats)
+            st.top_token = max(s["max_token"] for s in stats)
         distinct = sum(s["distinct"] for s in stats)
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
         merged = ex.map_batched(
@@ -155,7 +155,7 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
                 plan, k, p, n, t, o[p], a
             ),
         )
-        st["passes"].append(
+        st.passes.append(
             {
                 "length": k,
                 "count_threshold": floor,
@@ -174,22 +174,19 @@ def _build(ex, plan: Plan, staging, t_start: float, st: dict) -> dict:
                 },
             }
         )
-        st.update(
-            threshold=threshold,
-            kept=kept,
-            prev={"nparts": nparts, "broadcast": broadcast},
-            next=k + 1 if kept else cfg.max_len + 1,
-        )
-        st["codes"][k] = [code.prefix_bits, code.last_bits]
+        st.threshold, st.kept = threshold, kept
+        st.prev = {"nparts": nparts, "broadcast": broadcast}
+        st.next = k + 1 if kept else cfg.max_len + 1
+        st.codes[k] = [code.prefix_bits, code.last_bits]
         save_state(work, st)  # pass k is a completed unit: a rerun continues after it
         if k > 2:  # the previous pass's per-unit files were consumed by this one
             sweeper.sweep(unit_files(plan, k - 1))
-        k = st["next"]
+        k = st.next
     sweeper.wait()
-    totals, passes = st["totals"], st["passes"]
+    totals, passes = st.totals, st.passes
     t0 = time.time()
     PROGRESS.stage("select")
-    plan.codes = {k: kn.KeyCode(*bits) for k, bits in st["codes"].items()}
+    plan.codes = {k: kn.KeyCode(*bits) for k, bits in st.codes.items()}
     cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     # the decode of length k holds every selected (k-1)-gram's tokens in each task

@@ -6,6 +6,7 @@ completed pass (for --resume)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict, dataclass, field
 
 from fgram.jobs.build.passes import Plan
 from fgram.jobs.executors import runs_here
@@ -48,7 +49,9 @@ def fingerprint_digest(fingerprint: dict) -> str:
     return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict) -> tuple[str, dict | None]:
+def prepare_staging(
+    cfg: BuildConfig, out: Location, fingerprint: dict
+) -> tuple[str, BuildState | None]:
     """The staging folder and, with --resume, the state of a previous run to continue.
 
     Leftovers of an unfinished run are removed unless --resume finds that they
@@ -61,7 +64,7 @@ def prepare_staging(cfg: BuildConfig, out: Location, fingerprint: dict) -> tuple
     if wf.exists(run_record) or wf.names(staging):
         old = load_json(run_record) if wf.exists(run_record) else None
         if cfg.resume and old == fingerprint:
-            return staging, load_state(work) or fresh_state(cfg)
+            return staging, load_state(work) or BuildState.fresh(cfg)
         if cfg.resume and old is not None:
             what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
             raise OutputError(
@@ -97,11 +100,11 @@ def work_location(cfg: BuildConfig, out: Location):
     return out.sibling(f".{out.name}.fgram-staging")
 
 
-def resume_record(plan: Plan, state: dict | None) -> dict | None:
+def resume_record(plan: Plan, state: BuildState | None) -> dict | None:
     if state is None:
         return None
     wd = WorkDir(plan.work)
-    k = state["next"]
+    k = state.next
     done = (
         sum(wf.exists(wd.unit_done(k, u)) for u in range(len(plan.units)))
         if k <= plan.cfg.max_len
@@ -110,36 +113,55 @@ def resume_record(plan: Plan, state: dict | None) -> dict | None:
     return {"from_pass": k, "units_counted_before": done}
 
 
-def fresh_state(cfg: BuildConfig) -> dict:
-    """What the driver knows between passes (saved after each, for --resume)."""
-    return {
-        "next": 2,
-        "threshold": cfg.min_count,
-        "hists": {},
-        "passes": [],
-        "prev": None,
-        "offsets": {},
-        "codes": {},
-        "totals": {"documents": 0, "tokens": 0},
-        "top_token": None,
-        "kept": None,
-    }
+STATE_FORMAT = 1  # state.json's layout: a resumed run reads only its own format
 
 
-def save_state(work, st: dict) -> None:
-    save_json(wf.join(work, "state.json"), st)
+@dataclass
+class BuildState:
+    """What the driver knows between passes, saved after each (``_work/state.json``):
+    a resumed run continues from it. JSON keys are strings; `from_json` restores the
+    integer keys (lengths, counts)."""
+
+    next: int  # the next pass's length (max_len + 1: every pass is done)
+    threshold: int  # the count an n-gram needs to be kept, so far
+    hists: dict[int, dict[int, int]] = field(default_factory=dict)  # length -> count -> n
+    passes: list[dict] = field(default_factory=list)  # the manifest's pass records
+    prev: dict | None = None  # the last pass's key ranges and lookup path
+    offsets: dict[int, list[int]] = field(default_factory=dict)  # length -> first id per range
+    codes: dict[int, list[int]] = field(default_factory=dict)  # length -> its key code's bits
+    totals: dict[str, int] = field(default_factory=lambda: {"documents": 0, "tokens": 0})
+    top_token: int | None = None  # the largest token id read (after pass 2)
+    kept: int | None = None  # frequent n-grams of the last pass
+
+    @classmethod
+    def fresh(cls, cfg: BuildConfig) -> BuildState:
+        return cls(next=2, threshold=cfg.min_count)
+
+    def to_json(self) -> dict:
+        return {"format": STATE_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, rec: dict) -> BuildState | None:
+        """The state a `to_json` record holds; None for another format's."""
+        if rec.get("format", STATE_FORMAT) != STATE_FORMAT:
+            return None
+        fields = {k: v for k, v in rec.items() if k != "format"}
+        fields["hists"] = {
+            int(k): {int(c): n for c, n in h.items()} for k, h in fields["hists"].items()
+        }
+        fields["offsets"] = {int(k): v for k, v in fields["offsets"].items()}
+        fields["codes"] = {int(k): v for k, v in fields["codes"].items()}
+        return cls(**fields)
 
 
-def load_state(work: str) -> dict | None:
-    """The state after the last completed pass (int keys restored), or None."""
+def save_state(work, st: BuildState) -> None:
+    save_json(wf.join(work, "state.json"), st.to_json())
+
+
+def load_state(work: str) -> BuildState | None:
+    """The state after the last completed pass, or None."""
     path = wf.join(work, "state.json")
-    if not wf.exists(path):
-        return None
-    st = load_json(path)
-    st["hists"] = {int(k): {int(c): n for c, n in h.items()} for k, h in st["hists"].items()}
-    st["offsets"] = {int(k): v for k, v in st["offsets"].items()}
-    st["codes"] = {int(k): v for k, v in st["codes"].items()}
-    return st
+    return BuildState.from_json(load_json(path)) if wf.exists(path) else None
 
 
 def check_work_reach(cfg: BuildConfig, ex) -> None:
