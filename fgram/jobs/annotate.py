@@ -53,7 +53,7 @@ from fgram.pipeline.inputs import (
     shard_record,
     tokens_of,
 )
-from fgram.pipeline.publish import OutputLock, check_output, finish, staging_dir
+from fgram.pipeline.publish import OutputLock, check_output, finish, staging_for
 from fgram.pipeline.storage import Location, public_options
 from fgram.pipeline.table import arrow_list, write_table
 from fgram.pipeline.versions import resolve_table
@@ -222,22 +222,12 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     if out is None:
         return _annotate(cfg, ex, table, index, shards, units, None, None, t0)
     with OutputLock(out):
-        staging = staging_location(cfg, out)
+        staging = staging_for(out, runs_here(cfg), unique=True)
         try:
             return _annotate(cfg, ex, table, index, shards, units, out, staging, t0)
         except BaseException:
             wf.remove_tree(staging)
             raise
-
-
-def staging_location(cfg: AnnotateConfig, out: Location):
-    """A new staging folder: beside a local OUT; for OUT on an object store, this
-    machine's cache when the tasks run here, else a prefix beside OUT on the store."""
-    if out.local or runs_here(cfg):
-        return staging_dir(out)
-    import uuid
-
-    return out.sibling(f".{out.name}.fgram-staging-{uuid.uuid4().hex[:12]}")
 
 
 def _annotate(

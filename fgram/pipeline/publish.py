@@ -195,9 +195,19 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def staging_dir(out) -> str:
-    path = _beside(out, f"staging-{uuid.uuid4().hex[:12]}")
-    os.makedirs(path)
+def staging_for(out, here: bool, unique: bool = False):
+    """Where a run stages ``out`` before publishing it. On this machine when ``out`` is
+    local or the run's tasks run here (`staging_path`: beside a local output, the local
+    cache for one on an object store); else on the store beside ``out``, a hidden
+    `Location` every executor reaches (a cluster without a shared mount). ``unique``: a
+    folder of its own (made here), not the one a killed run left for --resume."""
+    loc = as_location(out)
+    what = f"staging-{uuid.uuid4().hex[:12]}" if unique else "staging"
+    if not (loc.local or here):
+        return loc.sibling(f".{loc.name}.fgram-{what}")
+    path = _beside(loc, what)
+    if unique:
+        os.makedirs(path)
     return path
 
 

@@ -14,7 +14,7 @@ from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError
 from fgram.pipeline.inputs import shard_record
-from fgram.pipeline.publish import staging_path
+from fgram.pipeline.publish import staging_for
 from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
 from fgram.pipeline.workdir import WorkDir, load_json, save_json
 from fgram.version import __version__
@@ -95,9 +95,7 @@ def work_location(cfg: BuildConfig, out: Location):
         check_bucket(where)
         name = f".{out.name}-{hashlib.sha256(out.uri.encode()).hexdigest()[:12]}.fgram-staging"
         return where.child(name).path if where.local else where.child(name)
-    if out.local or runs_here(cfg):
-        return staging_path(out)
-    return out.sibling(f".{out.name}.fgram-staging")
+    return staging_for(out, runs_here(cfg))
 
 
 def resume_record(plan: Plan, state: BuildState | None) -> dict | None:

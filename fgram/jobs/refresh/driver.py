@@ -34,7 +34,7 @@ from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import Shard, plan_shards, plan_units, shard_record
-from fgram.pipeline.publish import OutputLock, finish, staging_path
+from fgram.pipeline.publish import OutputLock, finish, staging_for
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import check_bucket, locate
 from fgram.pipeline.table import Groups, table_record
@@ -68,11 +68,10 @@ def _staging(cfg: BuildConfig, root, vid: str):
     """A new version's staging folder: beside it on a local disk; for a root on an object
     store, this machine's cache when the tasks run here, else the store itself (a hidden
     folder in versions/, which every executor reaches and `clear_leftovers` removes)."""
-    if isinstance(root, str):
-        return staging_path(vs.version_path(root, vid))
-    if runs_here(cfg):  # one per root: the next run clears what a killed one left
-        return staging_path(root.child(vs.VERSIONS, ".next"))
-    return root.child(vs.VERSIONS, f".{vid}.fgram-staging")
+    if isinstance(root, str) or not runs_here(cfg):
+        return staging_for(vs.version_path(root, vid), here=False)
+    # on this machine, one per root: the next run clears what a killed one left
+    return staging_for(root.child(vs.VERSIONS, ".next"), here=True)
 
 
 def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool) -> dict:
