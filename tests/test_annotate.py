@@ -141,3 +141,31 @@ def test_spark_annotate_stale_and_cli(spark, tmp_path):
         cli, ["annotate", str(tmp_path / "nothing"), src, "-o", str(tmp_path / "t3")]
     )
     assert res.exit_code == 2 and "index.json: missing; run `fgram index" in res.output
+
+
+def test_a_rewritten_index_at_the_same_path_is_read_afresh(spark, tmp_path):
+    """Workers keep the index between tasks; after the table and its index are rewritten
+    in place (same path, same process), annotate reads the new one."""
+    from fgram.pipeline.index import FgramIndex
+
+    a = [[1, 2, 3, 1, 2, 3, 1, 2, 3]] * 3
+    b = [[4, 5, 6, 4, 5, 6, 4, 5, 6]] * 3
+    write_parquet(str(tmp_path / "a.parquet"), a)
+    write_parquet(str(tmp_path / "b.parquet"), b, rows_per_group=1)  # a task per row group
+    for src, overwrite in (("a", False), ("b", True)):
+        build(
+            spark,
+            [tmp_path / f"{src}.parquet"],
+            tmp_path / "t",
+            max_len=3,
+            min_count=2,
+            overwrite=overwrite,
+        )
+        write_index(str(tmp_path / "t"))
+        m = run_annotate(
+            AnnotateConfig(table=str(tmp_path / "t"), inputs=[str(tmp_path / "b.parquet")]), spark
+        )
+        hit = m["coverage"]["positions"] - m["coverage"]["unmatched"]
+        index = FgramIndex.open(str(tmp_path / "t"))
+        want = sum(int((index.match(d)[0] >= 0).sum()) for d in b)
+        assert hit == want and (hit == 0) == (src == "a"), (src, hit, want)

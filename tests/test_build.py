@@ -602,3 +602,22 @@ def test_a_missing_input_is_found_before_the_jvm_starts(tmp_path, monkeypatch):
         with pytest.raises(InputError, match="nope.bin|no file matches"):
             b.run_build(BuildConfig(inputs=[missing], output=str(tmp_path / "o")))
     assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_builds_of_one_output_in_one_process_never_share_worker_caches(spark, tmp_path, engine):
+    """Workers (and the driver) keep per-run caches between tasks; a second build of the
+    same output in the same process, with other options, must not read the first's."""
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [7], [1, 2, 3, 4, 1, 2]]
+    write_parquet(str(tmp_path / "a.parquet"), docs, rows_per_group=1)
+    for min_count, overwrite in ((2, False), (3, True), (1, True), (2, True)):
+        build(
+            spark if engine == "spark" else None,
+            [tmp_path / "a.parquet"],
+            tmp_path / "o",
+            max_len=4,
+            min_count=min_count,
+            overwrite=overwrite,
+            engine=engine,
+        )
+        assert result(tmp_path / "o") == select(docs, 4, min_count, None), min_count

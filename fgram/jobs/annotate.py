@@ -37,7 +37,7 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
-from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import (
     ReadOptions,
@@ -86,14 +86,28 @@ class AnnotateConfig:
         )
 
 
-_INDEX: dict[str, FgramIndex] = {}
+_INDEX: dict[tuple, FgramIndex] = {}
 
 
-def _index(table: str, storage: dict | None = None) -> FgramIndex:
-    if table not in _INDEX:
+def index_id(index: FgramIndex) -> str:
+    """What names one index's content (its table's fingerprint, its arrays' sizes and,
+    on an object store, their checksums): a rewritten index gets another id."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(index.meta, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _index(table: str, ident: str, storage: dict | None = None) -> FgramIndex:
+    """The index ``ident`` of ``table``, opened once per worker process (a worker that
+    served an earlier run of another index at the same path opens this one afresh)."""
+    if (table, ident) not in _INDEX:
         _INDEX.clear()
-        _INDEX[table] = FgramIndex.open(table, storage=storage)
-    return _INDEX[table]
+        index = FgramIndex.open(table, storage=storage)
+        if index_id(index) != ident:
+            raise FgramError(f"{table}: its index changed while annotate ran")
+        _INDEX[table, ident] = index
+    return _INDEX[table, ident]
 
 
 def sidecar(folder, shard: Shard, what: str):
@@ -128,9 +142,9 @@ def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str
 
 @as_task
 def annotate_task(
-    cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int, staging
+    cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int, staging, ident: str
 ) -> list[int]:
-    index = _index(cfg.table, cfg.storage)
+    index = _index(cfg.table, ident, cfg.storage)
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
     if shard.format == "flat":
@@ -259,8 +273,11 @@ def _annotate(
                     shape=(shard.n_items,),
                 )
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
+    ident = index_id(index)
     hists = ex.map(
-        len(units), lambda u: annotate_task(cfg, shards, units, u, staging), progress=True
+        len(units),
+        lambda u: annotate_task(cfg, shards, units, u, staging, ident),
+        progress=True,
     )
     if _remote(staging):
         flat = [i for i, s in enumerate(shards) if s.format == "flat"]

@@ -5,7 +5,8 @@ its results as files (a count task also a completion marker, for --resume)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,15 +30,18 @@ class Plan:
     units: list[Unit]
     work: str
     codes: dict | None = None  # length -> KeyCode of its keys, once every pass has run
+    # this run's name in the workers' caches: a worker (Spark's are reused, and so is the
+    # driver) may serve several runs of one output, whose work files have the same paths
+    run: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 _TABLE_CACHE: dict[tuple, np.ndarray] = {}
 SCRATCH = kn.Scratch()  # a worker's count tasks reuse its work arrays
 
 
-def _frequent_table(wd: WorkDir, k: int, nparts: int) -> np.ndarray:
+def _frequent_table(plan: Plan, wd: WorkDir, k: int, nparts: int) -> np.ndarray:
     """The whole frequent set of pass k (sorted mixed keys), cached per worker process."""
-    key = (wd.root, k)
+    key = (plan.run, k)
     if key not in _TABLE_CACHE:
         _TABLE_CACHE.clear()
         parts = [load_array(wd.frequent(k, p, "keys"), mmap=False) for p in range(nparts)]
@@ -50,7 +54,7 @@ def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.nda
     if prev["broadcast"]:
         keys = load_array(wd.unit(k, u, "keys"))
         return kn.ids_in(
-            _frequent_table(wd, k, prev["nparts"]),
+            _frequent_table(plan, wd, k, prev["nparts"]),
             keys,
             out=SCRATCH.get("answers", len(keys), np.uint32),
         )

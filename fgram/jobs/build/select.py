@@ -31,9 +31,12 @@ def rank_split(groups: Groups, parallelism: int, selected: int) -> np.ndarray:
 _DECODED_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _decoded(wd: WorkDir, k: int, nparts: int, kept: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of every selected k-gram and a dense map survivor id -> row."""
-    key = (wd.root, k)
+def _decoded(
+    plan: Plan, wd: WorkDir, k: int, nparts: int, kept: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of every selected k-gram and a dense map survivor id -> row (cached per
+    worker process, for this run)."""
+    key = (plan.run, k)
     if key not in _DECODED_CACHE:
         _DECODED_CACHE.clear()
         sids = np.concatenate(
@@ -65,7 +68,7 @@ def decode_task(
         tokens = np.stack([prefix, last], axis=1).astype(np.uint32)
     else:
         prev = offsets_by_len[k - 1]
-        ptoks, row = _decoded(wd, k - 1, len(prev) - 1, prev[-1])
+        ptoks, row = _decoded(plan, wd, k - 1, len(prev) - 1, prev[-1])
         rows = row[prefix]
         if len(rows) and rows.min() < 0:
             raise FgramError(f"internal: a selected {k}-gram's prefix is not selected")
