@@ -43,6 +43,7 @@ def _flat_oracle(fgrams, flat, sep, k):
     return fid, mlen
 
 
+@pytest.mark.slow
 @HSET
 @given(docs=docs_st, held=docs_st, k=st.integers(2, 5), unit=st.integers(1, 9))
 def test_parquet_tags_match_oracle(tmp_path_factory, docs, held, k, unit):

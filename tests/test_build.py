@@ -48,6 +48,7 @@ def test_parquet_matches_oracle(spark, tmp_path_factory, docs, k, min_count, siz
         assert m["cutoff_count"] == expect[-1][1]
 
 
+@pytest.mark.slow
 @SPARK_SETTINGS
 @given(
     docs=docs_st,
@@ -72,6 +73,7 @@ def test_flat_ranges_match_oracle(spark, tmp_path_factory, docs, k, unit, size):
     assert m["totals"]["documents"] == sum(1 for doc in docs if doc)
 
 
+@pytest.mark.slow
 def test_broadcast_and_join_paths_agree(spark, tmp_path):
     rng = np.random.default_rng(7)
     docs = [rng.integers(0, 6, size=rng.integers(0, 60)).tolist() for _ in range(40)]
@@ -174,6 +176,7 @@ def test_true_npy_and_glob(spark, tmp_path):
     assert result(out1) == result(out2) == select(docs, 3, 2, None)
 
 
+@pytest.mark.slow
 def test_spark_submit_gives_the_same_table(spark, tmp_path):
     """`spark-submit fgram/__main__.py build` takes the CLI's options and writes the same table."""
     import subprocess
@@ -210,6 +213,7 @@ def test_spark_submit_gives_the_same_table(spark, tmp_path):
     assert result(tmp_path / "s") == result(tmp_path / "l") == select(docs, 4, 2, None)
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     deadline=None,
@@ -552,6 +556,7 @@ def test_task_closures_pickle_small():
 # derandomized: a flip inside a column chunk's size statistics makes pyarrow (26) abort the
 # process (its ParquetException escapes a no-exception path), which no caller can catch;
 # these fixed examples stay clear of that limitation and test everything else
+@pytest.mark.slow
 @settings(
     max_examples=25,
     deadline=None,

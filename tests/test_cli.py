@@ -310,6 +310,7 @@ LOOPBACK = {
 }  # ::ffff:127.0.0.1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
 def test_local_mode_listens_on_loopback_only(tmp_path):
     """A build in local mode (driver, JVM, Python workers) opens no socket beyond 127.0.0.1."""
@@ -373,6 +374,7 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
     assert res.returncode == 0 and " INFO Executor: " in res.stderr, res.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
     """The workers import the installed fgram, not the working directory's folder `fgram`
     (a checkout, seen from its parent: for an editable install it would become an empty

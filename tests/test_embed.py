@@ -71,6 +71,7 @@ def test_bfloat16_round_trip_is_nearest_even():
     assert np.array_equal(from_stored(to_stored(x, "float32"), "float32"), x)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     out = small_table(tmp_path)
     n = len(result(out))

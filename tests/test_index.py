@@ -45,6 +45,7 @@ def test_hash_table_exact(keys, queries):
     assert t.find(q).tolist() == [pos.get(v, -1) for v in q.tolist()]
 
 
+@pytest.mark.slow
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     docs=st.lists(st.lists(st.integers(0, 4), max_size=40), min_size=1, max_size=8),

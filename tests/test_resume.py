@@ -68,6 +68,7 @@ def _cmd(src, out, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_path):
     src, docs = _corpus(tmp_path)
     out = tmp_path / "o"
@@ -215,6 +216,7 @@ def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
         build(spark, [src], out, min_count=2, resume=True, **kw)
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C: one line that says what
     is kept and how to resume, exit status 130, no traceback, every process gone."""

@@ -169,6 +169,7 @@ def test_second_writer_is_refused_through_the_lease(tmp_path, s3, corpus):
     assert objects(s3.filesystem(), f"{corpus}/tables/.t5.fgram-lock") == []  # released
 
 
+@pytest.mark.slow
 def test_lease_contenders_never_both_hold(s3):
     bucket = s3.bucket()
 
@@ -245,6 +246,7 @@ def test_a_missing_object_store_input_is_found_before_the_jvm_starts(
     assert not os.path.exists(tmp_path / "o")
 
 
+@pytest.mark.slow
 def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
     src = str(tmp_path / "b.bin")
     base = ["--doc-sep", "0", "--engine", "local"]
@@ -330,6 +332,7 @@ def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
     assert not os.path.exists(tmp_path / "s3:") and not os.path.exists("s3:")
 
 
+@pytest.mark.slow
 def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
     """Input and output on a server of this test's own, stopped during pass 3: one line,
     exit 2, the completed passes kept; once it is back, --resume gives the table."""
@@ -407,6 +410,7 @@ def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
         server.stop()
 
 
+@pytest.mark.slow
 def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
     bucket = s3.bucket()
     flat = np.random.default_rng(9).integers(1, 60, 150_000).astype(np.uint16)
@@ -475,6 +479,7 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
         )  # identical bytes
 
 
+@pytest.mark.slow
 def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkeypatch):
     """Versions, store and `current` on S3: each version equals the oracle; the pointer
     object switches; old versions and unreferenced store objects are deleted there."""

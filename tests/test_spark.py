@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from fgram.spark import session as sp
 
 
@@ -52,6 +54,7 @@ def test_only_the_most_recently_used_archives_are_kept(monkeypatch, tmp_path):
     assert os.path.exists(tmp_path / "other.txt")
 
 
+@pytest.mark.slow
 def test_first_context_publishes_the_archive_and_the_next_one_uses_it(tmp_path):
     """Two fresh processes: the first launches its JVM recording the classes it loads
     and publishes the archive at exit; the second starts from it; both run a job."""

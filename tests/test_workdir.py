@@ -32,6 +32,7 @@ def test_read_into_refuses_a_truncated_file(tmp_path):
         read_into(path, Scratch(), "x")
 
 
+@pytest.mark.slow
 def test_sweeper_removes_in_the_background_and_tolerates_missing_files(tmp_path):
     paths = [str(tmp_path / f"f{i}") for i in range(5)]
     for p in paths:
