@@ -19,24 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fgram.pipeline.embed import FgramStore
-from fgram.pipeline.index import FgramIndex, write_index
-from fgram.pipeline.tags import training_sequences
-from fgram.pipeline.versions import open_table, table_dataset
-
-__all__ = [
-    "FgramIndex",
-    "FgramStore",
-    "annotate",
-    "build",
-    "coverage",
-    "embed",
-    "index",
-    "open_table",
-    "refresh",
-    "table_dataset",
-    "training_sequences",
-]
+# the readers, re-exported (the names `fgram/__init__.py` lists)
+from fgram.pipeline.embed import FgramStore as FgramStore
+from fgram.pipeline.index import FgramIndex as FgramIndex
+from fgram.pipeline.index import write_index
+from fgram.pipeline.tags import training_sequences as training_sequences
+from fgram.pipeline.versions import open_table as open_table
+from fgram.pipeline.versions import table_dataset as table_dataset
 
 
 def _paths(inputs: str | Iterable[str]) -> list[str]:

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -13,7 +14,7 @@ from fgram.pipeline.errors import FgramError
 from fgram.version import __version__
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     from fgram.jobs.progress import PROGRESS
 
     PROGRESS.end(finished=False)
@@ -884,7 +885,7 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
     for i, t in enumerate(ids):
         match = show(ids[i - int(lengths[i]) + 1 : i + 1]) if fid[i] >= 0 else "-"
         line = f"  {i:>4} {t:>8} {fid[i]:>9} {lengths[i]:>4}  {match}"
-        if store is not None:
+        if rows is not None:
             line += "  |  " + (
                 "(unmatched: use the token embedding)"
                 if fid[i] < 0

@@ -19,6 +19,7 @@ def test_import_fgram_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert {"build", "FgramIndex", "training_sequences"} <= set(dir(fgram))
+    assert all(getattr(fgram, name) is not None for name in fgram.__all__)  # each resolves
 
 
 def test_build_index_annotate_and_read_back_through_the_api(tmp_path):

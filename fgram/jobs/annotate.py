@@ -37,10 +37,10 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
+from fgram.pipeline.config import ReadsShards
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import (
-    ReadOptions,
     Shard,
     Unit,
     check_range,
@@ -61,7 +61,7 @@ from fgram.version import __version__
 
 
 @dataclass
-class AnnotateConfig:
+class AnnotateConfig(ReadsShards):
     table: str
     inputs: list[str]
     output: str | None = None  # None: coverage only, nothing written
@@ -75,15 +75,6 @@ class AnnotateConfig:
     conf: dict[str, str] = field(default_factory=dict)
     storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
     strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
-
-    def read_options(self) -> ReadOptions:
-        return ReadOptions(
-            column=self.column,
-            dtype=self.dtype,
-            doc_sep=self.doc_sep,
-            storage=self.storage,
-            strict=self.strict,
-        )
 
 
 _INDEX: dict[tuple, FgramIndex] = {}

@@ -13,6 +13,7 @@ import multiprocessing as mp
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import NoReturn
 
 from fgram.jobs.progress import PROGRESS
@@ -151,10 +152,11 @@ class SparkExecutor(Executor):
             time.sleep(0.02)
 
 
-_FN = None
+_FN: Callable | None = None  # the forked pool's job (set before the fork)
 
 
 def _call(i):
+    assert _FN is not None
     return _FN(i)
 
 

@@ -10,8 +10,28 @@ from .inputs import FLAT_DTYPES, ReadOptions
 from .storage import is_remote, public_options
 
 
+class ReadsShards:
+    """A job's options for reading its shards (`inputs.ReadOptions`), shared by every job
+    config that has them as fields."""
+
+    column: str
+    dtype: str
+    doc_sep: int | None
+    storage: dict[str, str]
+    strict: bool
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(
+            column=self.column,
+            dtype=self.dtype,
+            doc_sep=self.doc_sep,
+            storage=self.storage,
+            strict=self.strict,
+        )
+
+
 @dataclass
-class BuildConfig:
+class BuildConfig(ReadsShards):
     inputs: list[str]
     output: str
     max_len: int = 5
@@ -51,15 +71,6 @@ class BuildConfig:
         if self.unit_tokens < 1:
             raise ConfigError("--unit-tokens must be >= 1")
         return self
-
-    def read_options(self) -> ReadOptions:
-        return ReadOptions(
-            column=self.column,
-            dtype=self.dtype,
-            doc_sep=self.doc_sep,
-            storage=self.storage,
-            strict=self.strict,
-        )
 
     def record(self) -> dict:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""

@@ -153,8 +153,8 @@ class FgramStore:
             at += len(tail)
             last.append(at - 1)
         fid, mlen = self.index.match(np.concatenate(flat), doc_starts=starts, lanes=1)
-        last = np.array(last, dtype=np.int64)
-        return self.rows(fid[last]), mlen[last], fid[last] < 0
+        at_last = np.array(last, dtype=np.int64)
+        return self.rows(fid[at_last]), mlen[at_last], fid[at_last] < 0
 
     def start(self, batch: int = 1) -> dict:
         """State for incremental decoding of ``batch`` sequences (nothing seen yet)."""

@@ -122,7 +122,7 @@ class FileLock:
         self.out = os.path.abspath(out)
         self.beat, self.stale = beat, stale
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def __enter__(self):
         me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
@@ -141,8 +141,8 @@ class FileLock:
                 continue
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
-            self._thread = threading.Thread(target=self._heartbeat, daemon=True)
-            self._thread.start()
+            thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+            thread.start()
             return self
         raise LockedError(f"{self.out}: could not take the lock {self.path}")
 
@@ -352,7 +352,7 @@ class LeaseLock:
         )
         self.beat, self.stale = beat, stale
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def __enter__(self):
         import random
@@ -362,8 +362,8 @@ class LeaseLock:
             self.claim.write_json(self.me)
             live = [n for n in self.folder.names() if n != self.claim.name and self._live(n)]
             if not live:
-                self._thread = threading.Thread(target=self._heartbeat, daemon=True)
-                self._thread.start()
+                thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+                thread.start()
                 return self
             self.claim.remove()
             holder = self._read(live[0]) or {}

@@ -34,8 +34,18 @@ def final_rows(
     )
 
 
+def _partition(task_context) -> int:
+    """The partition the running Spark task works on."""
+    ctx = task_context.get()
+    assert ctx is not None  # inside a task
+    return int(ctx.partitionId())
+
+
 def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected, staging) -> None:
     from pyspark.sql import functions as F
+
+    codes = plan.codes
+    assert codes is not None  # set once every pass has run
 
     if not isinstance(staging, str):
         raise ConfigError(
@@ -55,7 +65,7 @@ def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected
             for batch in batches:
                 for t in batch.column(0).to_pylist():
                     p, off = tasks[t]
-                    yield final_rows(plan, k, p, plan.codes[k], off, cutoff, cut_len)
+                    yield final_rows(plan, k, p, codes[k], off, cutoff, cut_len)
 
         df = spark.range(0, len(tasks), 1, numPartitions=max(1, len(tasks))).mapInArrow(
             rows, row_schema
@@ -89,7 +99,7 @@ def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected
         from pyspark import TaskContext
 
         n = sum(b.num_rows for b in batches)
-        yield pa.RecordBatch.from_pydict({"pid": [TaskContext.get().partitionId()], "n": [n]})
+        yield pa.RecordBatch.from_pydict({"pid": [_partition(TaskContext)], "n": [n]})
 
     counts = {r["pid"]: r["n"] for r in ordered.mapInArrow(sizes, "pid long, n long").collect()}
     starts, acc = {}, 0
@@ -101,7 +111,7 @@ def write_table_sql(spark, plan: Plan, offsets_by_len, cutoff, cut_len, selected
         import pyarrow as pa
         from pyspark import TaskContext
 
-        nxt = starts.get(TaskContext.get().partitionId(), 0)
+        nxt = starts.get(_partition(TaskContext), 0)
         for b in batches:
             ids = arrow_array(np.arange(nxt, nxt + b.num_rows, dtype=np.int64))
             nxt += b.num_rows
