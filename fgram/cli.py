@@ -233,15 +233,7 @@ def _build_config(inputs, output, opts: dict, **extra):
     )
 
 
-def _end_stages() -> None:
-    """The last stage's line (or bar) before the result's."""
-    from fgram.jobs.progress import PROGRESS
-
-    PROGRESS.end()
-
-
 def _summary(manifest: dict, where: str) -> str:
-    _end_stages()
     return (
         f"{manifest['fgrams']} f-grams from {manifest['totals']['tokens']} tokens "
         f"({manifest['totals']['documents']} documents), cutoff count "
@@ -596,39 +588,14 @@ def index_command(table, overwrite, storage):
     click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
 
 
-def _annotate(
-    table,
-    shards,
-    output,
-    overwrite,
-    column,
-    dtype,
-    doc_sep,
-    strict,
-    engine,
-    unit_tokens,
-    master,
-    conf,
-    storage,
-):
+def _annotate(table, shards, output, overwrite, opts: dict) -> dict:
+    """Run annotate (or, with no ``output``, coverage) with the shard options ``opts``."""
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
 
-    cfg = AnnotateConfig(
-        table=table,
-        inputs=list(shards),
-        output=output,
-        column=column,
-        dtype=dtype,
-        doc_sep=doc_sep,
-        overwrite=overwrite,
-        engine=engine,
-        unit_tokens=unit_tokens,
-        strict=strict,
-        master=master,
-        conf=_conf_pairs(conf),
-        storage=_storage(storage),
+    opts = {**opts, "conf": _conf_pairs(opts["conf"]), "storage": _storage(opts["storage"])}
+    return run_annotate(
+        AnnotateConfig(table=table, inputs=list(shards), output=output, overwrite=overwrite, **opts)
     )
-    return run_annotate(cfg)
 
 
 def _print_coverage(cov: dict) -> None:
@@ -647,21 +614,7 @@ def _print_coverage(cov: dict) -> None:
 @click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output.")
 @_shard_options
-def annotate_command(
-    table,
-    shards,
-    output,
-    overwrite,
-    column,
-    dtype,
-    doc_sep,
-    strict,
-    engine,
-    unit_tokens,
-    master,
-    conf,
-    storage,
-):
+def annotate_command(table, shards, output, overwrite, **opts):
     """Tag every token of SHARDS with its longest f-gram of TABLE (needs TABLE/index).
 
     Parquet shards give Parquet tags (fgram_ids, match_len, and the input's other
@@ -671,22 +624,7 @@ def annotate_command(
     \b
     fgram annotate fgrams shards/ --dtype uint16 --doc-sep 0 -o tags
     """
-    m = _annotate(
-        table,
-        shards,
-        output,
-        overwrite,
-        column,
-        dtype,
-        doc_sep,
-        strict,
-        engine,
-        unit_tokens,
-        master,
-        conf,
-        storage,
-    )
-    _end_stages()
+    m = _annotate(table, shards, output, overwrite, opts)
     click.echo(f"tagged {m['coverage']['positions']} tokens -> {_where(output)}")
     _print_coverage(m["coverage"])
 
@@ -695,30 +633,13 @@ def annotate_command(
 @click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
 @_shard_options
-def coverage_command(
-    table, shards, column, dtype, doc_sep, strict, engine, unit_tokens, master, conf, storage
-):
+def coverage_command(table, shards, **opts):
     """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams.
 
     \b
     fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0
     """
-    m = _annotate(
-        table,
-        shards,
-        None,
-        False,
-        column,
-        dtype,
-        doc_sep,
-        strict,
-        engine,
-        unit_tokens,
-        master,
-        conf,
-        storage,
-    )
-    _end_stages()
+    m = _annotate(table, shards, None, False, opts)
     _print_coverage(m["coverage"])
 
 
@@ -816,7 +737,6 @@ def embed_command(
             storage=_storage(storage),
         )
     )
-    _end_stages()
     click.echo(
         f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
         f"{meta['seconds']:.1f}s -> {where}"

@@ -17,9 +17,6 @@ _SHOWN: list[logging.Handler] = []  # the handlers `show` installed
 class _Stderr(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is at each record (a test runner swaps it)."""
 
-    def __init__(self):
-        super().__init__()
-
     @property
     def stream(self):
         return sys.stderr
