@@ -3,7 +3,7 @@ narrow keys, and the indirect path that wide keys take) vs the first numpy versi
 
     python bench/bench_kernels.py [--tokens 16000000] [--corpus FILE.bin] [--repeat 3]
 
-Times `kernels.unit_table` (radix buckets + numba, what the build runs) with the
+Times `unit_table` (radix buckets + numba, what the build runs) with the
 narrowest `KeyCode` (key bits + position in one uint64: one exact sort), with
 64-bit keys (`WIDE`: sort of (top bits, index) pairs, full keys checked) and,
 interleaved in the same run, the numpy implementation both replaced (pieces of
@@ -23,7 +23,9 @@ import time
 
 import numpy as np
 
-from fgram.pipeline import kernels as kn
+from fgram.pipeline.counting import ids_at, unit_table
+from fgram.pipeline.keys import INVALID, SENTINEL, WIDE, KeyCode, ngram_keys
+from fgram.pipeline.scratch import Scratch
 
 _U32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -87,7 +89,7 @@ def numpy_unit_table(prev, tokens, k, limit, want_inverse, chunk=1 << 20):
     step = chunk if want_inverse else max(n_pos, 1)
     for s in range(0, n_pos, step):
         e = min(s + step, n_pos)
-        pos, keys = kn.ngram_keys(prev[s : e + 1], tokens[s : e + k - 1], k)
+        pos, keys = ngram_keys(prev[s : e + 1], tokens[s : e + k - 1], k)
         n_own = int(np.searchsorted(pos, limit - s))
         counted += n_own
         if want_inverse:
@@ -128,26 +130,26 @@ def main() -> None:
 
         raw = PhraseBook(50_000, 0).sample(np.random.default_rng(1), args.tokens).astype(np.uint16)
     tok = raw.astype(np.uint32)
-    tok[raw == 0] = kn.SENTINEL
+    tok[raw == 0] = SENTINEL
     limit = len(tok) - 100  # a flat range's overlap: looked up, not counted
-    scratch = kn.Scratch()  # what a build's worker does: work arrays reused unit after unit
-    kn.unit_table(tok[:1000], tok[:1000], 2, 900, True)  # compile outside the timing
-    u2, _, order, _ = kn.unit_table(tok, tok, 2, limit, True)
+    scratch = Scratch()  # what a build's worker does: work arrays reused unit after unit
+    unit_table(tok[:1000], tok[:1000], 2, 900, True)  # compile outside the timing
+    u2, _, order, _ = unit_table(tok, tok, 2, limit, True)
     frequent = np.random.default_rng(2).random(len(u2)) < 0.6
-    ids = kn.ids_at(np.where(frequent, np.arange(len(u2)), kn.INVALID), order, len(tok))
+    ids = ids_at(np.where(frequent, np.arange(len(u2)), INVALID), order, len(tok))
     cases = {
-        "pass 2 (all positions)": (tok, 2, True, kn.KeyCode(16, 16)),
-        "pass 3 (60% of bigrams frequent)": (ids, 3, True, kn.KeyCode.fitting(len(u2), 65535)),
-        "pass 3 as the last pass (no inverse)": (ids, 3, False, kn.KeyCode.fitting(len(u2), 65535)),
+        "pass 2 (all positions)": (tok, 2, True, KeyCode(16, 16)),
+        "pass 3 (60% of bigrams frequent)": (ids, 3, True, KeyCode.fitting(len(u2), 65535)),
+        "pass 3 as the last pass (no inverse)": (ids, 3, False, KeyCode.fitting(len(u2), 65535)),
     }
     print(f"{len(tok)} tokens; best of {args.repeat}, implementations interleaved")
     for case, (prev, k, inv, code) in cases.items():
         impls = {
-            "exact": lambda *a, c=code: kn.unit_table(*a, code=c, scratch=scratch),
-            "indirect": lambda *a: kn.unit_table(*a, code=kn.WIDE, exact=False),
+            "exact": lambda *a, c=code: unit_table(*a, code=c, scratch=scratch),
+            "indirect": lambda *a: unit_table(*a, code=WIDE, exact=False),
             "numpy": numpy_unit_table,
         }
-        codes = {"exact": code, "indirect": kn.WIDE, "numpy": kn.WIDE}
+        codes = {"exact": code, "indirect": WIDE, "numpy": WIDE}
         best = {name: np.inf for name in impls}
         tables = {}
         for _ in range(args.repeat):
@@ -155,7 +157,7 @@ def main() -> None:
                 t = time.perf_counter()
                 out = fn(prev, tok, k, limit, inv)
                 if inv and name != "numpy":
-                    kn.ids_at(np.zeros(len(out[0]), np.uint32), out[2], len(tok))
+                    ids_at(np.zeros(len(out[0]), np.uint32), out[2], len(tok))
                 best[name] = min(best[name], time.perf_counter() - t)
                 # the same table, whatever the code: (prefix, last) -> count
                 p_, l_ = codes[name].decode(out[0])

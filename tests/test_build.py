@@ -480,7 +480,7 @@ def test_count_task_returns_its_marker_when_done(tmp_path):
     from fgram.jobs.build import passes as job
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.inputs import plan_shards, plan_units
-    from fgram.pipeline.kernels import KeyCode
+    from fgram.pipeline.keys import KeyCode
 
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2]], sep=0)
     cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)
@@ -496,9 +496,9 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     them again); a run of the same task that finds them gone returns the marker another
     run left meanwhile, and fails without one (never counts from missing ids)."""
     from fgram.jobs.build import passes as job
-    from fgram.pipeline import kernels as kn
     from fgram.pipeline.config import BuildConfig
     from fgram.pipeline.inputs import plan_shards, plan_units
+    from fgram.pipeline.keys import KeyCode
     from fgram.pipeline.workdir import WorkDir, load_array, save_array
 
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 1, 2]], sep=0)
@@ -506,7 +506,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     shards = plan_shards(cfg.inputs, cfg.read_options())
     plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), str(tmp_path / "w"))
     wd = WorkDir(plan.work)
-    code = kn.KeyCode(16, 16)
+    code = KeyCode(16, 16)
     job.count_task(plan, 2, 0, None, code)
     save_array(wd.frequent(2, 0, "keys"), np.array(load_array(wd.unit(2, 0, "keys"))))
     prev = {"broadcast": True, "nparts": 1}

@@ -79,7 +79,7 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "fgram.cli",
+        "fgram",
         "embed",
         str(out),
         "--model",

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fgram.cli import cli
-from fgram.pipeline import kernels as kn
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import FgramIndex, HashTable, write_index
+from fgram.pipeline.keys import mix
 
 
 def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len: int):
@@ -38,9 +38,9 @@ def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len
     st.lists(st.integers(0, 2**20), max_size=100),
 )
 def test_hash_table_exact(keys, queries):
-    k = kn.mix(np.array(keys, dtype=np.uint64))
+    k = mix(np.array(keys, dtype=np.uint64))
     t = HashTable.build(k, np.arange(len(keys)))
-    q = kn.mix(np.array(queries + keys[:10], dtype=np.uint64))
+    q = mix(np.array(queries + keys[:10], dtype=np.uint64))
     pos = {v: i for i, v in enumerate(k.tolist())}
     assert t.find(q).tolist() == [pos.get(v, -1) for v in q.tolist()]
 

@@ -6,8 +6,19 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fgram.pipeline import kernels as kn
-from fgram.pipeline.inputs import stream_from_lists
+from fgram.pipeline.counting import ids_at, unit_table
+from fgram.pipeline.keys import INVALID, WIDE, KeyCode, mix, ngram_keys, unmix
+from fgram.pipeline.merging import (
+    ids_in,
+    key_slice,
+    lookup_sorted,
+    merge_counts,
+    merge_counts_bucketed,
+    part_bounds,
+    part_range,
+)
+from fgram.pipeline.reading import stream_from_lists
+from fgram.pipeline.selection import histogram, kth_largest
 
 u64 = st.integers(min_value=0, max_value=2**64 - 1)
 
@@ -15,8 +26,8 @@ u64 = st.integers(min_value=0, max_value=2**64 - 1)
 @given(st.lists(u64, max_size=200))
 def test_mix_is_a_bijection(values):
     x = np.array(values, dtype=np.uint64)
-    assert np.array_equal(kn.unmix(kn.mix(x)), x)
-    assert len(np.unique(kn.mix(x))) == len(np.unique(x))
+    assert np.array_equal(unmix(mix(x)), x)
+    assert len(np.unique(mix(x))) == len(np.unique(x))
 
 
 @given(st.integers(1, 32), st.integers(1, 32), st.data())
@@ -24,7 +35,7 @@ def test_key_code_round_trip_and_order(prefix_bits, last_bits, data):
     """A KeyCode is a bijection of (prefix, last) pairs into the top bits; WIDE is `mix`."""
     if prefix_bits + last_bits < 8:
         prefix_bits = 8 - last_bits
-    code = kn.KeyCode(prefix_bits, last_bits)
+    code = KeyCode(prefix_bits, last_bits)
     pairs = data.draw(
         st.lists(
             st.tuples(st.integers(0, 2**prefix_bits - 1), st.integers(0, 2**last_bits - 1)),
@@ -39,27 +50,27 @@ def test_key_code_round_trip_and_order(prefix_bits, last_bits, data):
     assert back_p.tolist() == p.tolist() and back_t.tolist() == t.tolist()
     assert len(np.unique(keys)) == len(set(pairs))
     wide = (p.astype(np.uint64) << np.uint64(32)) | t.astype(np.uint64)
-    assert np.array_equal(kn.WIDE.encode(p, t), kn.mix(wide))
+    assert np.array_equal(WIDE.encode(p, t), mix(wide))
 
 
 def test_key_code_fitting():
-    assert kn.KeyCode.fitting(65535, 50000) == kn.KeyCode(16, 16)
-    assert kn.KeyCode.fitting(0, 0) == kn.KeyCode(7, 1)
-    assert kn.KeyCode.fitting(2**32 - 2, 2**31 - 1) == kn.KeyCode(32, 31)
+    assert KeyCode.fitting(65535, 50000) == KeyCode(16, 16)
+    assert KeyCode.fitting(0, 0) == KeyCode(7, 1)
+    assert KeyCode.fitting(2**32 - 2, 2**31 - 1) == KeyCode(32, 31)
 
 
 @given(st.lists(st.integers(0, 2**20), max_size=300), st.lists(st.integers(0, 2**20), max_size=100))
 def test_sorted_lookup(table_vals, queries):
-    table = np.unique(kn.mix(np.array(table_vals, dtype=np.uint64)))
-    q = kn.mix(np.array(queries + table_vals[:20], dtype=np.uint64))
+    table = np.unique(mix(np.array(table_vals, dtype=np.uint64)))
+    q = mix(np.array(queries + table_vals[:20], dtype=np.uint64))
     qs = np.sort(q)
     expect_sorted = [
         int(np.flatnonzero(table == v)[0]) if v in set(table.tolist()) else -1 for v in qs.tolist()
     ]
-    assert kn.lookup_sorted(table, qs).tolist() == expect_sorted
-    ids = kn.ids_in(table, qs, 7)
+    assert lookup_sorted(table, qs).tolist() == expect_sorted
+    ids = ids_in(table, qs, 7)
     assert ids.dtype == np.uint32
-    assert ids.tolist() == [i + 7 if i >= 0 else int(kn.INVALID) for i in expect_sorted]
+    assert ids.tolist() == [i + 7 if i >= 0 else int(INVALID) for i in expect_sorted]
 
 
 @given(
@@ -74,7 +85,7 @@ def test_merge_counts(runs):
         keys = np.array(sorted(c), dtype=np.uint64)
         parts.append((keys, np.array([c[k] for k in sorted(c)], dtype=np.uint32)))
         expect.update(c)
-    keys, counts = kn.merge_counts(parts)
+    keys, counts = merge_counts(parts)
     assert dict(zip(keys.tolist(), counts.tolist())) == dict(expect)
 
 
@@ -84,13 +95,13 @@ def test_merge_counts_bucketed(prefix_bits, last_bits, nparts, bucket, data):
     back to pairwise merges), range and bucket size."""
     if prefix_bits + last_bits < 8:
         last_bits = 8 - prefix_bits
-    code = kn.KeyCode(prefix_bits, last_bits)
+    code = KeyCode(prefix_bits, last_bits)
     pair = st.tuples(st.integers(0, 2**prefix_bits - 1), st.integers(0, 2**last_bits - 1))
     runs = data.draw(
         st.lists(st.lists(st.tuples(pair, st.integers(1, 2**32 - 1)), max_size=40), max_size=6)
     )
     p = data.draw(st.integers(0, nparts - 1))
-    bounds = [int(b) for b in kn.part_bounds(nparts)] + [2**64]
+    bounds = [int(b) for b in part_bounds(nparts)] + [2**64]
     lo, hi = bounds[p], bounds[p + 1]
     parts, expect = [], Counter()
     for run in runs:
@@ -102,7 +113,7 @@ def test_merge_counts_bucketed(prefix_bits, last_bits, nparts, bucket, data):
         keys = sorted(c)
         parts.append((np.array(keys, dtype=np.uint64), np.array([c[x] for x in keys], np.uint32)))
         expect.update(c)
-    keys, counts = kn.merge_counts_bucketed(parts, code, lo, hi, bucket=bucket)
+    keys, counts = merge_counts_bucketed(parts, code, lo, hi, bucket=bucket)
     assert keys.tolist() == sorted(expect)
     assert counts.tolist() == [expect[x] for x in sorted(expect)]
 
@@ -114,7 +125,7 @@ def test_estimated_buckets_and_their_fallback(monkeypatch):
     """Buckets sized from a sample of positions are used when nothing overflows them; a
     corpus periodic in the sample step (the sample sees one bigram) overfills a bucket and
     the unit is counted again with exact sizes. Both give the brute-force table."""
-    from fgram.pipeline import compiled as cc
+    from fgram.pipeline import counting as cc
 
     exact_counts = []  # histograms of every position (step 1)
     real = cc.candidate_histogram
@@ -128,16 +139,16 @@ def test_estimated_buckets_and_their_fallback(monkeypatch):
     ):
         toks = toks.astype(np.uint32)
         exact_counts.clear()
-        code = kn.KeyCode.fitting(60, 60)
-        uniq, counts, order, counted = kn.unit_table(
+        code = KeyCode.fitting(60, 60)
+        uniq, counts, order, counted = unit_table(
             toks, toks, 2, len(toks), True, code=code, bucket=64, sample=8, sample_from=0
         )
         assert bool(exact_counts) == expect_exact
-        pos, keys = kn.ngram_keys(toks, toks, 2, code)
+        pos, keys = ngram_keys(toks, toks, 2, code)
         assert dict(zip(uniq.tolist(), counts.tolist())) == dict(Counter(keys.tolist()))
         assert counted == len(keys)
         positions, starts = order
-        dense = kn.ids_at(np.arange(len(uniq)), order, len(toks))
+        dense = ids_at(np.arange(len(uniq)), order, len(toks))
         assert np.array_equal(uniq[dense[pos]], keys) and starts[-1] == len(positions)
 
 
@@ -146,8 +157,8 @@ def test_bigram_keys_respect_document_boundaries(docs):
     lengths = np.array([len(d) for d in docs], dtype=np.int64)
     values = np.array([t for d in docs for t in d], dtype=np.int64)
     stream = stream_from_lists(lengths, values)
-    pos, keys = kn.ngram_keys(stream.tokens, stream.tokens, 2)
-    first, last = kn.WIDE.decode(keys)
+    pos, keys = ngram_keys(stream.tokens, stream.tokens, 2)
+    first, last = WIDE.decode(keys)
     got = Counter(zip(first.tolist(), last.tolist()))
     expect = Counter((d[i], d[i + 1]) for d in docs for i in range(len(d) - 1))
     assert got == expect
@@ -178,13 +189,13 @@ def test_unit_table_limit_buckets_and_inverse(
     toks = stream.tokens
     prev = toks
     for j in range(2, k):  # ids of (j)-grams: any injective labelling will do here
-        pos, keys = kn.ngram_keys(prev, toks, j)
-        uniq, _, order, _ = kn.unit_table(prev, toks, j, len(toks), True)
-        prev = kn.ids_at(np.arange(len(uniq)), order, len(toks))
-    ids = prev[prev != kn.INVALID]
-    code = kn.WIDE if how == "wide" else kn.KeyCode.fitting(ids.max(initial=0), 6)
-    pos, keys = kn.ngram_keys(prev, toks, k, code)
-    uniq, counts, order, counted = kn.unit_table(
+        pos, keys = ngram_keys(prev, toks, j)
+        uniq, _, order, _ = unit_table(prev, toks, j, len(toks), True)
+        prev = ids_at(np.arange(len(uniq)), order, len(toks))
+    ids = prev[prev != INVALID]
+    code = WIDE if how == "wide" else KeyCode.fitting(ids.max(initial=0), 6)
+    pos, keys = ngram_keys(prev, toks, k, code)
+    uniq, counts, order, counted = unit_table(
         prev,
         toks,
         k,
@@ -206,27 +217,27 @@ def test_unit_table_limit_buckets_and_inverse(
         positions, starts = order
         assert starts[0] == 0 and starts[-1] == len(positions) == len(pos)
         assert sorted(positions.tolist()) == pos.tolist()
-        dense = kn.ids_at(np.arange(len(uniq)), order, len(toks))
+        dense = ids_at(np.arange(len(uniq)), order, len(toks))
         assert np.array_equal(uniq[dense[pos]], keys)
         others = np.setdiff1d(np.arange(len(dense)), pos)
-        assert np.all(dense[others] == kn.INVALID)
+        assert np.all(dense[others] == INVALID)
     else:
         assert order is None
 
 
 def test_histogram_and_kth_largest():
-    h = kn.histogram(np.array([1, 5, 5, 7, 9, 9, 9]), floor=5)
+    h = histogram(np.array([1, 5, 5, 7, 9, 9, 9]), floor=5)
     assert h == {5: 2, 7: 1, 9: 3}
-    assert kn.kth_largest(h, 1) == 9 and kn.kth_largest(h, 3) == 9
-    assert kn.kth_largest(h, 4) == 7 and kn.kth_largest(h, 6) == 5
-    assert kn.kth_largest(h, 7) is None
+    assert kth_largest(h, 1) == 9 and kth_largest(h, 3) == 9
+    assert kth_largest(h, 4) == 7 and kth_largest(h, 6) == 5
+    assert kth_largest(h, 7) is None
 
 
 def test_key_ranges_partition_the_keys():
     """The merge tasks' key ranges cover every key exactly once, in order."""
-    keys = np.sort(kn.mix(np.arange(1000, dtype=np.uint64)))
+    keys = np.sort(mix(np.arange(1000, dtype=np.uint64)))
     for n in (1, 2, 3, 7):
-        bounds = [kn.key_slice(keys, *kn.part_range(n, p)) for p in range(n)]
+        bounds = [key_slice(keys, *part_range(n, p)) for p in range(n)]
         assert bounds[0][0] == 0 and bounds[-1][1] == len(keys)
         assert all(bounds[p][1] == bounds[p + 1][0] for p in range(n - 1))
         assert all(b - a > 50 for a, b in bounds)  # the mix balances the ranges

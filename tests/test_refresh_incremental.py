@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 from oracle import count_ngrams, select
 
 from fgram.jobs.refresh import driver, run_refresh, store, tasks
-from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
+from fgram.pipeline import scans
 from fgram.pipeline import versions as vs
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.inputs import stream_from_lists
+from fgram.pipeline.keys import INVALID, WIDE
+from fgram.pipeline.reading import stream_from_lists
 from fgram.pipeline.workdir import load_json
 
 shard_st = st.lists(st.lists(st.integers(1, 5), max_size=25), min_size=1, max_size=6)
@@ -257,7 +258,7 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
         grams = [g for g in grams if rng.random() < 0.7]
         for i, g in enumerate(grams):
             ids[g] = i
-        keys = kn.WIDE.encode(
+        keys = WIDE.encode(
             np.array([g[0] if j == 2 else ids[g[:-1]] for g in grams], np.int64),
             np.array([g[-1] for g in grams], np.int64),
         )
@@ -274,7 +275,7 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
     old_size = int(rng.integers(0, len(last) + 1))
     new_rows = np.array(last[old_size:], np.uint32).reshape(-1, k - 1)
     s = _stream(docs)
-    keys, got = pt.scan_unit(s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size)
+    keys, got = scans.scan_unit(s.tokens, s.limit, k, scans.window_set(new_rows), tables, old_size)
     want = {}
     for g, c in counts.items():
         if (
@@ -284,42 +285,39 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
             and max(ids[g[:-1]], ids[g[1:]]) >= old_size
             and len(g[:-1]) == k - 1
         ):
-            want[int(kn.WIDE.encode(np.array([ids[g[:-1]]]), np.array([g[-1]]))[0])] = c
+            want[int(WIDE.encode(np.array([ids[g[:-1]]]), np.array([g[-1]]))[0])] = c
     assert dict(zip(keys.tolist(), got.tolist())) == want
     assert list(keys) == sorted(keys)
     with pytest.MonkeyPatch.context() as mp:  # at anchored starts: the same counts
-        mp.setattr(pt, "ANCHOR_SHARE", 1.0)
-        starts = pt.anchored_starts(s.tokens, new_rows)
+        mp.setattr(scans, "ANCHOR_SHARE", 1.0)
+        starts = scans.anchored_starts(s.tokens, new_rows)
     if starts is not None:
-        keys3, got3 = pt.scan_unit(
-            s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size, starts
+        keys3, got3 = scans.scan_unit(
+            s.tokens, s.limit, k, scans.window_set(new_rows), tables, old_size, starts
         )
         assert dict(zip(keys3.tolist(), got3.tolist())) == want
     if k == 3:  # only at the bigrams that had no id before the new ones: the same counts
         t = s.tokens.tolist()
         before = [
-            ids.get((a, b), old_size) < old_size if kn.INVALID not in (a, b) else False
+            ids.get((a, b), old_size) < old_size if INVALID not in (a, b) else False
             for a, b in zip(t, t[1:])
         ] + [False]
         at = np.array(
-            [
-                ids[(a, b)] if old else kn.INVALID
-                for (a, b), old in zip(zip(t, t[1:] + [0]), before)
-            ],
+            [ids[(a, b)] if old else INVALID for (a, b), old in zip(zip(t, t[1:] + [0]), before)],
             np.uint32,
         )
         rare = tasks.rare_bigrams(s.tokens, at)
         assert len(rare) == sum(
-            1 for a, b, old in zip(t, t[1:], before) if not old and kn.INVALID not in (a, b)
+            1 for a, b, old in zip(t, t[1:], before) if not old and INVALID not in (a, b)
         )
-        keys2, got2 = pt.scan_unit(
-            s.tokens, s.limit, k, pt.window_set(new_rows), tables, old_size, rare
+        keys2, got2 = scans.scan_unit(
+            s.tokens, s.limit, k, scans.window_set(new_rows), tables, old_size, rare
         )
         assert dict(zip(keys2.tolist(), got2.tolist())) == want
 
 
 @given(
-    tokens=st.lists(st.one_of(st.integers(0, 30), st.just(int(kn.INVALID))), max_size=300),
+    tokens=st.lists(st.one_of(st.integers(0, 30), st.just(int(INVALID))), max_size=300),
     w=st.integers(2, 7),
     picks=st.lists(st.integers(0, 300), max_size=5),
     extra=st.lists(st.lists(st.integers(0, 40), min_size=7, max_size=7), max_size=3),
@@ -330,12 +328,12 @@ def test_anchored_starts_include_every_place_a_row_occurs(tokens, w, picks, extr
     an occurrence must be among the anchored starts (when they are not given up)."""
     t = np.array(tokens, np.uint32)
     wins = [tuple(tokens[p : p + w]) for p in picks if p + w <= len(tokens)]
-    wins = [x for x in wins if int(kn.INVALID) not in x] + [tuple(e[:w]) for e in extra]
+    wins = [x for x in wins if int(INVALID) not in x] + [tuple(e[:w]) for e in extra]
     rows = np.array(wins, np.uint32).reshape(-1, w)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(pt, "ANCHOR_SHARE", share)
-        mp.setattr(pt, "ANCHOR_STRIDE", 3)
-        got = pt.anchored_starts(t, rows)
+        mp.setattr(scans, "ANCHOR_SHARE", share)
+        mp.setattr(scans, "ANCHOR_STRIDE", 3)
+        got = scans.anchored_starts(t, rows)
     if got is None:
         return
     want = {p for p in range(len(tokens) - w + 1) if tuple(tokens[p : p + w]) in set(wins)}
@@ -349,9 +347,9 @@ def test_anchored_starts_find_a_rare_window_in_a_long_unit():
     t = rng.integers(0, 20, 200_000).astype(np.uint32)
     t[[1000, 150_000]] = 500
     rows = np.array([t[998:1002], t[149_999:150_003]], np.uint32)
-    got = pt.anchored_starts(t, rows)
+    got = scans.anchored_starts(t, rows)
     assert got is not None and {998, 149_999} <= set(got.tolist()) and len(got) <= 8
-    assert pt.anchored_starts(t, np.array([[1, 2, 3, 4]], np.uint32)) is None  # all common
+    assert scans.anchored_starts(t, np.array([[1, 2, 3, 4]], np.uint32)) is None  # all common
 
 
 @given(
@@ -470,7 +468,7 @@ def test_id_table_lookup_by_binary_search_or_merge_equals_a_dict(n, nq, split, s
     )
     table = dict(zip(keys.tolist(), ids.tolist()))
     got = pt.IdTable(2, chunks).lookup(queries).tolist()
-    assert got == [table.get(q, int(kn.INVALID)) for q in queries.tolist()]
+    assert got == [table.get(q, int(INVALID)) for q in queries.tolist()]
 
 
 def test_parquet_shards_old_ones_scanned_for_new_ids(tmp_path):

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from fgram.pipeline.kernels import Scratch
+from fgram.pipeline.scratch import Scratch
 from fgram.pipeline.workdir import Sweeper, read_into, save_array
 
 

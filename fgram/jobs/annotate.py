@@ -39,22 +39,20 @@ from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import ReadsShards
 from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.pipeline.failures import public_options
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
-from fgram.pipeline.inputs import (
+from fgram.pipeline.inputs import plan_shards, plan_units, shard_record, tokens_of
+from fgram.pipeline.publish import OutputLock, check_output, finish, staging_for
+from fgram.pipeline.reading import (
     Shard,
     Unit,
     check_range,
     list_column,
-    plan_shards,
-    plan_units,
     read_flat_range,
     read_row_groups,
     reading,
-    shard_record,
-    tokens_of,
 )
-from fgram.pipeline.publish import OutputLock, check_output, finish, staging_for
-from fgram.pipeline.storage import Location, public_options
+from fgram.pipeline.storage import Location
 from fgram.pipeline.table import arrow_list, write_table
 from fgram.pipeline.versions import resolve_table
 from fgram.version import __version__

@@ -36,11 +36,12 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
+from fgram.pipeline.cache import file_sha256
 from fgram.pipeline.embed import load_model, storage_dtype, to_stored
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.index import manifest_fingerprint, publish_parts
 from fgram.pipeline.publish import commit_generation, generation_name, staging_path
-from fgram.pipeline.storage import Location, file_sha256, json_bytes
+from fgram.pipeline.storage import Location, json_bytes
 from fgram.pipeline.versions import open_table, table_dataset
 from fgram.pipeline.workdir import load_json, save_json
 

@@ -9,13 +9,13 @@ import time
 
 from fgram.jobs.executors import Executor, as_task, guess_parallelism, make_executor, reraise
 from fgram.jobs.progress import PROGRESS
-from fgram.pipeline import kernels as kn
+from fgram.pipeline.warmup import warm_up
 
 
 @as_task
 def warm_task(i: int) -> int:
     """A first task per core: starts the Python worker and loads the kernels."""
-    kn.warm_up()
+    warm_up()
     return i
 
 

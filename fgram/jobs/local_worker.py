@@ -4,8 +4,8 @@ reference) and the compiled kernels."""
 
 import importlib
 
-from fgram.pipeline import kernels
+from fgram.pipeline.warmup import warm_up
 
 for _module in ("fgram.jobs.annotate", "fgram.jobs.build", "fgram.jobs.refresh"):
     importlib.import_module(_module)
-kernels.warm_up()
+warm_up()

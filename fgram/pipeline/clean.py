@@ -21,7 +21,7 @@ import re
 import shutil
 from dataclasses import dataclass
 
-from .storage import cache_dir
+from .cache import cache_dir
 
 LEFTOVER = re.compile(r"^\.(?P<name>.+)\.fgram-(?P<what>staging|old|lock)(-[0-9a-f]+)?$")
 

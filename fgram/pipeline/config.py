@@ -6,8 +6,9 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from .errors import ConfigError
-from .inputs import FLAT_DTYPES, ReadOptions
-from .storage import is_remote, public_options
+from .failures import public_options
+from .reading import FLAT_DTYPES, ReadOptions
+from .storage import is_remote
 
 
 class ReadsShards:

@@ -24,9 +24,9 @@ import mmap
 
 import numpy as np
 
-from .compiled import gather_rows, last_matches, step_matches
 from .errors import ConfigError, FgramError
 from .index import FgramIndex, check_mode, manifest_fingerprint, part_arrays, read_meta
+from .matching import gather_rows, last_matches, step_matches
 from .versions import resolve_table
 
 DTYPES = ("float16", "bfloat16", "float32")

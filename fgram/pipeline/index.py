@@ -12,7 +12,7 @@ Format (``OUT/index/``, written by ``fgram index OUT``)
 - The key of an L-gram is chained through its prefix, which is an f-gram too
   (the table is closed under prefixes): ``mix(prefix_id << 32 | last token)``,
   where ``prefix_id`` is the fgram_id of its (L-1)-prefix, or its first token
-  when L = 2; ``mix`` is `kernels.mix`, a bijection, so keys never collide.
+  when L = 2; ``mix`` is `keys.mix`, a bijection, so keys never collide.
   The first slot of a key is its top b bits.
 - ``suffix.npy``: int32 (int64 if S >= 2**31) ``[S]``: the fgram_id of each
   f-gram without its first token (the table is closed under suffixes too),
@@ -30,15 +30,15 @@ import uuid
 
 import numpy as np
 
-from . import compiled
-from . import kernels as kn
+from . import matching
+from .cache import cached_copy, file_sha256
 from .errors import FgramError
+from .keys import EMPTY, MAX_TOKEN, mix
 from .publish import as_location, commit_generation, discard, generation_name
-from .storage import Location, cached_copy, file_sha256, json_bytes
+from .storage import Location, json_bytes
 from .versions import open_table, resolve_table, table_dataset
 from .workdir import save_array, save_json
 
-EMPTY = compiled.EMPTY
 OVERFLOW = 64
 VERSION = 2
 
@@ -57,7 +57,7 @@ class HashTable:
         """From distinct keys and their (non-negative) values."""
         bits = max(4, int(np.ceil(np.log2(max(len(keys), 1) * 2))))
         rows = np.full(((1 << bits) + OVERFLOW, 2), EMPTY, dtype=np.uint64)
-        ok = compiled.fill_table(
+        ok = matching.fill_table(
             rows.reshape(-1),
             np.uint64(64 - bits),
             np.asarray(keys, np.uint64),
@@ -70,12 +70,12 @@ class HashTable:
     def find(self, q: np.ndarray) -> np.ndarray:
         """Value of each query key, -1 where absent."""
         out = np.empty(len(q), dtype=np.int64)
-        compiled.find_keys(self.flat, self.shift, np.asarray(q, np.uint64), out)
+        matching.find_keys(self.flat, self.shift, np.asarray(q, np.uint64), out)
         return out
 
 
 def chain_key(prefix: np.ndarray, last: np.ndarray) -> np.ndarray:
-    return kn.mix((np.asarray(prefix, np.uint64) << np.uint64(32)) | np.asarray(last, np.uint64))
+    return mix((np.asarray(prefix, np.uint64) << np.uint64(32)) | np.asarray(last, np.uint64))
 
 
 def check_mode(mode: str) -> None:
@@ -186,7 +186,7 @@ def part_arrays(folder: Location, meta: dict, mode: str):
     """A loader ``name -> array`` for the files of an output part (the index, the
     embeddings). Local: memory-mapped (``mmap``) or read (``ram``). On an object
     store: ``ram`` reads each object into memory; ``mmap`` maps a local copy from
-    the cache (`storage.cached_copy`: downloaded once, checked against its sha256)."""
+    the cache (`cache.cached_copy`: downloaded once, checked against its sha256)."""
 
     def load(name: str) -> np.ndarray:
         if folder.local:
@@ -266,7 +266,7 @@ class FgramIndex:
         return out
 
     def match(
-        self, tokens, doc_starts=None, lanes: int = compiled.LANES
+        self, tokens, doc_starts=None, lanes: int = matching.LANES
     ) -> tuple[np.ndarray, np.ndarray]:
         """For every position, the longest f-gram ending there: (fgram_id or -1, length or 1).
 
@@ -276,15 +276,15 @@ class FgramIndex:
         """
         tokens = np.asarray(tokens)
         n = len(tokens)
-        if n and (tokens.min() < 0 or tokens.max() > kn.MAX_TOKEN):
-            raise ValueError(f"token ids must be in 0..{kn.MAX_TOKEN}")
+        if n and (tokens.min() < 0 or tokens.max() > MAX_TOKEN):
+            raise ValueError(f"token ids must be in 0..{MAX_TOKEN}")
         marked = tokens.astype(np.uint32)  # the top bit marks document starts
         if doc_starts is not None and len(doc_starts):
             marked[np.asarray(doc_starts, dtype=np.int64)] |= np.uint32(1 << 31)
         fid = np.empty(n, dtype=np.int64)
         mlen = np.empty(n, dtype=np.uint8)
         lanes = max(1, min(int(lanes), n))
-        compiled.match_longest(
+        matching.match_longest(
             marked, self.max_len, self._flat, self._shifts, self.suffix, fid, mlen, lanes
         )
         return fid, mlen

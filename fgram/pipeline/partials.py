@@ -12,7 +12,7 @@ The refresh store (see `jobs/refresh.py`) keeps, per n-gram length k:
   ranges) plus a delta (the sum of what changed since the base was written,
   counts may be negative), so that a refresh reads and writes only what changed.
 
-All keys are made by one `kernels.KeyCode` per store (`store_code`): a fixed
+All keys are made by one `keys.KeyCode` per store (`store_code`): a fixed
 bijection of (prefix id << last_bits | last token), 32 + 16 bits when every
 shard holds 16-bit tokens (its count sorts one word per position), else 32 +
 32 (`WIDE`); sorted ascending, uniform over the key space (ranges split evenly).
@@ -20,10 +20,11 @@ shard holds 16-bit tokens (its count sorts one word per position), else 32 +
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
-from . import compiled as cc
-from .kernels import INVALID, WIDE, KeyCode, key_slice, lookup_sorted, merge_counts
+from .keys import INVALID, WIDE, KeyCode
+from .merging import key_slice, lookup_sorted, merge_counts
 
 EMPTY_KEYS = np.zeros(0, np.uint64)
 EMPTY_COUNTS = np.zeros(0, np.int64)
@@ -83,7 +84,7 @@ def combine(
         bc = np.ascontiguousarray(bcounts[b0:b1])
         ok = np.empty(len(bk) + d1 - d0, np.uint64)
         oc = np.empty(len(ok), np.int64)
-        m, bad = cc.combine_runs(bk, bc, dkeys[d0:d1], dcounts[d0:d1], floor, ok, oc)
+        m, bad = combine_runs(bk, bc, dkeys[d0:d1], dcounts[d0:d1], floor, ok, oc)
         if bad:
             raise ValueError("a partial count went negative: the store does not match its shards")
         outs_k.append(ok[:m])
@@ -180,99 +181,35 @@ def chain_ids(windows: np.ndarray, tables: list[IdTable]) -> np.ndarray:
     return np.where(valid, ids, int(INVALID)).astype(np.uint32)
 
 
-SET_BITS = 1 << 21  # at least a 256 KiB bitmap (a core's L2 cache) ...
-SET_BITS_PER_ROW = 64  # ... and sparse enough that few windows probe the table
-
-
-def window_set(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The hashes of token windows (rows) as an open-addressing set and a bitmap
-    filter in front of it, for `scan_unit`."""
-    rows = np.ascontiguousarray(rows, np.uint32)
-    hashes = np.empty(len(rows), np.uint64)
-    cc.hash_rows(rows, hashes)
-    tab = np.full(1 << max(int(2 * len(rows)).bit_length(), 4), cc.EMPTY, np.uint64)
-    cc.fill_set(tab, hashes)
-    bits = np.zeros(
-        max(SET_BITS, 1 << int(SET_BITS_PER_ROW * len(rows)).bit_length()) // 64, np.uint64
-    )
-    cc.fill_bits(bits, hashes)
-    return tab, bits
-
-
-ANCHOR_STRIDE = 61  # a unit's token frequencies are estimated from every 61st token
-ANCHOR_SHARE = 1 / 32  # anchored starts only while they are at most this share of windows
-
-
-def anchored_starts(tokens: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
-    """Window starts in one unit that include every place where a row (a window of
-    tokens) occurs, found through one anchor per row: its rarest token in this unit
-    (estimated from a sample), at its offset in the row. None when the anchors
-    occur too often for that to beat scanning every window (`scan_unit`)."""
-    n, w = len(tokens), rows.shape[1]
-    if not len(rows) or n < w or w > 8:
-        return None
-    tokens = np.ascontiguousarray(tokens, np.uint32)
-    rows = np.asarray(rows, np.uint32)
-    top = int(rows.max())
-    if top >= 2**22:  # per-token tables of over 32 MB: scan every window instead
-        return None
-    sample = tokens[::ANCHOR_STRIDE]
-    freq = np.bincount(sample[sample <= top], minlength=top + 1)
-    at = np.argmin(freq[rows], axis=1)
-    anchor = rows[np.arange(len(rows)), at]
-    offsets = np.zeros(top + 1, np.uint8)
-    np.bitwise_or.at(offsets, anchor, (1 << at).astype(np.uint8))
-    distinct = np.flatnonzero(offsets)
-    per = np.unpackbits(offsets[distinct, None], axis=1).sum(axis=1)  # offsets per anchor
-    expected = int((freq[distinct] * per).sum()) * ANCHOR_STRIDE
-    limit = int(n * ANCHOR_SHARE)
-    if expected > limit:
-        return None
-    out = np.empty(max(min(4 * expected + 1024, limit), 1), np.int64)
-    m = cc.anchored_starts(tokens, w, offsets, out)
-    return None if m < 0 else out[:m]
-
-
-def scan_unit(
-    tokens: np.ndarray,
-    limit: int,
-    k: int,
-    new_set: tuple[np.ndarray, np.ndarray],
-    tables: list[IdTable],
-    old_size: int,
-    starts: np.ndarray | None = None,
-):
-    """Counts, in one unit of a kept shard, of the candidate k-grams it was never
-    counted for: those whose (k-1)-prefix or (k-1)-suffix got its id in this refresh
-    (id >= ``old_size``, its window in ``new_set``), the other one having an id too.
-
-    One compiled pass marks the windows that hash into the set (only those at
-    ``starts`` when given: a superset of where the set's windows occur); only
-    the few marked positions are then checked exactly by chained id lookups
-    (``tables`` = T_2..T_{k-1}). Returns sorted (keys, counts)."""
-    w = k - 1
-    n_pos = len(tokens) - k + 1
-    if n_pos <= 0 or len(tables) < w - 1:
-        return EMPTY_KEYS, EMPTY_COUNTS
-    tokens = np.ascontiguousarray(tokens, np.uint32)
-    if starts is None:
-        marked = np.zeros(len(tokens) - w + 1, bool)
-        cc.windows_in_set(tokens, w, new_set[0], new_set[1], marked)
-        hits = np.flatnonzero(marked)
-    else:
-        marked = np.zeros(len(starts), bool)
-        cc.windows_at_in_set(tokens, w, starts, new_set[0], new_set[1], marked)
-        hits = starts[marked].astype(np.int64)
-    # a k-gram at p has its prefix window at p or its suffix window at p + 1
-    pos = np.union1d(hits, hits - 1)
-    pos = pos[(pos >= 0) & (pos < min(n_pos, limit))]
-    if not len(pos):
-        return EMPTY_KEYS, EMPTY_COUNTS
-    span = pos[:, None] + np.arange(k)
-    grams = tokens[span]
-    a = chain_ids(grams[:, :w], tables)
-    b = chain_ids(grams[:, 1:], tables)
-    ok = (a != INVALID) & (b != INVALID) & ((a >= old_size) | (b >= old_size))
-    keys = tables[-1].code.encode(a[ok], grams[ok, w])
-    keys, counts = np.unique(keys, return_counts=True)
-    return keys, counts.astype(np.int64)
+@numba.njit(cache=True, nogil=True)
+def combine_runs(bk, bc, dk, dc, floor, ok, oc):
+    """Totals of a base run (distinct sorted keys, counts) and a delta run (signed counts)
+    in one merge pass; writes the keys whose total is >= floor into ok/oc.
+    Returns (number written, whether a total went negative)."""
+    i = 0
+    j = 0
+    m = 0
+    nb = len(bk)
+    nd = len(dk)
+    bad = False
+    while i < nb or j < nd:
+        if j >= nd or (i < nb and bk[i] < dk[j]):
+            key = bk[i]
+            t = np.int64(bc[i])
+            i += 1
+        elif i >= nb or dk[j] < bk[i]:
+            key = dk[j]
+            t = np.int64(dc[j])
+            j += 1
+        else:
+            key = bk[i]
+            t = np.int64(bc[i]) + np.int64(dc[j])
+            i += 1
+            j += 1
+        if t < 0:
+            bad = True
+        if t >= floor:
+            ok[m] = key
+            oc[m] = t
+            m += 1
+    return m, bad

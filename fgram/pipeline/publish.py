@@ -11,8 +11,9 @@ import threading
 import time
 import uuid
 
+from .cache import cache_dir
 from .errors import LockedError, OutputError
-from .storage import Location, cache_dir, check_bucket, json_bytes, locate
+from .storage import Location, check_bucket, json_bytes, locate
 
 
 def as_location(out, storage: dict | None = None) -> Location:

@@ -5,7 +5,7 @@ whole lengths shortest first, the last one partly, by token ids)."""
 
 from __future__ import annotations
 
-from . import kernels as kn
+import numpy as np
 
 
 def add_length(
@@ -19,9 +19,9 @@ def add_length(
     the S-th largest count seen so far (safe: the S f-grams count at least that, and an
     n-gram counts at most its parts); every length's
     histogram keeps only counts at or above it. Returns the threshold."""
-    hists[k] = kn.merge_hists(*part_hists)
+    hists[k] = merge_hists(*part_hists)
     if size is not None:
-        best = kn.kth_largest(kn.merge_hists(*hists.values()), size)
+        best = kth_largest(merge_hists(*hists.values()), size)
         if best is not None and best > threshold:
             threshold = best
     for length in hists:
@@ -36,12 +36,12 @@ def selection(hists: dict[int, dict[int, int]], size: int | None):
     at the cutoff, whole lengths are taken shortest first, and the last one
     taken (``cut_len``) only partly (by token ids, decided in the final sort).
     """
-    combined = kn.merge_hists(*hists.values())
+    combined = merge_hists(*hists.values())
     total = sum(combined.values())
     if size is None or total <= size:
         by_len = {k: sum(h.values()) for k, h in hists.items()}
         return (min(combined) if combined else 0), max(hists, default=0), total, by_len
-    cutoff = kn.kth_largest(combined, size)
+    cutoff = kth_largest(combined, size)
     assert cutoff is not None  # total > size: the S-th largest count exists
     by_len = {k: sum(n for c, n in h.items() if c > cutoff) for k, h in hists.items()}
     need = size - sum(by_len.values())
@@ -55,3 +55,28 @@ def selection(hists: dict[int, dict[int, int]], size: int | None):
             by_len[length] += take
             need -= take
     return cutoff, cut_len, size, by_len
+
+
+def histogram(counts: np.ndarray, floor: int) -> dict[int, int]:
+    """{count value: number of keys} for counts >= floor (a small summary)."""
+    c = counts[counts >= floor]
+    vals, num = np.unique(c, return_counts=True)
+    return {int(v): int(n) for v, n in zip(vals, num, strict=True)}
+
+
+def kth_largest(hist: dict[int, int], k: int) -> int | None:
+    """The k-th largest value of a histogram, or None if it holds fewer than k."""
+    seen = 0
+    for value in sorted(hist, reverse=True):
+        seen += hist[value]
+        if seen >= k:
+            return value
+    return None
+
+
+def merge_hists(*hists: dict[int, int]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for h in hists:
+        for v, n in h.items():
+            out[v] = out.get(v, 0) + n
+    return out

@@ -10,13 +10,12 @@ variables and config files, ``AWS_ENDPOINT_URL``), plus storage options
 (``--storage-option KEY=VALUE``: the keyword arguments of the scheme's pyarrow
 filesystem, e.g. ``endpoint_override=http://127.0.0.1:8333``). Retries and
 time-outs are bounded (`S3_DEFAULTS`). Errors come back as one line that names
-the URI and the problem, never a secret (`redact`).
+the URI and the problem, never a secret (`failures.redact`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -25,7 +24,8 @@ from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from .errors import ConfigError, FgramError, InputError, OutputError, StorageUnavailable
+from .errors import ConfigError, FgramError, InputError, OutputError
+from .failures import failure, first_line, redact
 
 SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file")
 # bounded: a dead endpoint fails in seconds, not minutes (the SDK's own retries, 3 tries)
@@ -41,42 +41,6 @@ ENV_SETTINGS = (
     "AWS_PROFILE",
     "AWS_REGION",
 )
-SECRET_WORDS = ("secret", "token", "password", "key", "credential", "sas", "sig")
-
-
-def parse_options(pairs) -> dict[str, str]:
-    """``("k=v", ...)`` -> ``{"k": "v"}`` (the CLI's ``--storage-option``)."""
-    out = {}
-    for item in pairs or ():
-        key, sep, value = str(item).partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--storage-option: expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def is_secret(key: str) -> bool:
-    low = key.lower()
-    return any(w in low for w in SECRET_WORDS) and "endpoint" not in low
-
-
-def public_options(options: dict | None) -> dict:
-    """Storage options as a manifest or a log may show them: secrets masked."""
-    return {k: ("***" if is_secret(k) else v) for k, v in sorted((options or {}).items())}
-
-
-def _secrets(options: dict | None) -> list[str]:
-    found = [str(v) for k, v in (options or {}).items() if is_secret(k) and v]
-    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY"):
-        if os.environ.get(name):
-            found.append(os.environ[name])
-    return [s for s in found if len(s) >= 3]
-
-
-def redact(text: str, options: dict | None = None) -> str:
-    for secret in _secrets(options):
-        text = text.replace(secret, "***")
-    return text
 
 
 def scheme_of(uri: str) -> str | None:
@@ -197,70 +161,9 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
     return fs, path
 
 
-def first_line(exc: BaseException, options: dict | None = None, limit: int = 300) -> str:
-    """An exception's first line, cut to ``limit`` characters, secrets redacted."""
-    text = str(exc).strip()
-    return redact(text.splitlines()[0][:limit] if text else type(exc).__name__, options)
-
-
 def json_bytes(obj) -> bytes:
     """JSON as fgram writes it everywhere: indented, keys sorted, a final newline."""
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
-
-
-def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]:
-    """(one-line cause of a storage failure, whether it may pass: an endpoint down)."""
-    text = str(exc)
-    where = _endpoint(options)
-    if "curlCode: 6," in text or "resolve host" in text:
-        return f"cannot reach the object store{where} (host name not found)", True
-    if "curlCode: 28" in text or "imed out" in text:
-        return f"the object store{where} did not answer in time", True
-    if (
-        "NETWORK_CONNECTION" in text
-        or "curlCode: 7" in text
-        or "Could not connect" in text
-        or "Connection refused" in text
-    ):
-        return f"cannot reach the object store{where} (connection refused)", True
-    if (
-        "ACCESS_DENIED" in text
-        or "SIGNATURE_DOES_NOT_MATCH" in text
-        or "InvalidAccessKeyId" in text
-        or "INVALID_ACCESS_KEY_ID" in text
-        or "403" in text
-    ):
-        return (
-            "access denied (check the credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
-            "the AWS config, or --storage-option)"
-        ), False
-    if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or "bucket does not exist" in text:
-        return "no such bucket", False
-    if isinstance(exc, FileNotFoundError):
-        return "no such file or directory", False
-    return first_line(exc, options), False
-
-
-def _endpoint(options: dict | None) -> str:
-    """' at ENDPOINT' for messages, from the options or the environment ('' if neither)."""
-    end = (
-        (options or {}).get("endpoint_override")
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-    )
-    return f" at {end}" if end else ""
-
-
-def failure(
-    uri: str, exc: BaseException, options: dict | None = None, reading: bool = False
-) -> FgramError:
-    """The error to raise for a storage call on ``uri`` that failed with ``exc``."""
-    if isinstance(exc, FgramError):
-        return exc
-    cause, passing = explain(exc, options)
-    if passing:
-        return StorageUnavailable(f"{uri}: {cause}")
-    return InputError(uri, cause) if reading else OutputError(f"{uri}: {cause}")
 
 
 @dataclass(frozen=True)
@@ -480,118 +383,3 @@ def check_bucket(loc: Location) -> None:
         loc.fs.get_file_info(pafs.FileSelector(bucket, allow_not_found=True))
     except Exception as exc:  # noqa: BLE001
         raise failure(loc.uri, exc, dict(loc.options)) from None
-
-
-def cache_dir(*parts: str) -> str:
-    """fgram's local cache (``$FGRAM_CACHE_DIR``, else ``~/.cache/fgram``), made on demand."""
-    root = os.environ.get("FGRAM_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fgram"
-    )
-    path = os.path.join(root, *parts)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-CACHE_MAX = "FGRAM_CACHE_MAX"  # bytes of object-store copies kept (default 32G)
-DEFAULT_CACHE_MAX = 32 * 2**30
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str | int) -> int:
-    """'512M', '2G', '1048576' -> bytes."""
-    if isinstance(text, int):
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ConfigError(f"not a size: {text!r} (examples: 512M, 2G, 1048576)")
-    scale = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}[m.group(2).lower()]
-    return int(float(m.group(1)) * scale)
-
-
-def cache_limit() -> int:
-    return parse_size(os.environ.get(CACHE_MAX) or DEFAULT_CACHE_MAX)
-
-
-def cached_copy(obj: Location, sha256: str, size: int) -> str:
-    """A local copy of an object-store file, for memory mapping: kept in the cache's
-    ``remote/`` folder under its sha256 (so one content is fetched once, whatever its
-    URI), checked against it when downloaded. The folder holds at most `cache_limit`
-    bytes: the least recently used copies are deleted first (a process that maps one
-    keeps its pages)."""
-    folder = cache_dir("remote")
-    path = os.path.join(folder, f"{sha256}.npy")
-    if os.path.exists(path) and os.path.getsize(path) == size:
-        os.utime(path)  # its time is its last use
-        return path
-    _evict(folder, cache_limit() - size)
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    obj.download(tmp)
-    if file_sha256(tmp) != sha256:
-        os.remove(tmp)
-        raise FgramError(f"{obj.uri}: checksum mismatch (corrupt, or changed while read)")
-    os.replace(tmp, path)
-    return path
-
-
-def immutable_copy(obj: Location) -> str:
-    """A local copy of an object that never changes once written (a refresh store's
-    objects, which have names of their own), in the cache's ``remote/`` folder under a
-    digest of its URI: fetched once per machine (`keep_copy` spares even that for what
-    this machine wrote), bounded with `cached_copy`'s copies."""
-    path = _immutable_path(obj)
-    if os.path.exists(path):
-        os.utime(path)
-        return path
-    size = obj.info().size or 0
-    _evict(os.path.dirname(path), cache_limit() - size)
-    obj.download(path)
-    return path
-
-
-def local_path(loc: Location) -> str:
-    """A path on this machine holding the bytes of ``loc``, a file that never changes once
-    written: its own path, or its `immutable_copy`."""
-    return loc.path if loc.local else immutable_copy(loc)
-
-
-def keep_copy(obj: Location, local_path: str) -> None:
-    """Keep ``local_path``, the file just uploaded as ``obj``, as its `immutable_copy`."""
-    path = _immutable_path(obj)
-    _evict(os.path.dirname(path), cache_limit() - os.path.getsize(local_path))
-    os.replace(local_path, path)
-
-
-def _immutable_path(obj: Location) -> str:
-    # the endpoint too: one bucket name on two stores is two buckets
-    digest = hashlib.sha256(f"{obj.uri}{_endpoint(dict(obj.options))}".encode()).hexdigest()[:32]
-    return os.path.join(cache_dir("remote"), f"obj-{digest}-{obj.name}")
-
-
-def _evict(folder: str, room: int) -> None:
-    """Delete the least recently used copies until the rest take at most ``room`` bytes."""
-    entries = []
-    for name in os.listdir(folder):
-        try:
-            st = os.stat(os.path.join(folder, name))
-        except OSError:
-            continue
-        entries.append((st.st_mtime, st.st_size, name))
-    total = sum(e[1] for e in entries)
-    for _, size, name in sorted(entries):
-        if total <= max(room, 0):
-            break
-        try:
-            os.remove(os.path.join(folder, name))
-            total -= size
-        except OSError:
-            pass

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import uuid
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import compiled as cc
 from .errors import FgramError
 
 SCHEMA = pa.schema(
@@ -161,7 +161,7 @@ def rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     rbits = max(int(distinct - 1).bit_length(), 1)
     lead = min(k, (64 - rbits) // vbits)
     head = np.empty(n, np.uint64)
-    cc.pack_head(tokens, rank, lead, np.uint64(vbits), head)
+    pack_head(tokens, rank, lead, np.uint64(vbits), head)
     order = np.argsort(head)
     if lead == k:
         return order
@@ -199,7 +199,7 @@ def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path) -> int:
         order = rank_order(toks, cnts)
         mine = groups.length == k
         dest = np.empty(len(order), np.int64)
-        if not cc.place_ranked(
+        if not place_ranked(
             np.asarray(cnts, np.int64),
             order,
             groups.count[mine],
@@ -217,7 +217,7 @@ def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path) -> int:
     np.cumsum(lengths, out=offsets[1:])
     flat = np.zeros(int(offsets[-1]), dtype=np.int32)
     for toks, order, dest in placed:
-        cc.scatter_rows(toks, order, dest, offsets, flat)
+        scatter_rows(toks, order, dest, offsets, flat)
     write_table(arrow_table(np.arange(lo, lo + n), lengths, offsets, flat, counts), path)
     return n
 
@@ -271,3 +271,57 @@ def write_table(table: pa.Table, path) -> None:
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20)
     path.write_bytes(buf.getvalue())
+
+
+@numba.njit(cache=True, nogil=True)
+def pack_head(tokens, rank, lead, vbits, out):
+    """out[i] = rank[i], then tokens[i, :lead] (vbits each), as one uint64 (`table.rank_order`)."""
+    for i in range(tokens.shape[0]):
+        h = np.uint64(rank[i])
+        for j in range(lead):
+            h = (h << vbits) | np.uint64(tokens[i, j])
+        out[i] = h
+
+
+@numba.njit(cache=True, nogil=True)
+def place_ranked(counts, order, gcount, gstart, lo, hi, k, lengths, out_counts, dest):
+    """Number rows of one length, visited in rank order (``order``), in whole groups:
+    ``gcount``/``gstart`` are this length's groups (counts descending, first ids). Row
+    order[i] gets id gstart[g] + (i - first i of its count); ids in [lo, hi) are written
+    (lengths, out_counts at id - lo) and dest[i] = id - lo, else dest[i] = -1. False if a
+    row's count has no group."""
+    g = -1
+    run = 0
+    prev = -1
+    for i in range(len(order)):
+        c = counts[order[i]]
+        if c != prev:
+            prev = c
+            run = i
+            g += 1
+            while g < len(gcount) and gcount[g] != c:
+                g += 1
+            if g == len(gcount):
+                return False
+        fid = gstart[g] + (i - run)
+        if fid < hi:
+            p = fid - lo
+            lengths[p] = k
+            out_counts[p] = c
+            dest[i] = p
+        else:
+            dest[i] = -1
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def scatter_rows(tokens, order, dest, offsets, flat):
+    """flat[offsets[dest[i]]:][:k] = tokens[order[i]] for every i with dest[i] >= 0."""
+    k = tokens.shape[1]
+    for i in range(len(order)):
+        p = dest[i]
+        if p >= 0:
+            o = offsets[p]
+            r = order[i]
+            for j in range(k):
+                flat[o + j] = tokens[r, j]

@@ -12,7 +12,7 @@ previous sequence.
 
 TAGS may be a local folder or a URI (``s3://...``, with ``storage`` options): Parquet
 tags are read from the store; a flat shard's ``.npy`` tags are copied once into the
-local cache (`storage.immutable_copy`: an object-store output's files have names of
+local cache (`cache.immutable_copy`: an object-store output's files have names of
 their own generation, never rewritten) and memory-mapped.
 """
 
@@ -23,11 +23,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .cache import local_path
 from .errors import FgramError
 from .index import FgramIndex, manifest_fingerprint
-from .inputs import Shard, Unit, list_column, read_flat_range, read_row_groups
 from .publish import MANIFEST, SUCCESS, generation_name
-from .storage import Location, local_path, locate
+from .reading import Shard, Unit, list_column, read_flat_range, read_row_groups
+from .storage import Location, locate
 
 
 def open_tags(

@@ -50,7 +50,7 @@ def load_array(path, mmap: bool = True) -> np.ndarray:
 
 
 def read_into(path, scratch, name: str) -> np.ndarray:
-    """A 1-d array file read into ``scratch``'s buffer ``name`` (a `kernels.Scratch`):
+    """A 1-d array file read into ``scratch``'s buffer ``name`` (a `scratch.Scratch`):
     a worker reading one such file per unit reuses the same pages (a fresh
     array's first touch costs more than the copy)."""
     if _remote(path):

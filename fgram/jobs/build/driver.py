@@ -32,15 +32,16 @@ from fgram.jobs.build.state import (
 )
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
-from fgram.pipeline import kernels as kn
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
 from fgram.pipeline.inputs import check_inputs, plan_shards, plan_units, shard_record, tokens_of
+from fgram.pipeline.keys import INVALID, KeyCode
 from fgram.pipeline.publish import OutputLock, check_output, finish
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import Location
 from fgram.pipeline.table import Groups, table_record
+from fgram.pipeline.warmup import warm_up
 from fgram.pipeline.workdir import Sweeper
 from fgram.version import __version__
 
@@ -68,7 +69,7 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
     try:
         shards = plan_shards(cfg.inputs, cfg.read_options())
         units = plan_units(shards, cfg.unit_tokens)
-        kn.warm_up()  # compile (or load) the kernels once here, not in every worker at once
+        warm_up()  # compile (or load) the kernels once here, not in every worker at once
         fingerprint = run_fingerprint(cfg, shards)
         staging, state = prepare_staging(cfg, out, fingerprint)
         plan = Plan(cfg, shards, units, wf.join(staging, "_work"))
@@ -145,7 +146,7 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
         offsets = np.concatenate([[0], np.cumsum(kept_per_part)]).astype(np.int64).tolist()
         offsets_by_len[k] = offsets
         kept = offsets[-1]
-        if kept >= int(kn.INVALID):
+        if kept >= int(INVALID):
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
         broadcast = kept * 8 <= cfg.broadcast_budget or ex.name == "local"
         answer = k < cfg.max_len and not broadcast
@@ -186,7 +187,7 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
     totals, passes = st.totals, st.passes
     t0 = time.time()
     PROGRESS.stage("select")
-    plan.codes = {k: kn.KeyCode(*bits) for k, bits in st.codes.items()}
+    plan.codes = {k: KeyCode(*bits) for k, bits in st.codes.items()}
     cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     # the decode of length k holds every selected (k-1)-gram's tokens in each task

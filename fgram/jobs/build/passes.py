@@ -11,11 +11,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fgram.jobs.executors import as_task
-from fgram.pipeline import kernels as kn
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.counting import ids_at, unit_table
 from fgram.pipeline.errors import InputError, OutputError
-from fgram.pipeline.inputs import Shard, Unit, read_unit
+from fgram.pipeline.keys import MAX_TOKEN, KeyCode
+from fgram.pipeline.merging import ids_in, key_slice, merge_counts_bucketed, part_range
+from fgram.pipeline.reading import Shard, Unit, read_unit
+from fgram.pipeline.scratch import Scratch
+from fgram.pipeline.selection import histogram
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
 MERGE_BYTES = 64 * 2**20  # target volume of one merge task
@@ -36,7 +40,7 @@ class Plan:
 
 
 _TABLE_CACHE: dict[tuple, np.ndarray] = {}
-SCRATCH = kn.Scratch()  # a worker's count tasks reuse its work arrays
+SCRATCH = Scratch()  # a worker's count tasks reuse its work arrays
 
 
 def _frequent_table(plan: Plan, wd: WorkDir, k: int, nparts: int) -> np.ndarray:
@@ -53,7 +57,7 @@ def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.nda
     """Global ids (INVALID where not frequent) of unit u's distinct keys of pass k."""
     if prev["broadcast"]:
         keys = load_array(wd.unit(k, u, "keys"))
-        return kn.ids_in(
+        return ids_in(
             _frequent_table(plan, wd, k, prev["nparts"]),
             keys,
             out=SCRATCH.get("answers", len(keys), np.uint32),
@@ -71,25 +75,25 @@ def token_ceiling(shards: list[Shard]) -> int:
     top = 0
     for s in shards:
         if s.format == "flat":
-            top = max(top, min(int(np.iinfo(np.dtype(s.dtype)).max), kn.MAX_TOKEN))
+            top = max(top, min(int(np.iinfo(np.dtype(s.dtype)).max), MAX_TOKEN))
         else:
-            top = kn.MAX_TOKEN
+            top = MAX_TOKEN
     return top
 
 
-def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -> kn.KeyCode:
+def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -> KeyCode:
     """Keys as narrow as the ids and tokens allow: exact one-word counting sorts.
     Pass 2 knows only what the inputs' types allow; later passes, the largest
     token read and the previous pass's number of frequent (k-1)-grams."""
     if k == 2:
         top = token_ceiling(shards)
-        return kn.KeyCode.fitting(top, top)
+        return KeyCode.fitting(top, top)
     assert kept_before is not None and top_token is not None  # known after pass 2
-    return kn.KeyCode.fitting(kept_before - 1, top_token)
+    return KeyCode.fitting(kept_before - 1, top_token)
 
 
 @as_task
-def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) -> dict:
+def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> dict:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
     if wf.exists(wd.unit_done(k, u)):  # counted already (head start, or a resumed run)
@@ -113,9 +117,9 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: kn.KeyCode) 
             if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
                 return load_json(wd.unit_done(k, u))
             raise
-        ids = kn.ids_at(answers, order, len(tokens), SCRATCH)
+        ids = ids_at(answers, order, len(tokens), SCRATCH)
     last = k == cfg.max_len
-    uniq, counts, order, counted = kn.unit_table(
+    uniq, counts, order, counted = unit_table(
         ids, tokens, k, stream.limit, want_order=not last, code=code, scratch=SCRATCH
     )
     save_array(wd.unit(k, u, "keys"), uniq)
@@ -151,18 +155,18 @@ def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
 
 
 @as_task
-def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.KeyCode) -> dict:
+def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCode) -> dict:
     wd = WorkDir(plan.work)
-    lo, hi = kn.part_range(nparts, p)
+    lo, hi = part_range(nparts, p)
     runs = []
     for u in range(len(plan.units)):
         keys = load_array(wd.unit(k, u, "keys"))
-        a, b = kn.key_slice(keys, lo, hi)
+        a, b = key_slice(keys, lo, hi)
         if b > a:
             runs.append(
                 (np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b]))
             )
-    keys, counts = kn.merge_counts_bucketed(
+    keys, counts = merge_counts_bucketed(
         runs, code, lo, 2**64 if hi is None else hi, scratch=SCRATCH
     )
     # only keys that may be kept: the threshold only rises from the floor (a small share
@@ -171,7 +175,7 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: kn.Key
     counts = counts[kept]
     save_array(wd.merged(k, p, "keys"), keys[kept])
     save_array(wd.merged(k, p, "counts"), counts)
-    return {"part": p, "hist": kn.histogram(counts, floor)}
+    return {"part": p, "hist": histogram(counts, floor)}
 
 
 @as_task
@@ -186,13 +190,13 @@ def keep_task(
     save_array(wd.frequent(k, p, "keys"), fkeys)
     save_array(wd.frequent(k, p, "counts"), counts[keep])
     if answer:
-        lo, hi = kn.part_range(nparts, p)
+        lo, hi = part_range(nparts, p)
         offsets = np.zeros(len(plan.units) + 1, dtype=np.int64)
         chunks = []
         for u in range(len(plan.units)):
             ukeys = load_array(wd.unit(k, u, "keys"))
-            a, b = kn.key_slice(ukeys, lo, hi)
-            chunks.append(kn.ids_in(fkeys, np.asarray(ukeys[a:b]), offset))
+            a, b = key_slice(ukeys, lo, hi)
+            chunks.append(ids_in(fkeys, np.asarray(ukeys[a:b]), offset))
             offsets[u + 1] = offsets[u] + (b - a)
         save_array(
             wd.answers(k, p, "ids"), np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
@@ -210,7 +214,7 @@ def unit_files(plan: Plan, k: int) -> list[str]:
     ]
 
 
-def candidates(wd: WorkDir, k: int, p: int, code: kn.KeyCode, cutoff: int, cut_len: int):
+def candidates(wd: WorkDir, k: int, p: int, code: KeyCode, cutoff: int, cut_len: int):
     """The frequent k-grams of range p that may be selected: (index in the range, counts,
     prefix id or first token, last token)."""
     keys = load_array(wd.frequent(k, p, "keys"), mmap=False)

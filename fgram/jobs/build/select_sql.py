@@ -9,15 +9,13 @@ import os
 import numpy as np
 
 from fgram.jobs.build.passes import Plan, candidates
-from fgram.pipeline import kernels as kn
 from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.keys import KeyCode
 from fgram.pipeline.table import arrow_array
 from fgram.pipeline.workdir import WorkDir
 
 
-def final_rows(
-    plan: Plan, k: int, p: int, code: kn.KeyCode, offset: int, cutoff: int, cut_len: int
-):
+def final_rows(plan: Plan, k: int, p: int, code: KeyCode, offset: int, cutoff: int, cut_len: int):
     """Arrow rows of the frequent k-grams of range p that may be selected."""
     import pyarrow as pa
 

@@ -28,16 +28,18 @@ from fgram.jobs.refresh.tasks import (
     scan_task,
     table_task,
 )
-from fgram.pipeline import kernels as kn
 from fgram.pipeline import versions as vs
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
-from fgram.pipeline.inputs import Shard, plan_shards, plan_units, shard_record
+from fgram.pipeline.inputs import plan_shards, plan_units, shard_record
+from fgram.pipeline.keys import KeyCode
 from fgram.pipeline.publish import OutputLock, finish, staging_for
+from fgram.pipeline.reading import Shard
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import check_bucket, locate
 from fgram.pipeline.table import Groups, table_record
+from fgram.pipeline.warmup import warm_up
 from fgram.pipeline.workdir import load_json, save_json
 from fgram.version import __version__
 
@@ -143,7 +145,7 @@ def _refresh(
     shards: list[Shard],
     old_store: dict | None,
     starting: Starting,
-    code: kn.KeyCode,
+    code: KeyCode,
     old_cutoff: int | None = None,
 ) -> tuple[dict, dict]:
     """``code``: the store's keys (`store_code` of ``shards``); ``old_cutoff``: the cutoff
@@ -177,7 +179,7 @@ def _refresh(
         {k: lv["table"] for k, lv in old_levels.items() if lv["table"]},
         [rare[u.shard].get((u.start, u.stop)) for u in kept_units],
     )
-    kn.warm_up()
+    warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
     timing = {"plan": round(time.time() - t_begin, 3)}
     entries = {

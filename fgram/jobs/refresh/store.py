@@ -12,12 +12,14 @@ import uuid
 
 import numpy as np
 
-from fgram.pipeline import kernels as kn
 from fgram.pipeline import versions as vs
 from fgram.pipeline import workdir as wf
+from fgram.pipeline.cache import cache_dir, keep_copy, local_path
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.inputs import Shard, shard_record
-from fgram.pipeline.storage import Location, cache_dir, keep_copy, local_path
+from fgram.pipeline.inputs import shard_record
+from fgram.pipeline.keys import KeyCode
+from fgram.pipeline.reading import Shard
+from fgram.pipeline.storage import Location
 from fgram.pipeline.workdir import load_array, load_json, save_array
 
 STORE_FORMAT = 3  # 3: the store's key code depends on the shards' token width
@@ -31,7 +33,7 @@ def objects_dir(root):
 
 def put(root, arr: np.ndarray) -> str:
     """Write an immutable object (a .npy file) into the store; returns its name. On an
-    object store this machine keeps its copy in the cache (`storage.keep_copy`)."""
+    object store this machine keeps its copy in the cache (`cache.keep_copy`)."""
     name = f"{uuid.uuid4().hex}.npy"
     dest = wf.join(objects_dir(root), name)
     if isinstance(dest, Location) and not dest.local:
@@ -55,17 +57,17 @@ def shard_digest(shard: Shard) -> str:
     return hashlib.sha256(json.dumps(shard_record(shard), sort_keys=True).encode()).hexdigest()[:32]
 
 
-def store_code(shards: list[Shard]) -> kn.KeyCode:
+def store_code(shards: list[Shard]) -> KeyCode:
     """The store's key code: 32 bits of prefix id and 16 of last token when every shard
     is a flat file of 16-bit tokens (a unit's count then sorts one word per position,
     docs/internals.md), else 32 + 32. Another code starts the store afresh."""
     small = bool(shards) and all(
         s.format == "flat" and np.dtype(s.dtype).itemsize <= 2 for s in shards
     )
-    return kn.KeyCode(32, 16 if small else 32)
+    return KeyCode(32, 16 if small else 32)
 
 
-def store_options(cfg: BuildConfig, code: kn.KeyCode) -> dict:
+def store_options(cfg: BuildConfig, code: KeyCode) -> dict:
     rec = cfg.record()
     return {
         "format": STORE_FORMAT,

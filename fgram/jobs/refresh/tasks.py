@@ -12,11 +12,15 @@ import numpy as np
 from fgram.jobs.build.passes import SCRATCH
 from fgram.jobs.executors import as_task
 from fgram.jobs.refresh.store import get, put, put_chunk, put_run
-from fgram.pipeline import kernels as kn
 from fgram.pipeline import partials as pt
+from fgram.pipeline import scans
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.inputs import Shard, Unit, read_unit
+from fgram.pipeline.counting import ids_at, unit_table
+from fgram.pipeline.keys import INVALID, KeyCode
+from fgram.pipeline.merging import part_range
+from fgram.pipeline.reading import Shard, Unit, read_unit
+from fgram.pipeline.selection import histogram
 from fgram.pipeline.storage import Location
 from fgram.pipeline.table import Groups, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
@@ -29,7 +33,7 @@ class RPlan:
     cfg: BuildConfig
     root: str | Location  # the refresh root: a local path, or a `Location` on an object store
     work: str | Location
-    code: kn.KeyCode  # the store's keys (`store_code`)
+    code: KeyCode  # the store's keys (`store_code`)
     new_shards: list[Shard]
     new_units: list[Unit]
     kept_shards: list[Shard]
@@ -74,19 +78,21 @@ def unit_file(plan: RPlan, k: int, u: int, what: str) -> str:
     return WorkDir(plan.work).unit(k, u, what)
 
 
+def _read(plan: RPlan, shards: list[Shard], unit: Unit):
+    """A unit's token stream, with the overlap its longest n-grams need."""
+    cfg = plan.cfg
+    return read_unit(
+        shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1, scratch=SCRATCH
+    )
+
+
 @as_task
 def count_task(plan: RPlan, k: int, u: int) -> dict:
     """Count new unit u's candidate k-grams (prefix and suffix in T_{k-1})."""
     t0 = time.time()
     cfg = plan.cfg
     unit = plan.new_units[u]
-    stream = read_unit(
-        plan.new_shards[unit.shard],
-        unit,
-        cfg.read_options(),
-        overlap=cfg.max_len - 1,
-        scratch=SCRATCH,
-    )
+    stream = _read(plan, plan.new_shards, unit)
     tokens = stream.tokens
     if k == 2:
         prev = tokens
@@ -96,10 +102,10 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
             read_into(unit_file(plan, k - 1, u, "pos"), SCRATCH, "prev_pos"),
             read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"),
         )
-        prev = kn.ids_at(id_table(plan, k - 1).lookup(uniq), order, len(tokens), SCRATCH)
+        prev = ids_at(id_table(plan, k - 1).lookup(uniq), order, len(tokens), SCRATCH)
     rare = put(plan.root, rare_bigrams(tokens, prev)) if k == 3 else None
     last = k == cfg.max_len
-    uniq, counts, order, counted = kn.unit_table(
+    uniq, counts, order, counted = unit_table(
         prev, tokens, k, stream.limit, want_order=not last, code=plan.code, scratch=SCRATCH
     )
     if not last:
@@ -124,9 +130,7 @@ def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
     places where a bigram can occur that gets an id later (id tables only grow), so
     a later refresh scans just these for new bigram ids, not the whole unit."""
     t = tokens
-    at = np.flatnonzero(
-        (ids[: len(t) - 1] == kn.INVALID) & (t[:-1] != kn.INVALID) & (t[1:] != kn.INVALID)
-    )
+    at = np.flatnonzero((ids[: len(t) - 1] == INVALID) & (t[:-1] != INVALID) & (t[1:] != INVALID))
     return at.astype(np.uint32 if len(t) <= 2**32 else np.int64)  # 4 bytes unless huge units
 
 
@@ -134,21 +138,16 @@ def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
 def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
     """Count, in kept unit u, the k-grams it lacks: prefix or suffix new in T_{k-1}."""
     t0 = time.time()
-    cfg = plan.cfg
     unit = plan.kept_units[u]
     rows = load_array(wf.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
-    stream = read_unit(
-        plan.kept_shards[unit.shard],
-        unit,
-        cfg.read_options(),
-        overlap=cfg.max_len - 1,
-        scratch=SCRATCH,
-    )
+    stream = _read(plan, plan.kept_shards, unit)
     tables = [id_table(plan, j) for j in range(2, k)]
     rare = plan.kept_rare[u] if k == 3 else None
-    starts = get(plan.root, rare) if rare is not None else pt.anchored_starts(stream.tokens, rows)
-    keys, counts = pt.scan_unit(
-        stream.tokens, stream.limit, k, pt.window_set(rows), tables, old_size, starts
+    starts = (
+        get(plan.root, rare) if rare is not None else scans.anchored_starts(stream.tokens, rows)
+    )
+    keys, counts = scans.scan_unit(
+        stream.tokens, stream.limit, k, scans.window_set(rows), tables, old_size, starts
     )
     run = put_run(plan.root, keys, counts) if len(keys) else None
     return {
@@ -188,7 +187,7 @@ def merge_task(
     to the work folder; returns the range's histogram and its new base piece
     (``compact``) or delta piece."""
     root = plan.root
-    lo, hi = kn.part_range(nparts, p)
+    lo, hi = part_range(nparts, p)
     base = _slices(root, level["base"], lo, hi)
     if len(base) != 1:  # base pieces of another split: at most a few overlap a range
         base = (
@@ -212,7 +211,7 @@ def merge_task(
     save_array(wd.merged(k, p, "fresh"), fresh_counts)
     out = pt.signed_sum([base, delta]) if compact else delta
     piece = put_run(root, *out, lo=lo, hi=hi) if len(out[0]) else None
-    return {"part": p, "hist": kn.histogram(counts, floor), "piece": piece, "delta": len(delta[0])}
+    return {"part": p, "hist": histogram(counts, floor), "piece": piece, "delta": len(delta[0])}
 
 
 @as_task
@@ -234,7 +233,7 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
     table = id_table(plan, k)
     old_size = table.size
     known = table.lookup(frequent)
-    is_new = known == kn.INVALID
+    is_new = known == INVALID
     new_keys, new_ids, new_rows = table.additions(
         frequent, is_new, None if k == 2 else id_table(plan, k - 1)
     )

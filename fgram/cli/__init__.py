@@ -1,0 +1,120 @@
+"""The `fgram` command: the group, its endings (`main`) and its commands (`make`: the
+commands that write tables and corpora; `use`: those that read a table; `options`: what
+they share)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+
+from fgram.cli import make, use
+from fgram.cli.options import Interrupted, fail
+from fgram.pipeline.errors import FgramError
+from fgram.version import __version__
+
+
+class _Commands(click.Group):
+    """Every command's endings in one place: an `FgramError` (bad input, options or
+    output) is one line and exit status 2; Ctrl-C is `Interrupted` (see `main`)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise Interrupted(getattr(exc, "fgram_kept", None)) from None
+        except FgramError as exc:
+            fail(str(exc))
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(__version__, prog_name="fgram")
+@click.option(
+    "--log-level",
+    type=click.Choice(["off", "error", "warn", "info", "debug"]),
+    default=None,
+    help="Spark's log messages at this level and above (default: error; "
+    "$FGRAM_LOG_LEVEL); fgram's own stage lines show at every level but off. debug also "
+    "shows fgram's debug records and keeps the JVM's start-up lines.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No log messages at all (--log-level off).")
+def cli(log_level, quiet) -> None:
+    """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark.
+
+    \b
+    fgram synth -o corpus --tokens 10000000           # a small corpus to try
+    fgram build fgrams corpus --dtype uint16 --doc-sep 0
+    fgram show fgrams
+    """
+    from fgram.jobs.progress import PROGRESS
+    from fgram.spark.session import LOG_LEVEL
+    from fgram.spark.session import log_level as effective_level
+
+    if quiet or log_level:
+        os.environ[LOG_LEVEL] = "off" if quiet else log_level
+    level = effective_level()
+    if level == "off":
+        PROGRESS.disable()
+    else:  # stage lines (INFO) always; fgram's debug records with debug
+        PROGRESS.enable(level=logging.DEBUG if level == "debug" else logging.INFO)
+
+
+for command in (
+    make.build_command,
+    make.refresh_command,
+    make.synth_command,
+    make.clean_command,
+    use.show_command,
+    use.diff_command,
+    use.index_command,
+    use.annotate_command,
+    use.coverage_command,
+    use.embed_command,
+    use.lookup_command,
+):
+    cli.add_command(command)
+
+
+def main() -> None:
+    """The `fgram` command: every way a run can end is one line on stderr (a traceback only
+    with --log-level debug), exit 0, 2 (bad input or options: `FgramError`), 1 (anything
+    else, e.g. a failed Spark job) or 130 (interrupted)."""
+    from fgram.jobs.progress import PROGRESS
+
+    try:
+        finished = False
+        try:
+            cli.main(prog_name="fgram", standalone_mode=False)
+            finished = True
+        finally:
+            PROGRESS.end(finished)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (Interrupted, click.exceptions.Abort, KeyboardInterrupt) as exc:
+        kept = exc.args[0] if isinstance(exc, Interrupted) and exc.args else None
+        click.echo(f"fgram: interrupted{'; ' + kept if kept else ''}", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - one line instead of a py4j traceback
+        from fgram.pipeline.errors import task_failure
+        from fgram.spark.session import log_level
+
+        if log_level() == "debug":
+            import traceback
+
+            traceback.print_exc()
+        line, _ = task_failure(str(exc)) if str(exc) else (type(exc).__name__, None)
+        kept = getattr(exc, "fgram_kept", None)
+        click.echo(f"fgram: error: {line}{'; ' + kept if kept else ''}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

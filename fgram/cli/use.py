@@ -1,0 +1,361 @@
+"""The commands that read a table: show, diff, index, annotate, coverage, embed, lookup."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from fgram.cli.options import (
+    SPARK_OPTIONS,
+    conf_pairs,
+    engine_option,
+    fail,
+    load_tokenizer,
+    parse_storage,
+    refuse_existing,
+    renamed,
+    shard_options,
+    shown,
+    storage_option,
+)
+from fgram.pipeline.errors import FgramError
+
+
+@click.command("diff", short_help="F-grams added and removed between two tables.")
+@click.argument("old")
+@click.argument("new")
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=int,
+    help="How many of the most frequent added and removed f-grams to list.",
+)
+@click.option("--show", "old_show", default=None, type=int, hidden=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
+@storage_option
+def diff_command(old, new, top, old_show, as_json, storage):
+    """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
+
+    OLD and NEW are build outputs, versions (TABLE/versions/<id>) or refresh folders
+    (their current version).
+
+    \b
+    fgram diff fgrams-june fgrams --top 20
+    fgram diff TABLE/versions/<id> TABLE --json
+    """
+    from fgram.pipeline.diff import diff_tables
+
+    top = renamed("--show", "--top", old_show, top)
+    rep = diff_tables(old, new, show=top, storage=parse_storage(storage))
+    if as_json:
+        click.echo(json.dumps(rep, indent=2))
+        return
+    click.echo(f"{rep['old']} -> {rep['new']}")
+    click.echo(
+        f"f-grams {rep['fgrams']['old']} -> {rep['fgrams']['new']}: "
+        f"+{rep['added']} added, -{rep['removed']} removed, {rep['kept']} kept "
+        f"({rep['kept_count_changed']} with another count)"
+    )
+    click.echo(
+        f"cutoff count {rep['cutoff_count']['old']} -> {rep['cutoff_count']['new']}; "
+        f"tokens {rep['tokens']['old']} -> {rep['tokens']['new']}"
+    )
+    for name in ("added", "removed"):
+        for row in rep[f"top_{name}"]:
+            click.echo(f"  {'+' if name == 'added' else '-'} {row['count']:>10}  {row['tokens']}")
+
+
+@click.command("show", short_help="A table's summary and top f-grams.")
+@click.argument("table", metavar="TABLE")
+@click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
+@click.option(
+    "--tokenizer",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@storage_option
+def show_command(table, top, tokenizer, as_json, storage):
+    """Summarise table TABLE: the manifest and the top f-grams.
+
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+
+    \b
+    fgram show fgrams --top 20 --tokenizer tokenizer.json
+    """
+    from fgram.pipeline.versions import open_table, table_dataset
+
+    loc, manifest = open_table(table, parse_storage(storage))
+    if as_json:
+        click.echo(json.dumps(manifest, indent=2))
+        return
+    decode = load_tokenizer(tokenizer).decode if tokenizer else None
+    cfg = manifest["config"]
+    click.echo(f"fgram table {shown(loc)} (fgram {manifest['fgram_version']})")
+    click.echo(
+        f"  inputs: {len(manifest['inputs'])} files, {manifest['totals']['tokens']} tokens, "
+        f"{manifest['totals']['documents']} documents"
+    )
+    click.echo(f"  config: K={cfg['max_len']} min_count={cfg['min_count']} size={cfg['size']}")
+    click.echo(
+        f"  f-grams: {manifest['fgrams']}, cutoff count {manifest['cutoff_count']}, "
+        f"by length {manifest['by_length']}"
+    )
+    click.echo(
+        f"  {'pass':>4} {'threshold':>9} {'candidates':>12} {'distinct':>10} {'kept':>10} "
+        f"{'lookup':>9} {'seconds':>8}"
+    )
+    for p in manifest["passes"]:  # a refresh's passes count no distinct or lookup
+        click.echo(
+            f"  {p['length']:>4} {p['threshold']:>9} {p['candidates']:>12} "
+            f"{p.get('distinct', '-'):>10} {p['kept']:>10} {p.get('lookup', '-'):>9} "
+            f"{p['seconds']:>8.2f}"
+        )
+    table = table_dataset(loc, manifest).head(top) if top > 0 else None
+    if table is not None and table.num_rows:
+        click.echo(f"  top {table.num_rows}:")
+        for row in table.to_pylist():
+            text = f"  {decode(row['tokens'])!r}" if decode else ""
+            click.echo(f"  {row['fgram_id']:>8} {row['count']:>10} {row['tokens']}{text}")
+
+
+@click.command("index", short_help="The f-gram index that lookups use.")
+@click.argument("table", metavar="TABLE")
+@click.option("--overwrite", is_flag=True, help="Replace an existing index.")
+@storage_option
+def index_command(table, overwrite, storage):
+    """Write TABLE/index/: the memory-mappable f-gram index that lookups use.
+
+    \b
+    fgram index fgrams
+    """
+    from fgram.pipeline.index import write_index
+
+    where = refuse_existing(table, "index", storage, overwrite)
+    meta = write_index(table, parse_storage(storage))
+    click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
+
+
+def _annotate(table, shards, output, overwrite, opts: dict) -> dict:
+    """Run annotate (or, with no ``output``, coverage) with the shard options ``opts``."""
+    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+
+    opts = {**opts, "conf": conf_pairs(opts["conf"]), "storage": parse_storage(opts["storage"])}
+    return run_annotate(
+        AnnotateConfig(table=table, inputs=list(shards), output=output, overwrite=overwrite, **opts)
+    )
+
+
+def _print_coverage(cov: dict) -> None:
+    n = cov["positions"]
+    click.echo(f"  positions: {n}")
+    click.echo(f"  {'length':>7} {'positions':>12} {'share':>8}")
+    click.echo(f"  {'none':>7} {cov['unmatched']:>12} {cov['share_unmatched']:>8.2%}")
+    for length, count in cov["matched_by_length"].items():
+        click.echo(f"  {length:>7} {count:>12} {cov['share_by_length'][length]:>8.2%}")
+    click.echo(f"  mean match length (1 where unmatched): {cov['mean_match_length']:.3f}")
+
+
+@click.command("annotate", short_help="Per-token f-gram tags of training shards.")
+@click.argument("table", metavar="TABLE")
+@click.argument("shards", nargs=-1, required=True)
+@click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
+@shard_options
+def annotate_command(table, shards, output, overwrite, **opts):
+    """Tag every token of SHARDS with its longest f-gram of TABLE (needs TABLE/index).
+
+    Parquet shards give Parquet tags (fgram_ids, match_len, and the input's other
+    columns, same row order); flat shards give <name>.fgid.npy and <name>.mlen.npy
+    aligned with the tokens.
+
+    \b
+    fgram annotate fgrams shards/ --dtype uint16 --doc-sep 0 -o tags
+    """
+    m = _annotate(table, shards, output, overwrite, opts)
+    click.echo(f"tagged {m['coverage']['positions']} tokens -> {shown(output)}")
+    _print_coverage(m["coverage"])
+
+
+@click.command("coverage", short_help="How much of held-out shards a table matches.")
+@click.argument("table", metavar="TABLE")
+@click.argument("shards", nargs=-1, required=True)
+@shard_options
+def coverage_command(table, shards, **opts):
+    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams.
+
+    \b
+    fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0
+    """
+    m = _annotate(table, shards, None, False, opts)
+    _print_coverage(m["coverage"])
+
+
+@click.command("embed", short_help="A model's output for every f-gram (the store).")
+@click.argument("table", metavar="TABLE")
+@click.option(
+    "--model",
+    required=True,
+    help="module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) "
+    "-> [B, d] (e.g. fgram.pipeline.models:hashed).",
+)
+@click.option("--batch", default=4096, show_default=True, help="F-grams per model call.")
+@click.option(
+    "--float",
+    "float_type",
+    default="float16",
+    show_default=True,
+    type=click.Choice(["float16", "bfloat16", "float32"]),
+    help="Stored row type.",
+)
+@click.option(
+    "--dtype",
+    "old_dtype",
+    default=None,
+    hidden=True,
+    type=click.Choice(["float16", "bfloat16", "float32"]),
+)
+@click.option(
+    "--chunk-rows",
+    default=1 << 16,
+    show_default=True,
+    help="Rows per chunk: a killed run resumes from its last finished chunk.",
+)
+@click.option(
+    "--device",
+    default=None,
+    help="Passed to the model factory as device=... (e.g. cpu, cuda; torch models).",
+)
+@engine_option("spark, or every chunk in this process without a JVM.")
+@click.option("--local", is_flag=True, hidden=True)
+@click.option("--overwrite", is_flag=True, help="Replace existing embeddings.")
+@SPARK_OPTIONS[0]
+@SPARK_OPTIONS[1]
+@storage_option
+def embed_command(
+    table,
+    model,
+    batch,
+    float_type,
+    old_dtype,
+    chunk_rows,
+    device,
+    engine,
+    local,
+    overwrite,
+    master,
+    conf,
+    storage,
+):
+    """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
+
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+    Chunks run as Spark tasks (or in this process with --engine local); a killed run
+    resumes from its finished chunks. Lookups afterwards need TABLE/index. --model has
+    no default: the rows are meaningful only for the f-gram model a model is trained
+    with (fgram.pipeline.models:hashed is a deterministic filler for trying the store).
+
+    \b
+    fgram embed fgrams --model fgram.pipeline.models:hashed --engine local
+    fgram embed fgrams --model mypkg.fgram_model:load --device cuda --float bfloat16
+    """
+    from fgram.jobs.embed import EmbedConfig, run_embed
+
+    where = refuse_existing(table, "embeddings", storage, overwrite)
+    float_type = renamed("--dtype", "--float", old_dtype, float_type)
+    if local:
+        engine = renamed("--local", "--engine local", "local", engine)
+    meta = run_embed(
+        EmbedConfig(
+            table=table,
+            model=model,
+            batch=batch,
+            dtype=float_type,
+            chunk_rows=chunk_rows,
+            device=device,
+            local=engine == "local",
+            master=master,
+            conf=conf_pairs(conf),
+            storage=parse_storage(storage),
+        )
+    )
+    click.echo(
+        f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
+        f"{meta['seconds']:.1f}s -> {where}"
+    )
+
+
+@click.command("lookup", short_help="The longest f-gram at each position of a context.")
+@click.argument("table", metavar="TABLE")
+@click.option(
+    "--tokens", default=None, help="Token ids of one context, separated by commas or spaces."
+)
+@click.option("--text", default=None, help="The text of one context (needs --tokenizer).")
+@click.option(
+    "--tokenizer",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="A Hugging Face tokenizer.json: tokenizes --text and shows the matches as "
+    "text (extra: tokenizers).",
+)
+@click.option(
+    "--mode",
+    default="mmap",
+    show_default=True,
+    type=click.Choice(["ram", "mmap"]),
+    help="mmap: arrays mapped from disk (shared, opens at once); ram: read into memory.",
+)
+@storage_option
+def lookup_command(table, tokens, text, tokenizer, mode, storage):
+    """Print, for each position of a context, its longest f-gram in table TABLE (and the
+    start of its embedding row when TABLE has embeddings).
+
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+
+    \b
+    fgram lookup fgrams --tokens 464,3290,286
+    fgram lookup fgrams --text "the cat sat" --tokenizer tokenizer.json
+    """
+    from fgram.pipeline.embed import FgramStore
+    from fgram.pipeline.index import FgramIndex
+
+    if (tokens is None) == (text is None):
+        fail("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
+    tok = load_tokenizer(tokenizer) if tokenizer else None
+    if text is not None:
+        if tok is None:
+            fail("--text needs --tokenizer tokenizer.json")
+        ids = tok.encode(text, add_special_tokens=False).ids
+    else:
+        try:
+            ids = [int(t) for t in tokens.replace(",", " ").split()]
+        except ValueError:
+            fail(f"--tokens {tokens!r}: expected token ids separated by commas or spaces")
+    opts = parse_storage(storage)
+    index = FgramIndex.open(table, mode=mode, storage=opts)
+    try:
+        store = FgramStore.open(table, mode=mode, storage=opts)
+    except FgramError:
+        store = None  # matches only: the table has no embeddings (`fgram embed`)
+    fid, lengths = index.match(ids)
+    rows = store.rows(fid) if store is not None else None
+    show = (lambda g: repr(tok.decode(g))) if tok else (lambda g: " ".join(map(str, g)))
+    click.echo(
+        f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  match"
+        + ("  |  row[:4]" if store is not None else "")
+    )
+    for i, t in enumerate(ids):
+        match = show(ids[i - int(lengths[i]) + 1 : i + 1]) if fid[i] >= 0 else "-"
+        line = f"  {i:>4} {t:>8} {fid[i]:>9} {lengths[i]:>4}  {match}"
+        if rows is not None:
+            line += "  |  " + (
+                "(unmatched: use the token embedding)"
+                if fid[i] < 0
+                else " ".join(f"{v:.4g}" for v in rows[i, :4])
+            )
+        click.echo(line)
+    if store is None:
+        click.echo("  (no embeddings: `fgram embed` adds a row per f-gram)")
