@@ -511,7 +511,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     save_array(wd.frequent(2, 0, "keys"), np.array(load_array(wd.unit(2, 0, "keys"))))
     prev = {"broadcast": True, "nparts": 1}
     third = job.count_task(plan, 3, 0, prev, code)
-    assert third["counted"] == 6 and third["distinct"] == 3  # 123 231 312 123 231 312
+    assert third.counted == 6 and third.distinct == 3  # 123 231 312 123 231 312
     assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w))] == []
     assert os.path.exists(wd.unit_done(2, 0)) and os.path.exists(wd.unit(3, 0, "pos"))
 

@@ -31,11 +31,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import ReadsShards
 from fgram.pipeline.errors import ConfigError, FgramError
@@ -175,6 +177,35 @@ def _id_type(index: FgramIndex):
 
 
 @as_task
+@dataclass(frozen=True)
+class AnnotateStage(Stage):
+    """Tag (or, without an output, only count the matches of) a unit per task."""
+
+    name = "annotate"
+    cfg: AnnotateConfig
+    shards: list[Shard]
+    units: list[Unit]
+    staging: Any  # where the tags go (a local path or a `Location`)
+    ident: str  # the index's identity (`index_id`): a worker's cached index is this one
+
+    def run(self, task: int) -> list[int]:
+        return annotate_task(self.cfg, self.shards, self.units, task, self.staging, self.ident)
+
+
+@dataclass(frozen=True)
+class AssembleStage(Stage):
+    """Join a flat shard's per-unit tag objects into its two files, a shard per task."""
+
+    name = "assemble"
+    shards: list[Shard]  # the flat shards
+    starts: list[list[int]]  # each one's units' first tokens
+    id_type: str
+    staging: Location
+
+    def run(self, task: int) -> None:
+        assemble_task(self.shards[task], self.starts[task], self.id_type, self.staging)
+
+
 def assemble_task(shard: Shard, starts: list[int], id_type: str, staging: Location) -> None:
     """Stream a flat shard's per-unit tag objects, in order, into its two ``.npy``
     objects (one upload each)."""
@@ -263,19 +294,17 @@ def _annotate(
                 )
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
     ident = index_id(index)
-    hists = ex.map(
-        len(units),
-        lambda u: annotate_task(cfg, shards, units, u, staging, ident),
-        progress=True,
-    )
+    tagging = AnnotateStage(cfg, shards, units, staging, ident)
+    hists = ex.map(len(units), tagging.run, progress=True)
     if _remote(staging):
         flat = [i for i, s in enumerate(shards) if s.format == "flat"]
         starts = {i: sorted(un.start for un in units if un.shard == i) for i in flat}
         PROGRESS.stage("assemble flat tags", len(flat), unit="shards")
         id_type = np.dtype(_id_type(index)).str
-        ex.map(
-            len(flat), lambda j: assemble_task(shards[flat[j]], starts[flat[j]], id_type, staging)
+        assembling = AssembleStage(
+            [shards[i] for i in flat], [starts[i] for i in flat], id_type, staging
         )
+        ex.map(len(flat), assembling.run)
         wf.remove_tree(staging.child("_work"))
     k = index.max_len
     hist = [sum(h[i] for h in hists) for i in range(k + 1)]

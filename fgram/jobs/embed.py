@@ -30,11 +30,13 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.cache import file_sha256
 from fgram.pipeline.embed import load_model, storage_dtype, to_stored
@@ -247,13 +249,29 @@ def _run_chunks(
     if not todo:
         return 0.0
     ex = make_executor("spark", spark, cfg.master, cfg.conf)
-    return sum(
-        ex.map(
-            len(todo),
-            lambda i: embed_task(cfg, table, todo[i], total, max_len, staging),
-            progress=True,
+    embedding = EmbedStage(cfg, table, todo, total, max_len, staging)
+    return embedding.summary(ex.map(len(todo), embedding.run, progress=True))["seconds"]
+
+
+@dataclass(frozen=True)
+class EmbedStage(Stage):
+    """Embed a chunk of rows per task (`embed_task`); the summary is the model's time."""
+
+    name = "embed"
+    cfg: EmbedConfig
+    table: Any  # the table's `Location`
+    todo: list[int]  # the chunks still to embed
+    total: int  # rows
+    max_len: int
+    staging: Any
+
+    def run(self, task: int) -> float:
+        return embed_task(
+            self.cfg, self.table, self.todo[task], self.total, self.max_len, self.staging
         )
-    )
+
+    def summary(self, results: list[float]) -> dict:
+        return {"seconds": sum(results)}
 
 
 def _meta(

@@ -12,10 +12,10 @@ import numpy as np
 from fgram.jobs.build.passes import (
     MERGE_BYTES,
     SCRATCH,
+    CountStage,
+    KeepStage,
+    MergeStage,
     Plan,
-    count_task,
-    keep_task,
-    merge_task,
     pass_code,
     unit_files,
 )
@@ -38,12 +38,12 @@ from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
 from fgram.pipeline.inputs import check_inputs, plan_shards, plan_units, shard_record, tokens_of
 from fgram.pipeline.keys import INVALID, KeyCode
 from fgram.pipeline.publish import OutputLock, check_output, finish
+from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import Location
 from fgram.pipeline.table import Groups, table_record
 from fgram.pipeline.warmup import warm_up
 from fgram.pipeline.workdir import Sweeper
-from fgram.version import __version__
 
 
 def run_build(cfg: BuildConfig, spark=None) -> dict:
@@ -82,15 +82,15 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
     try:
         executor = HeadStart(starting, cfg.master, release=SCRATCH.clear)
         manifest = _build(executor, plan, staging, t_start, state or BuildState.fresh(cfg))
-        manifest["head_start_tasks"] = executor.in_driver
-        manifest["executor_start_seconds"] = starting.seconds
-        manifest["run_fingerprint"] = fingerprint_digest(fingerprint)
-        if resumed:
-            manifest["resumed"] = resumed
-        finish(staging, out, manifest)
+        manifest.head_start_tasks = executor.in_driver
+        manifest.executor_start_seconds = starting.seconds
+        manifest.run_fingerprint = fingerprint_digest(fingerprint)
+        manifest.resumed = resumed
+        record = manifest.to_json()
+        finish(staging, out, record)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
         PROGRESS.end()  # the last stage's line
-        return manifest
+        return record
     except BaseException as exc:
         where = getattr(staging, "uri", staging)
         if not keeps_work(exc):
@@ -107,7 +107,7 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         raise
 
 
-def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
+def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableManifest:
     cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
     hists, offsets_by_len = st.hists, st.offsets
     k = st.next
@@ -118,29 +118,20 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
         code = pass_code(k, shards, st.kept, st.top_token)
         prev = st.prev
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: count", len(units), tokens_of(shards, units))
-        stats = ex.map(
-            len(units),
-            lambda u, k=k, prev=prev, c=code: count_task(plan, k, u, prev, c),
-            overlap=True,
-            progress=True,
-        )
+        counting = CountStage(plan, k, prev, code)
+        count = counting.summary(ex.map(len(units), counting.run, overlap=True, progress=True))
         t_count = time.time()
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, keep")
         if k == 2:
-            st.totals = {
-                "documents": sum(s["documents"] for s in stats),
-                "tokens": sum(s["tokens"] for s in stats),
-            }
+            st.totals = {"documents": count["documents"], "tokens": count["tokens"]}
             if st.totals["tokens"] == 0:
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
-            st.top_token = max(s["max_token"] for s in stats)
-        distinct = sum(s["distinct"] for s in stats)
+            st.top_token = count["max_token"]
+        distinct = count["distinct"]
         nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
-        merged = ex.map_batched(
-            nparts, lambda p, k=k, n=nparts, f=floor, c=code: merge_task(plan, k, p, n, f, c)
-        )
+        merging = MergeStage(plan, k, nparts, floor, code)
+        part_hists = merging.summary(ex.map_batched(nparts, merging.run))["hists"]
         t_merge = time.time()
-        part_hists = [m["hist"] for m in merged]
         threshold = add_length(hists, k, part_hists, cfg.size, threshold)
         kept_per_part = [sum(n for c, n in h.items() if c >= threshold) for h in part_hists]
         offsets = np.concatenate([[0], np.cumsum(kept_per_part)]).astype(np.int64).tolist()
@@ -150,30 +141,26 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
         broadcast = kept * 8 <= cfg.broadcast_budget or ex.name == "local"
         answer = k < cfg.max_len and not broadcast
-        ex.map_batched(
-            nparts,
-            lambda p, k=k, n=nparts, t=threshold, o=offsets, a=answer: keep_task(
-                plan, k, p, n, t, o[p], a
-            ),
-        )
+        keeping = KeepStage(plan, k, nparts, threshold, offsets, answer)
+        ex.map_batched(nparts, keeping.run)
         st.passes.append(
-            {
-                "length": k,
-                "count_threshold": floor,
-                "threshold": threshold,
-                "candidates": sum(s["counted"] for s in stats),
-                "distinct": distinct,
-                "kept": kept,
-                "partitions": nparts,
-                "key_bits": [code.prefix_bits, code.last_bits],
-                "lookup": "broadcast" if broadcast else "join",
-                "seconds": round(time.time() - t0, 3),
-                "stages": {
+            PassRecord(
+                length=k,
+                count_threshold=floor,
+                threshold=threshold,
+                candidates=count["counted"],
+                distinct=distinct,
+                kept=kept,
+                partitions=nparts,
+                key_bits=[code.prefix_bits, code.last_bits],
+                lookup="broadcast" if broadcast else "join",
+                seconds=round(time.time() - t0, 3),
+                stages={
                     "count": round(t_count - t0, 3),
                     "merge": round(t_merge - t_count, 3),
                     "keep": round(time.time() - t_merge, 3),
                 },
-            }
+            )
         )
         st.threshold, st.kept = threshold, kept
         st.prev = {"nparts": nparts, "broadcast": broadcast}
@@ -209,19 +196,17 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> dict:
         write_table_sql(ex.spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
         select_stages = {}
     wf.remove_tree(work)
-    return {
-        "fgram_version": __version__,
-        "kind": "fgram-table",
-        "engine": ex.name,
-        "config": cfg.record(),
-        "inputs": [shard_record(s) for s in shards],
-        "units": len(units),
-        "totals": totals,
-        "passes": passes,
-        "cutoff_count": cutoff if selected else None,
-        "fgrams": selected,
-        "by_length": {str(k): n for k, n in sorted(by_len.items())},
-        "select": {"decode": final, "seconds": round(time.time() - t0, 3), **select_stages},
-        "seconds": round(time.time() - t_start, 3),
-        "table": table_record(),
-    }
+    return TableManifest(
+        engine=ex.name,
+        config=cfg.record(),
+        inputs=[shard_record(s) for s in shards],
+        units=len(units),
+        totals=totals,
+        passes=passes,
+        cutoff_count=cutoff if selected else None,
+        fgrams=selected,
+        by_length={str(k): n for k, n in sorted(by_len.items())},
+        select={"decode": final, "seconds": round(time.time() - t0, 3), **select_stages},
+        seconds=round(time.time() - t_start, 3),
+        table=table_record(),
+    )

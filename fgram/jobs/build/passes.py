@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fgram.jobs.executors import as_task
+from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.counting import ids_at, unit_table
@@ -18,6 +19,7 @@ from fgram.pipeline.errors import InputError, OutputError
 from fgram.pipeline.keys import MAX_TOKEN, KeyCode
 from fgram.pipeline.merging import ids_in, key_slice, merge_counts_bucketed, part_range
 from fgram.pipeline.reading import Shard, Unit, read_unit
+from fgram.pipeline.records import JsonRecord, int_keys
 from fgram.pipeline.scratch import Scratch
 from fgram.pipeline.selection import histogram
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
@@ -37,6 +39,35 @@ class Plan:
     # this run's name in the workers' caches: a worker (Spark's are reused, and so is the
     # driver) may serve several runs of one output, whose work files have the same paths
     run: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass
+class UnitCount(JsonRecord):
+    """What a count task reports of its unit (and leaves as the unit's completion marker)."""
+
+    FORMAT = 1
+
+    unit: int
+    documents: int  # documents started in the unit
+    tokens: int
+    counted: int  # candidate positions counted
+    distinct: int  # distinct keys
+    max_token: int  # the largest token id read (-1: none)
+
+
+@dataclass
+class RangeMerge(JsonRecord):
+    """What a merge task reports of its key range: the count histogram of the keys it
+    kept (at the pass's floor or above)."""
+
+    FORMAT = 1
+
+    part: int
+    hist: dict[int, int]
+
+    @classmethod
+    def restore(cls, values: dict) -> dict:
+        return {**values, "hist": int_keys(values["hist"])}
 
 
 _TABLE_CACHE: dict[tuple, np.ndarray] = {}
@@ -93,11 +124,11 @@ def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) ->
 
 
 @as_task
-def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> dict:
+def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> UnitCount:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
     if wf.exists(wd.unit_done(k, u)):  # counted already (head start, or a resumed run)
-        return load_json(wd.unit_done(k, u))
+        return _marker(wd, k, u)
     unit = plan.units[u]
     stream = read_unit(
         plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1, scratch=SCRATCH
@@ -115,7 +146,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
             answers = _unit_answers(plan, wd, k - 1, u, prev)
         except (FileNotFoundError, OutputError, InputError):
             if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
-                return load_json(wd.unit_done(k, u))
+                return _marker(wd, k, u)
             raise
         ids = ids_at(answers, order, len(tokens), SCRATCH)
     last = k == cfg.max_len
@@ -127,17 +158,24 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
     if not last:
         save_array(wd.unit(k, u, "pos"), order[0])
         save_array(wd.unit(k, u, "starts"), order[1])
-    stats = {
-        "unit": u,
-        "documents": stream.documents,
-        "tokens": stream.n_tokens,
-        "counted": counted,
-        "distinct": len(uniq),
-        "max_token": stream.max_token,
-    }
-    save_json(wd.unit_done(k, u), stats, durable=False)  # the unit's completion marker, last
+    stats = UnitCount(
+        unit=u,
+        documents=stream.documents,
+        tokens=stream.n_tokens,
+        counted=counted,
+        distinct=len(uniq),
+        max_token=stream.max_token,
+    )
+    save_json(wd.unit_done(k, u), stats.to_json(), durable=False)  # the completion marker, last
     if k > 2:
         _drop_inputs(wd, k - 1, u)
+    return stats
+
+
+def _marker(wd: WorkDir, k: int, u: int) -> UnitCount:
+    stats = UnitCount.from_json(load_json(wd.unit_done(k, u)))
+    if stats is None:  # a marker of another format: the unit is counted again
+        raise OutputError(f"{wd.unit_done(k, u)}: a completion marker of another format")
     return stats
 
 
@@ -155,7 +193,7 @@ def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
 
 
 @as_task
-def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCode) -> dict:
+def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCode) -> RangeMerge:
     wd = WorkDir(plan.work)
     lo, hi = part_range(nparts, p)
     runs = []
@@ -175,7 +213,7 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCod
     counts = counts[kept]
     save_array(wd.merged(k, p, "keys"), keys[kept])
     save_array(wd.merged(k, p, "counts"), counts)
-    return {"part": p, "hist": histogram(counts, floor)}
+    return RangeMerge(part=p, hist=histogram(counts, floor))
 
 
 @as_task
@@ -203,6 +241,69 @@ def keep_task(
         )
         save_array(wd.answers(k, p, "offsets"), offsets)
     return int(len(fkeys))
+
+
+@dataclass(frozen=True)
+class CountStage(Stage):
+    """Pass k's count: a task per unit (`count_task`)."""
+
+    name = "count"
+    plan: Plan
+    k: int
+    prev: dict | None  # the pass before's key ranges and lookup path (None for pass 2)
+    code: KeyCode
+
+    def run(self, task: int) -> UnitCount:
+        return count_task(self.plan, self.k, task, self.prev, self.code)
+
+    def summary(self, results: list[UnitCount]) -> dict:
+        return {
+            "documents": sum(s.documents for s in results),
+            "tokens": sum(s.tokens for s in results),
+            "counted": sum(s.counted for s in results),
+            "distinct": sum(s.distinct for s in results),
+            "max_token": max((s.max_token for s in results), default=-1),
+        }
+
+
+@dataclass(frozen=True)
+class MergeStage(Stage):
+    """Pass k's merge: a task per key range (`merge_task`)."""
+
+    name = "merge"
+    plan: Plan
+    k: int
+    nparts: int
+    floor: int  # the threshold the pass counted at: lower counts are never kept
+    code: KeyCode
+
+    def run(self, task: int) -> RangeMerge:
+        return merge_task(self.plan, self.k, task, self.nparts, self.floor, self.code)
+
+    def summary(self, results: list[RangeMerge]) -> dict:
+        return {"hists": [m.hist for m in results]}
+
+
+@dataclass(frozen=True)
+class KeepStage(Stage):
+    """Pass k's keep: a task per key range (`keep_task`); its ids start at the range's
+    offset."""
+
+    name = "keep"
+    plan: Plan
+    k: int
+    nparts: int
+    threshold: int
+    offsets: list[int]  # the first id of each range
+    answer: bool  # also answer the units' lookups for the next pass (the join path)
+
+    def run(self, task: int) -> int:
+        return keep_task(
+            self.plan, self.k, task, self.nparts, self.threshold, self.offsets[task], self.answer
+        )
+
+    def summary(self, results: list[int]) -> dict:
+        return {"kept": sum(results)}
 
 
 def unit_files(plan: Plan, k: int) -> list[str]:

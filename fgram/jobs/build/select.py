@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from fgram.jobs.build.passes import Plan, candidates
 from fgram.jobs.executors import as_task
+from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.table import Groups, bucket_order, write_ranked
@@ -113,6 +115,56 @@ def rank_task(
     return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
 
 
+@dataclass(frozen=True)
+class DecodeStage(Stage):
+    """Decode length k's selected f-grams: a task per key range (`decode_task`)."""
+
+    name = "decode"
+    plan: Plan
+    k: int
+    offsets_by_len: dict[int, list[int]]
+    groups: Groups
+    task_firsts: np.ndarray
+    cutoff: int
+    cut_len: int
+
+    def run(self, task: int) -> int:
+        return decode_task(
+            self.plan,
+            self.k,
+            task,
+            self.offsets_by_len,
+            self.groups,
+            self.task_firsts,
+            self.cutoff,
+            self.cut_len,
+        )
+
+
+@dataclass(frozen=True)
+class RankStage(Stage):
+    """Rank and write the table: a task per rank range of whole groups (`rank_task`)."""
+
+    name = "rank"
+    plan: Plan
+    parts_by_len: dict[int, int]
+    groups: Groups
+    task_firsts: np.ndarray
+    selected: int
+    out_dir: str
+
+    def run(self, task: int) -> int:
+        return rank_task(
+            self.plan,
+            task,
+            self.parts_by_len,
+            self.groups,
+            self.task_firsts,
+            self.selected,
+            self.out_dir,
+        )
+
+
 def write_table(
     ex, plan: Plan, offsets_by_len, groups: Groups, cutoff, cut_len, selected, staging
 ) -> dict:
@@ -121,20 +173,14 @@ def write_table(
     parts_by_len = {k: len(o) - 1 for k, o in offsets_by_len.items()}
     t0 = time.time()
     for k in sorted(offsets_by_len):
-        ex.map_batched(
-            parts_by_len[k],
-            lambda p, k=k: decode_task(
-                plan, k, p, offsets_by_len, groups, task_firsts, cutoff, cut_len
-            ),
-        )
+        decoding = DecodeStage(plan, k, offsets_by_len, groups, task_firsts, cutoff, cut_len)
+        ex.map_batched(parts_by_len[k], decoding.run)
     t1 = time.time()
     out_dir = wf.join(staging, "fgrams")
     wf.remove_tree(out_dir)  # a resumed run's earlier attempt at this stage
     wf.make_dirs(out_dir)
-    ex.map(
-        len(task_firsts),
-        lambda r: rank_task(plan, r, parts_by_len, groups, task_firsts, selected, out_dir),
-    )
+    ranking = RankStage(plan, parts_by_len, groups, task_firsts, selected, out_dir)
+    ex.map(len(task_firsts), ranking.run)
     return {
         "decode_seconds": round(t1 - t0, 3),
         "rank_write_seconds": round(time.time() - t1, 3),

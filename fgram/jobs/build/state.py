@@ -6,7 +6,7 @@ completed pass (for --resume)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from fgram.jobs.build.passes import Plan
 from fgram.jobs.executors import runs_here
@@ -15,6 +15,7 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError
 from fgram.pipeline.inputs import shard_record
 from fgram.pipeline.publish import staging_for
+from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
 from fgram.pipeline.workdir import WorkDir, load_json, save_json
 from fgram.version import __version__
@@ -115,15 +116,16 @@ STATE_FORMAT = 1  # state.json's layout: a resumed run reads only its own format
 
 
 @dataclass
-class BuildState:
+class BuildState(JsonRecord):
     """What the driver knows between passes, saved after each (``_work/state.json``):
-    a resumed run continues from it. JSON keys are strings; `from_json` restores the
-    integer keys (lengths, counts)."""
+    a resumed run continues from it."""
+
+    FORMAT = STATE_FORMAT
 
     next: int  # the next pass's length (max_len + 1: every pass is done)
     threshold: int  # the count an n-gram needs to be kept, so far
     hists: dict[int, dict[int, int]] = field(default_factory=dict)  # length -> count -> n
-    passes: list[dict] = field(default_factory=list)  # the manifest's pass records
+    passes: list[PassRecord] = field(default_factory=list)  # the manifest's pass records
     prev: dict | None = None  # the last pass's key ranges and lookup path
     offsets: dict[int, list[int]] = field(default_factory=dict)  # length -> first id per range
     codes: dict[int, list[int]] = field(default_factory=dict)  # length -> its key code's bits
@@ -135,21 +137,15 @@ class BuildState:
     def fresh(cls, cfg: BuildConfig) -> BuildState:
         return cls(next=2, threshold=cfg.min_count)
 
-    def to_json(self) -> dict:
-        return {"format": STATE_FORMAT, **asdict(self)}
-
     @classmethod
-    def from_json(cls, rec: dict) -> BuildState | None:
-        """The state a `to_json` record holds; None for another format's."""
-        if rec.get("format", STATE_FORMAT) != STATE_FORMAT:
-            return None
-        fields = {k: v for k, v in rec.items() if k != "format"}
-        fields["hists"] = {
-            int(k): {int(c): n for c, n in h.items()} for k, h in fields["hists"].items()
+    def restore(cls, values: dict) -> dict:
+        return {
+            **values,
+            "hists": {int(k): int_keys(h) for k, h in values["hists"].items()},
+            "offsets": int_keys(values["offsets"]),
+            "codes": int_keys(values["codes"]),
+            "passes": [PassRecord.from_json(p) for p in values["passes"]],
         }
-        fields["offsets"] = {int(k): v for k, v in fields["offsets"].items()}
-        fields["codes"] = {int(k): v for k, v in fields["codes"].items()}
-        return cls(**fields)
 
 
 def save_state(work, st: BuildState) -> None:

@@ -13,6 +13,9 @@ from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.refresh.store import (
+    Level,
+    ShardEntry,
+    StoreRecord,
     collect_garbage,
     objects_dir,
     shard_digest,
@@ -20,13 +23,12 @@ from fgram.jobs.refresh.store import (
     store_options,
 )
 from fgram.jobs.refresh.tasks import (
+    CountScanStage,
+    MergeStage,
+    RankStage,
     RPlan,
-    count_task,
-    merge_task,
-    rank_task,
+    TableStage,
     release_driver,
-    scan_task,
-    table_task,
 )
 from fgram.pipeline import versions as vs
 from fgram.pipeline import workdir as wf
@@ -36,19 +38,15 @@ from fgram.pipeline.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.keys import KeyCode
 from fgram.pipeline.publish import OutputLock, finish, staging_for
 from fgram.pipeline.reading import Shard
+from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import check_bucket, locate
 from fgram.pipeline.table import Groups, table_record
 from fgram.pipeline.warmup import warm_up
 from fgram.pipeline.workdir import load_json, save_json
-from fgram.version import __version__
 
 MERGE_BYTES = 256 * 2**20  # base volume read by one merge task
 COMPACT = 0.25  # rewrite a length's base when its delta outgrows this share of it
-
-
-def _empty_level() -> dict:
-    return {"table": None, "base": [], "delta": []}
 
 
 def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None, bound: bool = True) -> dict:
@@ -95,8 +93,8 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
                 "collected": collect_garbage(root),
             }
         if wf.exists(wf.join(vpath, "store.json")):
-            old_store = load_json(wf.join(vpath, "store.json"))
-            if old_store.get("options") != store_options(cfg, code):
+            old_store = StoreRecord.from_json(load_json(wf.join(vpath, "store.json")))
+            if old_store is not None and old_store.options != store_options(cfg, code):
                 old_store = None  # other options: start the store afresh
     vid = vs.new_version_id()
     out = vs.version_path(root, vid)
@@ -114,12 +112,14 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
             else None
         )
         manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
-        manifest["run_fingerprint"] = digest
-        manifest["refresh"]["previous"] = previous
-        save_json(wf.join(staging, "store.json"), store)
+        manifest.run_fingerprint = digest
+        assert manifest.refresh is not None
+        manifest.refresh["previous"] = previous
+        save_json(wf.join(staging, "store.json"), store.to_json())
         wf.remove_tree(work)
-        manifest["seconds"] = round(time.time() - t_start, 3)
-        finish(staging, out, manifest, new_folder=True)
+        manifest.seconds = round(time.time() - t_start, 3)
+        record = manifest.to_json()
+        finish(staging, out, record, new_folder=True)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
         PROGRESS.end()  # the last stage's line
     except BaseException:
@@ -134,7 +134,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
         "built": True,
         "pruned": pruned,
         "collected": collect_garbage(root),
-        "manifest": manifest,
+        "manifest": record,
     }
 
 
@@ -143,30 +143,27 @@ def _refresh(
     root,
     staging,
     shards: list[Shard],
-    old_store: dict | None,
+    old_store: StoreRecord | None,
     starting: Starting,
     code: KeyCode,
     old_cutoff: int | None = None,
-) -> tuple[dict, dict]:
+) -> tuple[TableManifest, StoreRecord]:
     """``code``: the store's keys (`store_code` of ``shards``); ``old_cutoff``: the cutoff
     count of the version ``old_store`` belongs to, when that version held S f-grams
     (None otherwise)."""
     t_begin = time.time()
     work = wf.join(staging, "_work")
-    old_store = old_store or {"levels": {}, "shards": {}}
-    old_levels = {int(k): v for k, v in old_store["levels"].items()}
+    old_levels = old_store.levels if old_store else {}
+    old_shards = old_store.shards if old_store else {}
     digests = [shard_digest(s) for s in shards]
-    kept_idx = [i for i, d in enumerate(digests) if d in old_store["shards"]]
-    new_idx = [i for i, d in enumerate(digests) if d not in old_store["shards"]]
+    kept_idx = [i for i, d in enumerate(digests) if d in old_shards]
+    new_idx = [i for i, d in enumerate(digests) if d not in old_shards]
     current = set(digests)
-    removed = {d: e for d, e in old_store["shards"].items() if d not in current}
+    removed = {d: e for d, e in old_shards.items() if d not in current}
     kept_shards = [shards[i] for i in kept_idx]
     new_shards = [shards[i] for i in new_idx]
     kept_units = plan_units(kept_shards, cfg.unit_tokens)
-    rare = [
-        {(a, b): name for a, b, name in old_store["shards"][digests[i]].get("rare", [])}
-        for i in kept_idx
-    ]
+    rare = [{(a, b): name for a, b, name in old_shards[digests[i]].rare or []} for i in kept_idx]
     plan = RPlan(
         cfg,
         root,
@@ -176,149 +173,115 @@ def _refresh(
         plan_units(new_shards, cfg.unit_tokens),
         kept_shards,
         kept_units,
-        {k: lv["table"] for k, lv in old_levels.items() if lv["table"]},
+        {k: lv.table for k, lv in old_levels.items() if lv.table},
         [rare[u.shard].get((u.start, u.stop)) for u in kept_units],
     )
     warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
     timing = {"plan": round(time.time() - t_begin, 3)}
     entries = {
-        d: {
-            "record": e["record"],
-            "totals": e["totals"],
-            "partials": {k: list(v) for k, v in e["partials"].items()},
-            **({"rare": e["rare"]} if "rare" in e else {}),
-        }
-        for d, e in old_store["shards"].items()
+        d: ShardEntry(e.record, dict(e.totals), {k: list(v) for k, v in e.partials.items()}, e.rare)
+        for d, e in old_shards.items()
         if d in current
     }
-    new_entries: dict[str, dict] = {
-        digests[i]: {
-            "record": shard_record(shards[i]),
-            "totals": {"documents": 0, "tokens": 0},
-            "partials": {},
-        }
+    new_entries = {
+        digests[i]: ShardEntry(shard_record(shards[i]), {"documents": 0, "tokens": 0})
         for i in new_idx
     }
     # only shards added: the current version's S f-grams keep at least its cutoff count, so
     # the new cutoff is at least that, and nothing counted less can be an f-gram
     threshold = max(cfg.min_count, old_cutoff or 0) if not removed else cfg.min_count
     hists: dict[int, dict[int, int]] = {}
-    levels: dict[int, dict] = {}
+    levels: dict[int, Level] = {}
     passes = []
     old_size, scan_rows, done = 0, 0, False
     for k in range(2, cfg.max_len + 1):
         t0 = time.time()
-        level = old_levels.get(k, _empty_level())
+        level = old_levels.get(k) or Level()
         floor = threshold
-        # one job: the new units' counts (largest first), then the old units' scans, in
-        # batches (a scan is short next to a Spark task's launch)
+        # one job: the new units' counts (largest first), then the old units' scans
         todo = [("count", u) for u in range(len(plan.new_units))]
         n_scanned = len(plan.kept_units) if k > 2 and scan_rows else 0
         todo += [("scan", u) for u in range(n_scanned)]
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: count new, scan old units")
-        done_now = ex.map_batched(
-            len(todo),
-            lambda i, k=k, o=old_size, todo=todo: (
-                count_task(plan, k, todo[i][1])
-                if todo[i][0] == "count"
-                else scan_task(plan, k, todo[i][1], o)
-            ),
-        )
-        stats = [r for (kind, _), r in zip(todo, done_now, strict=True) if kind == "count"]
-        fresh = [s["run"] for s in stats if s["run"]["n"]]
+        counting = CountScanStage(plan, k, old_size, todo)
+        done_now = counting.summary(ex.map_batched(len(todo), counting.run))
+        stats, scans = done_now["counts"], done_now["scans"]
+        fresh = [s.run for s in stats if s.run["n"]]
         for s in stats:
-            unit = plan.new_units[s["unit"]]
+            unit = plan.new_units[s.unit]
             e = new_entries[digests[new_idx[unit.shard]]]
-            e["partials"].setdefault(str(k), []).append(s["run"])
-            if s["rare"]:
-                e.setdefault("rare", []).append([unit.start, unit.stop, s["rare"]])
+            e.partials.setdefault(k, []).append(s.run)
+            if s.rare:
+                e.rare = [*(e.rare or []), [unit.start, unit.stop, s.rare]]
             if k == 2:
-                e["totals"]["documents"] += s["documents"]
-                e["totals"]["tokens"] += s["tokens"]
+                e.totals["documents"] += s.documents
+                e.totals["tokens"] += s.tokens
         scanned = []
-        for (kind, u), r in zip(todo, done_now, strict=True):
-            if kind == "scan" and r["run"]:
-                scanned.append(r["run"])
-                d = digests[kept_idx[plan.kept_units[u].shard]]
-                entries[d]["partials"].setdefault(str(k), []).append(r["run"])
+        for r in scans:
+            if r.run:
+                scanned.append(r.run)
+                d = digests[kept_idx[plan.kept_units[r.unit].shard]]
+                entries[d].partials.setdefault(k, []).append(r.run)
         t_count = time.time()
-        gone = [r for e in removed.values() for r in e["partials"].get(str(k), [])]
-        base_n = sum(piece["n"] for piece in level["base"])
-        change = sum(r["n"] for r in level["delta"] + fresh + scanned + gone)
+        gone = [r for e in removed.values() for r in e.partials.get(k, [])]
+        base_n = sum(piece["n"] for piece in level.base)
+        change = sum(r["n"] for r in level.delta + fresh + scanned + gone)
         compact = base_n == 0 or change > COMPACT * base_n
         PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, ids")
         rounds = math.ceil((base_n + change) * 16 / MERGE_BYTES / ex.parallelism)
         nparts = ex.parallelism * max(rounds, 1)  # no lone last round
-        merged = ex.map_batched(
-            nparts,
-            lambda p, k=k, n=nparts, f=floor, lv=level, c=compact, runs=(fresh, scanned, gone): (
-                merge_task(plan, k, p, n, f, lv, *runs, c)
-            ),
-        )
-        pieces = sorted((m["piece"] for m in merged if m["piece"]), key=lambda x: x["lo"])
-        new_level = (
-            {"base": pieces, "delta": []} if compact else {"base": level["base"], "delta": pieces}
-        )
+        merging = MergeStage(plan, k, nparts, floor, level, fresh, scanned, gone, compact)
+        merged = ex.map_batched(nparts, merging.run)
+        pieces = sorted((m.piece for m in merged if m.piece), key=lambda x: x["lo"])
+        new_level = Level(pieces, []) if compact else Level(level.base, pieces)
         t_merge = time.time()
         if not done:
-            threshold = add_length(hists, k, [m["hist"] for m in merged], cfg.size, threshold)
+            threshold = add_length(hists, k, [m.hist for m in merged], cfg.size, threshold)
         kept = sum(hists.get(k, {}).values()) if not done else 0
-        tab = ex.map(
-            1,
-            lambda _, k=k, n=nparts, t=threshold if not done else 2**62: table_task(plan, k, n, t),
-        )[0]
-        new_level["table"] = tab["table"]
-        if tab["table"]:
-            plan.tables[k] = tab["table"]
-        if tab["table"] and tab["table"]["size"] * (24 + 4 * k) > max(cfg.broadcast_budget, 1):
+        tabling = TableStage(plan, k, nparts, threshold if not done else 2**62)
+        tab = ex.map(1, tabling.run)[0]
+        new_level.table = tab.table
+        if tab.table:
+            plan.tables[k] = tab.table
+        if tab.table and tab.table["size"] * (24 + 4 * k) > max(cfg.broadcast_budget, 1):
             raise ConfigError(
-                f"refresh: the id table of {k}-grams ({tab['table']['size']} rows) "
+                f"refresh: the id table of {k}-grams ({tab.table['size']} rows) "
                 f"exceeds --broadcast-budget; raise it, or use `fgram build`"
             )
-        old_size, scan_rows = tab["old_size"], tab["scan_rows"]
+        old_size, scan_rows = tab.old_size, tab.scan_rows
         levels[k] = new_level
         passes.append(
-            {
-                "length": k,
-                "count_threshold": floor,
-                "threshold": threshold,
-                "candidates": sum(s["counted"] for s in stats),
-                "kept": kept,
-                "partitions": nparts,
-                "new_units": len(plan.new_units),
-                "scanned_units": n_scanned,
-                "scanned_at_rare": sum(r.get("at_rare", False) for r in done_now),
-                "scanned_at_anchors": sum(r.get("at_anchors", False) for r in done_now),
-                "scanned_grams": sum(r["n"] for r in scanned),
-                "ids_added": tab["added"],
-                "ids": (tab["table"] or {}).get("size", 0),
-                "delta": sum(m["delta"] for m in merged),
-                "compacted": compact,
-                "seconds": round(time.time() - t0, 3),
-                "task_seconds": {
-                    kind: round(
-                        sum(
-                            r["seconds"]
-                            for (w, _), r in zip(todo, done_now, strict=True)
-                            if w == kind
-                        ),
-                        3,
-                    )
-                    for kind in ("count", "scan")
-                },
-                "stages": {
+            PassRecord(
+                length=k,
+                count_threshold=floor,
+                threshold=threshold,
+                candidates=sum(s.counted for s in stats),
+                kept=kept,
+                partitions=nparts,
+                new_units=len(plan.new_units),
+                scanned_units=n_scanned,
+                scanned_at_rare=sum(r.at_rare for r in scans),
+                scanned_at_anchors=sum(r.at_anchors for r in scans),
+                scanned_grams=sum(r["n"] for r in scanned),
+                ids_added=tab.added,
+                ids=(tab.table or {}).get("size", 0),
+                delta=sum(m.delta for m in merged),
+                compacted=compact,
+                seconds=round(time.time() - t0, 3),
+                task_seconds=done_now["task_seconds"],
+                stages={
                     "count": round(t_count - t0, 3),
                     "merge": round(t_merge - t_count, 3),
                     "table": round(time.time() - t_merge, 3),
                 },
-            }
+            )
         )
         done = done or kept == 0
     entries.update(new_entries)
     totals = {
-        "documents": sum(e["totals"]["documents"] for e in entries.values()),
-        "tokens": sum(e["totals"]["tokens"] for e in entries.values()),
+        "documents": sum(e.totals["documents"] for e in entries.values()),
+        "tokens": sum(e.totals["tokens"] for e in entries.values()),
     }
     if totals["tokens"] == 0:
         raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
@@ -327,40 +290,31 @@ def _refresh(
     cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
     task_firsts = rank_split(groups, ex.parallelism, selected)
-    lengths = sorted(hists)
     out_dir = wf.join(staging, "fgrams")
     wf.make_dirs(out_dir)
-    ex.map(
-        len(task_firsts),
-        lambda r: rank_task(plan, r, lengths, groups, task_firsts, selected, out_dir),
-    )
-    store = {
-        "options": store_options(cfg, code),
-        "fgram_version": __version__,
-        "levels": {str(k): v for k, v in levels.items()},
-        "shards": entries,
-    }
-    manifest = {
-        "fgram_version": __version__,
-        "kind": "fgram-table",
-        "engine": ex.name,
-        "config": cfg.record(),
-        "inputs": [shard_record(s) for s in shards],
-        "totals": totals,
-        "passes": passes,
-        "cutoff_count": cutoff if selected else None,
-        "fgrams": selected,
-        "by_length": {str(k): n for k, n in sorted(by_len.items())},
-        "select": {"seconds": round(time.time() - t0, 3), "rank_tasks": len(task_firsts)},
-        "timing": timing,
-        "refresh": {
+    ranking = RankStage(plan, sorted(hists), groups, task_firsts, selected, out_dir)
+    ex.map(len(task_firsts), ranking.run)
+    store = StoreRecord(options=store_options(cfg, code), levels=levels, shards=entries)
+    manifest = TableManifest(
+        engine=ex.name,
+        config=cfg.record(),
+        inputs=[shard_record(s) for s in shards],
+        totals=totals,
+        passes=passes,
+        cutoff_count=cutoff if selected else None,
+        fgrams=selected,
+        by_length={str(k): n for k, n in sorted(by_len.items())},
+        select={"seconds": round(time.time() - t0, 3), "rank_tasks": len(task_firsts)},
+        seconds=0.0,  # set when it is published
+        table=table_record(),
+        timing=timing,
+        head_start_tasks=ex.in_driver,
+        executor_start_seconds=starting.seconds,
+        refresh={
             "new_shards": len(new_shards),
             "kept_shards": len(kept_shards),
-            "head_start_tasks": ex.in_driver,
-            "executor_start_seconds": starting.seconds,
             "removed_shards": len(removed),
             "store_reused": bool(old_levels),
         },
-        "table": table_record(),
-    }
+    )
     return manifest, store

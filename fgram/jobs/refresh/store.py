@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import uuid
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,11 +20,57 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.inputs import shard_record
 from fgram.pipeline.keys import KeyCode
 from fgram.pipeline.reading import Shard
+from fgram.pipeline.records import JsonRecord, int_keys, optional
 from fgram.pipeline.storage import Location
 from fgram.pipeline.workdir import load_array, load_json, save_array
+from fgram.version import __version__
 
 STORE_FORMAT = 3  # 3: the store's key code depends on the shards' token width
 STORE_OPTIONS = ("max_len", "min_count", "size", "column", "dtype", "doc_sep")
+
+
+@dataclass
+class Level(JsonRecord):
+    """One length's aggregate and id table. A run is ``{"keys", "counts", "n"}`` (two
+    objects and their length); a piece, a run of one key range (``lo``, ``hi``)."""
+
+    base: list[dict] = field(default_factory=list)  # pieces, by key range
+    delta: list[dict] = field(default_factory=list)  # what changed since the base (signed)
+    table: dict | None = None  # T_k: {"size", "chunks": [{"keys", "ids", "tokens", "n"}]}
+
+
+@dataclass
+class ShardEntry(JsonRecord):
+    """What the store keeps of one input shard (keyed by `shard_digest`)."""
+
+    record: dict  # `inputs.shard_record`
+    totals: dict[str, int]  # documents, tokens
+    partials: dict[int, list[dict]] = field(default_factory=dict)  # length -> its runs
+    rare: list[list] | None = optional()  # [start, stop, object] per unit: bigrams without id
+
+    @classmethod
+    def restore(cls, values: dict) -> dict:
+        return {**values, "partials": int_keys(values.get("partials", {}))}
+
+
+@dataclass
+class StoreRecord(JsonRecord):
+    """A version's ``store.json``: the partial counts a later refresh reuses."""
+
+    FORMAT = STORE_FORMAT
+
+    options: dict  # `store_options`: other options start the store afresh
+    levels: dict[int, Level] = field(default_factory=dict)
+    shards: dict[str, ShardEntry] = field(default_factory=dict)
+    fgram_version: str = __version__
+
+    @classmethod
+    def restore(cls, values: dict) -> dict:
+        return {
+            **values,
+            "levels": {int(k): Level.from_json(v) for k, v in values.get("levels", {}).items()},
+            "shards": {d: ShardEntry.from_json(e) for d, e in values.get("shards", {}).items()},
+        }
 
 
 def objects_dir(root):

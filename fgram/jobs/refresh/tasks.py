@@ -11,7 +11,8 @@ import numpy as np
 
 from fgram.jobs.build.passes import SCRATCH
 from fgram.jobs.executors import as_task
-from fgram.jobs.refresh.store import get, put, put_chunk, put_run
+from fgram.jobs.refresh.store import Level, get, put, put_chunk, put_run
+from fgram.jobs.stages import Stage
 from fgram.pipeline import partials as pt
 from fgram.pipeline import scans
 from fgram.pipeline import workdir as wf
@@ -20,6 +21,7 @@ from fgram.pipeline.counting import ids_at, unit_table
 from fgram.pipeline.keys import INVALID, KeyCode
 from fgram.pipeline.merging import part_range
 from fgram.pipeline.reading import Shard, Unit, read_unit
+from fgram.pipeline.records import JsonRecord, int_keys
 from fgram.pipeline.selection import histogram
 from fgram.pipeline.storage import Location
 from fgram.pipeline.table import Groups, write_ranked
@@ -40,6 +42,64 @@ class RPlan:
     kept_units: list[Unit]
     tables: dict  # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
     kept_rare: list  # per kept unit: its rare-bigram positions' object (or None)
+
+
+@dataclass
+class UnitCount(JsonRecord):
+    """What counting a new unit gives: its partial counts (a run in the store), and for
+    k = 3 where its bigrams have no id (``rare``, an object of the store)."""
+
+    FORMAT = 1
+
+    unit: int
+    run: dict  # the run's objects: {"keys", "counts", "n"}
+    documents: int
+    tokens: int
+    counted: int
+    rare: str | None
+    seconds: float
+
+
+@dataclass
+class UnitScan(JsonRecord):
+    """What scanning a kept unit gives: the counts of the k-grams its partials lacked."""
+
+    FORMAT = 1
+
+    unit: int
+    run: dict | None  # None: none found
+    at_rare: bool  # only at the bigrams that had no id before
+    at_anchors: bool  # only at windows holding an anchor token
+    seconds: float
+
+
+@dataclass
+class RangeTotals(JsonRecord):
+    """A key range's totals after a merge: their histogram, the range's new base or delta
+    piece (a run in the store, None when empty) and the delta's size."""
+
+    FORMAT = 1
+
+    part: int
+    hist: dict[int, int]
+    piece: dict | None
+    delta: int
+
+    @classmethod
+    def restore(cls, values: dict) -> dict:
+        return {**values, "hist": int_keys(values["hist"])}
+
+
+@dataclass
+class TableUpdate(JsonRecord):
+    """T_k after its newly frequent k-grams were added."""
+
+    FORMAT = 1
+
+    table: dict | None  # {"size", "chunks"}; None while T_k is empty
+    old_size: int  # ids before: an id at or above it is new
+    added: int
+    scan_rows: int  # new ids that old shards must be scanned for at k+1
 
 
 _TABLES: dict[tuple, pt.IdTable] = {}
@@ -87,7 +147,7 @@ def _read(plan: RPlan, shards: list[Shard], unit: Unit):
 
 
 @as_task
-def count_task(plan: RPlan, k: int, u: int) -> dict:
+def count_task(plan: RPlan, k: int, u: int) -> UnitCount:
     """Count new unit u's candidate k-grams (prefix and suffix in T_{k-1})."""
     t0 = time.time()
     cfg = plan.cfg
@@ -114,15 +174,15 @@ def count_task(plan: RPlan, k: int, u: int) -> dict:
         save_array(unit_file(plan, k, u, "starts"), order[1])
     nz = counts > 0
     run = put_run(plan.root, uniq[nz], counts[nz])
-    return {
-        "unit": u,
-        "run": run,
-        "documents": stream.documents,
-        "tokens": stream.n_tokens,
-        "counted": counted,
-        "rare": rare,
-        "seconds": time.time() - t0,
-    }
+    return UnitCount(
+        unit=u,
+        run=run,
+        documents=stream.documents,
+        tokens=stream.n_tokens,
+        counted=counted,
+        rare=rare,
+        seconds=time.time() - t0,
+    )
 
 
 def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -135,7 +195,7 @@ def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 @as_task
-def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
+def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> UnitScan:
     """Count, in kept unit u, the k-grams it lacks: prefix or suffix new in T_{k-1}."""
     t0 = time.time()
     unit = plan.kept_units[u]
@@ -150,13 +210,13 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> dict:
         stream.tokens, stream.limit, k, scans.window_set(rows), tables, old_size, starts
     )
     run = put_run(plan.root, keys, counts) if len(keys) else None
-    return {
-        "unit": u,
-        "run": run,
-        "at_rare": rare is not None,
-        "at_anchors": rare is None and starts is not None,
-        "seconds": time.time() - t0,
-    }
+    return UnitScan(
+        unit=u,
+        run=run,
+        at_rare=rare is not None,
+        at_anchors=rare is None and starts is not None,
+        seconds=time.time() - t0,
+    )
 
 
 def _slices(root, runs: list[dict], lo: int, hi: int | None, sign: int = 1):
@@ -175,12 +235,12 @@ def merge_task(
     p: int,
     nparts: int,
     floor: int,
-    level: dict,
+    level: Level,
     fresh: list[dict],
     scanned: list[dict],
     removed: list[dict],
     compact: bool,
-) -> dict:
+) -> RangeTotals:
     """Totals of key range p of length k: base + (old delta + new - removed + scanned).
 
     Writes the range's keys with total >= floor (and their new-shard counts)
@@ -188,7 +248,7 @@ def merge_task(
     (``compact``) or delta piece."""
     root = plan.root
     lo, hi = part_range(nparts, p)
-    base = _slices(root, level["base"], lo, hi)
+    base = _slices(root, level.base, lo, hi)
     if len(base) != 1:  # base pieces of another split: at most a few overlap a range
         base = (
             (np.concatenate([b[0] for b in base]), np.concatenate([b[1] for b in base]))
@@ -199,7 +259,7 @@ def merge_task(
         base = base[0]
     new_runs = _slices(root, fresh, lo, hi)
     delta = pt.signed_sum(
-        _slices(root, level["delta"], lo, hi)
+        _slices(root, level.delta, lo, hi)
         + new_runs
         + _slices(root, scanned, lo, hi)
         + _slices(root, removed, lo, hi, -1)
@@ -211,11 +271,11 @@ def merge_task(
     save_array(wd.merged(k, p, "fresh"), fresh_counts)
     out = pt.signed_sum([base, delta]) if compact else delta
     piece = put_run(root, *out, lo=lo, hi=hi) if len(out[0]) else None
-    return {"part": p, "hist": histogram(counts, floor), "piece": piece, "delta": len(delta[0])}
+    return RangeTotals(part=p, hist=histogram(counts, floor), piece=piece, delta=len(delta[0]))
 
 
 @as_task
-def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
+def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> TableUpdate:
     """Append length k's newly frequent k-grams to T_k; write the rows an old shard
     must be scanned for at length k+1 (new ids that occur in old shards)."""
     wd = WorkDir(plan.work)
@@ -253,12 +313,9 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> dict:
             chunks = [put_chunk(plan.root, *merged)]
         record = {"size": old_size + len(new_keys), "chunks": chunks}
     published = record if record["chunks"] else None
-    return {
-        "table": published,
-        "old_size": old_size,
-        "added": len(new_keys),
-        "scan_rows": int(in_old.sum()),
-    }
+    return TableUpdate(
+        table=published, old_size=old_size, added=len(new_keys), scan_rows=int(in_old.sum())
+    )
 
 
 @as_task
@@ -282,3 +339,100 @@ def rank_task(
         ids = load_array(wd.decoded(k, 0, "freq_ids"))[mask]
         rows[k] = (id_table(plan, k).tokens()[ids], np.asarray(counts[mask]))
     return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
+
+
+@dataclass(frozen=True)
+class CountScanStage(Stage):
+    """Length k's first job: count the new units (`count_task`), then scan the kept ones
+    (`scan_task`), in one job (a scan is short next to a Spark task's launch)."""
+
+    name = "count, scan"
+    plan: RPlan
+    k: int
+    old_size: int  # T_{k-1}'s ids before this refresh
+    todo: list[tuple[str, int]]  # ("count" or "scan", unit)
+
+    def run(self, task: int) -> UnitCount | UnitScan:
+        kind, u = self.todo[task]
+        if kind == "count":
+            return count_task(self.plan, self.k, u)
+        return scan_task(self.plan, self.k, u, self.old_size)
+
+    def summary(self, results: list) -> dict:
+        scans = [r for r in results if isinstance(r, UnitScan)]
+        return {
+            "counts": [r for r in results if isinstance(r, UnitCount)],
+            "scans": scans,
+            "task_seconds": {
+                "count": round(sum(r.seconds for r in results if isinstance(r, UnitCount)), 3),
+                "scan": round(sum(r.seconds for r in scans), 3),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class MergeStage(Stage):
+    """Length k's totals per key range (`merge_task`)."""
+
+    name = "merge"
+    plan: RPlan
+    k: int
+    nparts: int
+    floor: int
+    level: Level  # the length's base and delta pieces before
+    fresh: list[dict]  # the new units' runs
+    scanned: list[dict]  # the kept units' scan runs
+    removed: list[dict]  # the removed shards' runs (subtracted)
+    compact: bool  # write a new base (else a delta piece)
+
+    def run(self, task: int) -> RangeTotals:
+        return merge_task(
+            self.plan,
+            self.k,
+            task,
+            self.nparts,
+            self.floor,
+            self.level,
+            self.fresh,
+            self.scanned,
+            self.removed,
+            self.compact,
+        )
+
+
+@dataclass(frozen=True)
+class TableStage(Stage):
+    """T_k extended by the k-grams at the threshold or above (`table_task`, one task)."""
+
+    name = "table"
+    plan: RPlan
+    k: int
+    nparts: int
+    threshold: int
+
+    def run(self, task: int) -> TableUpdate:
+        return table_task(self.plan, self.k, self.nparts, self.threshold)
+
+
+@dataclass(frozen=True)
+class RankStage(Stage):
+    """Rank and write the version's table: a task per rank range (`rank_task`)."""
+
+    name = "rank"
+    plan: RPlan
+    lengths: list[int]
+    groups: Groups
+    task_firsts: np.ndarray
+    selected: int
+    out_dir: str | Location
+
+    def run(self, task: int) -> int:
+        return rank_task(
+            self.plan,
+            task,
+            self.lengths,
+            self.groups,
+            self.task_firsts,
+            self.selected,
+            self.out_dir,
+        )
