@@ -178,25 +178,20 @@ def _id_type(index: FgramIndex):
 
 @as_task
 @dataclass(frozen=True)
-class AnnotateStage(Stage):
+class AnnotateStage(Stage, name="annotate", call=annotate_task, index="u"):
     """Tag (or, without an output, only count the matches of) a unit per task."""
 
-    name = "annotate"
     cfg: AnnotateConfig
     shards: list[Shard]
     units: list[Unit]
     staging: Any  # where the tags go (a local path or a `Location`)
     ident: str  # the index's identity (`index_id`): a worker's cached index is this one
 
-    def run(self, task: int) -> list[int]:
-        return annotate_task(self.cfg, self.shards, self.units, task, self.staging, self.ident)
-
 
 @dataclass(frozen=True)
-class AssembleStage(Stage):
+class AssembleStage(Stage, name="assemble"):
     """Join a flat shard's per-unit tag objects into its two files, a shard per task."""
 
-    name = "assemble"
     shards: list[Shard]  # the flat shards
     starts: list[list[int]]  # each one's units' first tokens
     id_type: str
@@ -334,6 +329,7 @@ def _annotate(
         "seconds": round(time.time() - t0, 3),
     }
     if staging is not None:
+        assert out is not None  # an output is staged
         finish(staging, out, manifest)
     PROGRESS.end()  # the last stage's line
     return manifest

@@ -254,10 +254,9 @@ def _run_chunks(
 
 
 @dataclass(frozen=True)
-class EmbedStage(Stage):
+class EmbedStage(Stage, name="embed"):
     """Embed a chunk of rows per task (`embed_task`); the summary is the model's time."""
 
-    name = "embed"
     cfg: EmbedConfig
     table: Any  # the table's `Location`
     todo: list[int]  # the chunks still to embed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from .errors import ConfigError
 from .failures import public_options
@@ -73,7 +74,7 @@ class BuildConfig(ReadsShards):
             raise ConfigError("--unit-tokens must be >= 1")
         return self
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""
         rec = asdict(self)
         rec["output"] = self.output if is_remote(self.output) else os.path.abspath(self.output)

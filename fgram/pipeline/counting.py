@@ -3,11 +3,18 @@ radix partition into cache-sized buckets (compiled) and numpy sorts of each buck
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import I32s, I64s, U32s, U64s, compiled
 from .keys import INVALID, WIDE, KeyCode, code_key1
 from .scratch import Scratch, work_array
+
+# what the scatter kernels read of a unit: (prev ids, tokens, k, positions, key code, shift)
+# (see `unit_table`); the bucket of a candidate's key is its top bits, ``key >> shift``
+Candidates = tuple[U32s, U32s, int, int, tuple[np.uint64, ...], np.uint64]
+# where the run kernels write a unit's table: (distinct keys, counts, where each key's
+# positions start in the order, the positions grouped by key); see `bucket_runs`
+Runs = tuple[U64s, U32s, I32s, I32s]
 
 
 def bucket_bounds(hist: np.ndarray) -> np.ndarray:
@@ -53,7 +60,7 @@ def unit_table(
     scratch: Scratch | None = None,
     sample: int = SAMPLE,
     sample_from: int = SAMPLE_FROM,
-):
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None, int]:
     """Count the candidate k-grams of one unit of work.
 
     ``prev``/``tokens`` as for `ngram_keys`, keys made by ``code``. Only
@@ -97,37 +104,29 @@ def unit_table(
     bstart: np.ndarray | None = None
     bend: np.ndarray | None = None
     ends = np.empty(1 << bits, np.int64)
+    cands = (prev, tokens, k, n_pos, args, shift)
     if exact and sample and n_pos >= sample_from:
         est = np.zeros(1 << bits, np.int64)
-        candidate_histogram(prev, tokens, k, n_pos, args, shift, sample, est)
+        candidate_histogram(cands, sample, est)
         room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
         bounds = bucket_bounds(room)
         packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-        if scatter_exact(
-            prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds, packed, ends
-        ):
+        if scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends):
             bstart, bend = bounds[:-1], ends
     if bstart is None:
         hist = np.zeros(1 << bits, np.int64)
-        candidate_histogram(prev, tokens, k, n_pos, args, shift, 1, hist)
+        candidate_histogram(cands, 1, hist)
         bounds = bucket_bounds(hist)
         bstart, bend = bounds[:-1], bounds[1:]
         packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
         if exact:
-            scatter_exact(
-                prev, tokens, k, n_pos, args, shift, np.uint64(pos_bits), bounds, packed, ends
-            )
+            scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends)
         else:
             lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
             keys = work_array(scratch, "keys", len(packed), np.uint64)
             where = work_array(scratch, "where", len(packed), np.int32)
             scatter_buckets(
-                prev,
-                tokens,
-                k,
-                n_pos,
-                args,
-                shift,
+                cands,
                 np.uint64(code.up),
                 bounds,
                 lo_bits,
@@ -152,14 +151,11 @@ def unit_table(
             np.uint64(pos_bits),
             np.uint64(code.up),
             limit,
-            uniq,
-            counts,
-            starts,
-            order,
+            (uniq, counts, starts, order),
         )
         counted = int(counts[:u].sum())
     else:
-        u = bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order)
+        u = bucket_runs(packed, keys, where, bounds, lo_bits, limit, (uniq, counts, starts, order))
         counted = int(np.count_nonzero(where < limit))
     result = (order, starts[: u + 1]) if want_order else None
     return uniq[:u], counts[:u], result, counted
@@ -177,15 +173,16 @@ def ids_at(
     return out
 
 
-@numba.njit(cache=True, inline="always")
-def is_candidate(prev, i):
+@compiled(cache=True, inline="always")
+def is_candidate(prev: U32s, i: int) -> bool:
     """Whether the k-gram at i is a candidate: its (k-1)-prefix (at i) and its
     (k-1)-suffix (at i+1) have ids."""
-    return prev[i] != INVALID and prev[i + 1] != INVALID
+    ok: bool = prev[i] != INVALID and prev[i + 1] != INVALID
+    return ok
 
 
-@numba.njit(cache=True, nogil=True)
-def candidate_histogram(prev, tokens, k, n_pos, code, shift, step, hist):
+@compiled(cache=True, nogil=True)
+def candidate_histogram(cands: Candidates, step: int, hist: I64s) -> None:
     """Count the candidate k-grams per bucket (a bucket = the top bits of the mixed key),
     at every ``step``-th position (1: all of them; more: an estimate).
 
@@ -193,13 +190,16 @@ def candidate_histogram(prev, tokens, k, n_pos, code, shift, step, hist):
     INVALID); its key is ``code_key1(prev[i], tokens[i+k-1])``, its bucket
     that key ``>> shift``.
     """
+    prev, tokens, k, n_pos, code, shift = cands
     for i in range(0, n_pos, step):
         if is_candidate(prev, i):
             hist[np.int64(code_key1(prev[i], tokens[i + k - 1], code) >> shift)] += 1
 
 
-@numba.njit(cache=True, nogil=True)
-def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed, ends):
+@compiled(cache=True, nogil=True)
+def scatter_exact(
+    cands: Candidates, pos_bits: np.uint64, bounds: I64s, packed: U64s, ends: I64s
+) -> bool:
     """Place every candidate in its bucket as one exact uint64: the key's bits
     below the bucket bits, then its position (``pos_bits`` bits). Sorting a
     bucket then orders it by key, and by position within a key.
@@ -207,6 +207,7 @@ def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed,
     Bucket b holds at most ``bounds[b+1] - bounds[b]`` entries (exact sizes, or
     room for an estimate); ``ends[b]`` is where its entries end. Returns False,
     with the buckets unusable, as soon as one is full (never with exact sizes)."""
+    prev, tokens, k, n_pos, code, shift = cands
     cursor = ends
     cursor[:] = bounds[:-1]
     rest = (np.uint64(1) << shift) - np.uint64(1)
@@ -222,13 +223,23 @@ def scatter_exact(prev, tokens, k, n_pos, code, shift, pos_bits, bounds, packed,
     return True
 
 
-@numba.njit(cache=True, nogil=True)
-def exact_runs(packed, bstart, bend, shift, pos_bits, up, limit, uniq, counts, starts, order):
+@compiled(cache=True, nogil=True)
+def exact_runs(
+    packed: U64s,
+    bstart: I64s,
+    bend: I64s,
+    shift: np.uint64,
+    pos_bits: np.uint64,
+    up: np.uint64,
+    limit: int,
+    runs: Runs,
+) -> int:
     """Distinct keys in order from buckets of `scatter_exact` entries that numpy
     sorted in place (bucket b: ``packed[bstart[b]:bend[b]]``; gaps between buckets
     are skipped): one sequential pass (see `bucket_runs` for the outputs, here
     without gaps). ``up`` shifts a key to the top bits of its uint64. A run's count
     is kept in a register and stored when the run ends."""
+    uniq, counts, starts, order = runs
     pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
     lim = np.int64(limit)
     u = 0
@@ -263,12 +274,21 @@ def exact_runs(packed, bstart, bend, shift, pos_bits, up, limit, uniq, counts, s
     return u
 
 
-@numba.njit(cache=True, nogil=True)
-def scatter_buckets(prev, tokens, k, n_pos, code, shift, up, bounds, lo_bits, keys, where, packed):
+@compiled(cache=True, nogil=True)
+def scatter_buckets(
+    cands: Candidates,
+    up: np.uint64,
+    bounds: I64s,
+    lo_bits: int,
+    keys: U64s,
+    where: I32s,
+    packed: U64s,
+) -> None:
     """When a key and a position do not fit one uint64 together: place every
     candidate in its bucket (``keys`` shifted up by ``up``, ``where`` = its
     position), then pack each: ``packed`` = (key's bits above ``lo_bits``) |
     (its index in the bucket)."""
+    prev, tokens, k, n_pos, code, shift = cands
     cursor = bounds[:-1].copy()
     for i in range(n_pos):
         if is_candidate(prev, i):
@@ -284,8 +304,16 @@ def scatter_buckets(prev, tokens, k, n_pos, code, shift, up, bounds, lo_bits, ke
             packed[d] = (keys[d] & ~lo) | np.uint64(d - bounds[b])
 
 
-@numba.njit(cache=True, nogil=True)
-def bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, starts, order):
+@compiled(cache=True, nogil=True)
+def bucket_runs(
+    packed: U64s,
+    keys: U64s,
+    where: I32s,
+    bounds: I64s,
+    lo_bits: int,
+    limit: int,
+    runs: Runs,
+) -> int:
     """Distinct keys in order, from buckets whose packed entries numpy sorted in place.
 
     Buckets hold disjoint, increasing key ranges, so their runs, in bucket
@@ -296,6 +324,7 @@ def bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, start
     ordered by full key with an insertion sort (ties of distinct keys are
     rare: about n^2 / 2^(65-lo_bits)). Returns the number of distinct keys.
     """
+    uniq, counts, starts, order = runs
     lo = np.uint64((1 << lo_bits) - 1)
     hi = ~lo
     u = 0
@@ -336,8 +365,8 @@ def bucket_runs(packed, keys, where, bounds, lo_bits, limit, uniq, counts, start
     return u
 
 
-@numba.njit(cache=True, nogil=True)
-def spread(values, starts, order, out):
+@compiled(cache=True, nogil=True)
+def spread(values: U32s, starts: I32s, order: I32s, out: U32s) -> None:
     """out[order[e]] = values[r] for every e in starts[r]:starts[r+1], except where
     values[r] is INVALID (what ``out`` holds already)."""
     for r in range(len(values)):

@@ -8,6 +8,8 @@ per token plus the counts (a 10M-row table of 5-grams: ~0.4 GB).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,7 +17,7 @@ import pyarrow.compute as pc
 from .versions import open_table, table_dataset
 
 
-def _keyed(path: str, storage: dict | None) -> tuple[pa.Table, dict, str]:
+def _keyed(path: str, storage: dict[str, Any] | None) -> tuple[pa.Table, dict[str, Any], str]:
     loc, manifest = open_table(path, storage)
     t = (
         table_dataset(loc, manifest)
@@ -46,7 +48,9 @@ def _keyed(path: str, storage: dict | None) -> tuple[pa.Table, dict, str]:
     )
 
 
-def diff_tables(old: str, new: str, show: int = 0, storage: dict | None = None) -> dict:
+def diff_tables(
+    old: str, new: str, show: int = 0, storage: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Counts of f-grams added, removed, kept (and kept with another count), by length,
     the cutoff change, and the ``show`` most frequent added and removed f-grams."""
     a, ma, old_uri = _keyed(old, storage)
@@ -68,14 +72,14 @@ def diff_tables(old: str, new: str, show: int = 0, storage: dict | None = None) 
         else 0
     )
 
-    def by_length(t, col):
+    def by_length(t: pa.Table, col: str) -> dict[str, int]:
         if not t.num_rows:
             return {}
         lens = t.column(col).to_numpy(zero_copy_only=False)
         v, n = np.unique(lens, return_counts=True)
         return {str(int(x)): int(c) for x, c in zip(v, n, strict=True)}
 
-    def top(t, count_col):
+    def top(t: pa.Table, count_col: str) -> list[dict[str, Any]]:
         if not show or not t.num_rows:
             return []
         t = t.sort_by([(count_col, "descending")]).slice(0, show)

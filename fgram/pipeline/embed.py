@@ -21,18 +21,22 @@ from __future__ import annotations
 import importlib
 import inspect
 import mmap
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .errors import ConfigError, FgramError
 from .index import FgramIndex, check_mode, manifest_fingerprint, part_arrays, read_meta
 from .matching import gather_rows, last_matches, step_matches
+from .storage import Place
 from .versions import resolve_table
 
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-def load_model(spec: str, device: str | None = None):
+def load_model(spec: str, device: str | None = None) -> Callable[..., Any]:
     """``module:factory`` -> the model callable: ``factory()``, or ``factory(device=...)``
     when a device is asked for (the factory must take a ``device`` argument then)."""
     module, sep, name = spec.partition(":")
@@ -43,10 +47,12 @@ def load_model(spec: str, device: str | None = None):
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"--model {spec!r}: {exc}") from None
     if device is None:
-        return factory()
+        model: Callable[..., Any] = factory()
+        return model
     if "device" not in inspect.signature(factory).parameters:
         raise ConfigError(f"--model {spec!r}: the factory takes no device argument (--device)")
-    return factory(device=device)
+    model = factory(device=device)
+    return model
 
 
 def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -62,7 +68,8 @@ def to_stored(x: np.ndarray, dtype: str) -> np.ndarray:
 def from_stored(x: np.ndarray, dtype: str) -> np.ndarray:
     """Stored rows -> float32."""
     if dtype == "bfloat16":
-        return (np.asarray(x, np.uint32) << np.uint32(16)).view(np.float32)
+        wide: np.ndarray = (np.asarray(x, np.uint32) << np.uint32(16)).view(np.float32)
+        return wide
     return np.asarray(x, dtype=np.float32)
 
 
@@ -80,14 +87,16 @@ class FgramStore:
     is zeros: the caller uses its own token embedding there.
     """
 
-    def __init__(self, index: FgramIndex, matrix: np.ndarray, meta: dict):
+    def __init__(self, index: FgramIndex, matrix: np.ndarray, meta: dict[str, Any]):
         self.index, self.matrix, self.meta = index, matrix, meta
         self.dim, self.max_len = meta["dim"], index.max_len
         # the compiled row gather copies bits: an unsigned view of the same width
         self._bits = matrix.view(np.dtype(f"u{matrix.dtype.itemsize}"))
 
     @classmethod
-    def open(cls, out, mode: str = "ram", storage: dict | None = None) -> FgramStore:
+    def open(
+        cls, out: Place, mode: str = "ram", storage: dict[str, Any] | None = None
+    ) -> FgramStore:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows
         from disk on demand (from an object store: from a local copy in the cache,
@@ -124,12 +133,16 @@ class FgramStore:
         gather_rows(self._bits, ids, out.view(self._bits.dtype))
         return from_stored(out, "bfloat16") if self.meta["dtype"] == "bfloat16" else out
 
-    def embed_sequence(self, tokens, doc_starts=None):
+    def embed_sequence(
+        self, tokens: ArrayLike, doc_starts: ArrayLike | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Prefill: every position at once -> (rows [n, d], match lengths [n], unmatched [n])."""
         fid, mlen = self.index.match(tokens, doc_starts)
         return self.rows(fid), mlen, fid < 0
 
-    def embed_last(self, contexts):
+    def embed_last(
+        self, contexts: np.ndarray | Sequence[ArrayLike]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Decoding: for each context (a token sequence; or one 2-D array [B, T]), the
         row of the longest f-gram ending at its last token -> (rows [B, d], match
         lengths [B], unmatched [B])."""
@@ -138,9 +151,7 @@ class FgramStore:
             ix = self.index
             fid = np.empty(len(contexts), np.int64)
             mlen = np.empty(len(contexts), np.uint8)
-            last_matches(
-                contexts[:, -window:], ix.max_len, ix._flat, ix._shifts, ix.suffix, fid, mlen
-            )
+            last_matches(contexts[:, -window:], ix.arrays, fid, mlen)
             return self.rows(fid), mlen, fid < 0
         flat, starts, last = [], [], []
         at = 0
@@ -156,7 +167,7 @@ class FgramStore:
         at_last = np.array(last, dtype=np.int64)
         return self.rows(fid[at_last]), mlen[at_last], fid[at_last] < 0
 
-    def start(self, batch: int = 1) -> dict:
+    def start(self, batch: int = 1) -> dict[str, Any]:
         """State for incremental decoding of ``batch`` sequences (nothing seen yet)."""
         return {
             "id": np.full(batch, -1, np.int64),
@@ -164,7 +175,9 @@ class FgramStore:
             "prev": np.zeros(batch, np.int64),
         }
 
-    def step(self, state: dict, tokens):
+    def step(
+        self, state: dict[str, np.ndarray], tokens: ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One new token per sequence -> (rows [B, d], match lengths [B], unmatched [B]).
 
         Extends each sequence's previous match, shortening it by suffix links on a
@@ -173,17 +186,7 @@ class FgramStore:
         tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if len(tok) != len(state["id"]):
             raise ValueError(f"step: {len(tok)} tokens for a batch of {len(state['id'])}")
-        ix = self.index
-        step_matches(
-            state["id"],
-            state["len"],
-            state["prev"],
-            tok,
-            ix.max_len,
-            ix._flat,
-            ix._shifts,
-            ix.suffix,
-        )
+        step_matches(state["id"], state["len"], state["prev"], tok, self.index.arrays)
         state["prev"] = tok.copy()
         fid = np.where(state["len"] >= 2, state["id"], -1)
         return self.rows(fid), np.maximum(state["len"], 1).astype(np.uint8), fid < 0

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 # A marker that survives the trip through a Spark task failure (the Python
 # traceback is embedded in the JVM exception text), so the driver raises the
@@ -42,7 +43,9 @@ class InputError(FgramError):
     def marker_args(self) -> list[str]:
         return [self.path, self.problem]
 
-    def __reduce__(self):  # pickles (to a worker, from a process pool) as it was made
+    def __reduce__(
+        self,
+    ) -> tuple[Any, ...]:  # pickles (to a worker, from a process pool) as it was made
         return type(self), (self.path, self.problem)
 
 

@@ -5,13 +5,15 @@ that says whether a retry may pass (`failure`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import Any
 
 from .errors import ConfigError, FgramError, InputError, OutputError, StorageUnavailable
 
 SECRET_WORDS = ("secret", "token", "password", "key", "credential", "sas", "sig")
 
 
-def parse_options(pairs) -> dict[str, str]:
+def parse_options(pairs: Iterable[str] | None) -> dict[str, str]:
     """``("k=v", ...)`` -> ``{"k": "v"}`` (the CLI's ``--storage-option``)."""
     out = {}
     for item in pairs or ():
@@ -27,12 +29,12 @@ def is_secret(key: str) -> bool:
     return any(w in low for w in SECRET_WORDS) and "endpoint" not in low
 
 
-def public_options(options: dict | None) -> dict:
+def public_options(options: dict[str, Any] | None) -> dict[str, Any]:
     """Storage options as a manifest or a log may show them: secrets masked."""
     return {k: ("***" if is_secret(k) else v) for k, v in sorted((options or {}).items())}
 
 
-def _secrets(options: dict | None) -> list[str]:
+def _secrets(options: dict[str, Any] | None) -> list[str]:
     found = [str(v) for k, v in (options or {}).items() if is_secret(k) and v]
     for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY"):
         if os.environ.get(name):
@@ -40,19 +42,19 @@ def _secrets(options: dict | None) -> list[str]:
     return [s for s in found if len(s) >= 3]
 
 
-def redact(text: str, options: dict | None = None) -> str:
+def redact(text: str, options: dict[str, Any] | None = None) -> str:
     for secret in _secrets(options):
         text = text.replace(secret, "***")
     return text
 
 
-def first_line(exc: BaseException, options: dict | None = None, limit: int = 300) -> str:
+def first_line(exc: BaseException, options: dict[str, Any] | None = None, limit: int = 300) -> str:
     """An exception's first line, cut to ``limit`` characters, secrets redacted."""
     text = str(exc).strip()
     return redact(text.splitlines()[0][:limit] if text else type(exc).__name__, options)
 
 
-def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]:
+def explain(exc: BaseException, options: dict[str, Any] | None = None) -> tuple[str, bool]:
     """(one-line cause of a storage failure, whether it may pass: an endpoint down)."""
     text = str(exc)
     where = endpoint_of(options)
@@ -85,7 +87,7 @@ def explain(exc: BaseException, options: dict | None = None) -> tuple[str, bool]
     return first_line(exc, options), False
 
 
-def endpoint_of(options: dict | None) -> str:
+def endpoint_of(options: dict[str, Any] | None) -> str:
     """' at ENDPOINT' for messages, from the options or the environment ('' if neither)."""
     end = (
         (options or {}).get("endpoint_override")
@@ -96,7 +98,7 @@ def endpoint_of(options: dict | None) -> str:
 
 
 def failure(
-    uri: str, exc: BaseException, options: dict | None = None, reading: bool = False
+    uri: str, exc: BaseException, options: dict[str, Any] | None = None, reading: bool = False
 ) -> FgramError:
     """The error to raise for a storage call on ``uri`` that failed with ``exc``."""
     if isinstance(exc, FgramError):

@@ -27,15 +27,19 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import matching
 from .cache import cached_copy, file_sha256
 from .errors import FgramError
 from .keys import EMPTY, MAX_TOKEN, mix
+from .matching import IndexArrays
 from .publish import as_location, commit_generation, discard, generation_name
-from .storage import Location, json_bytes
+from .storage import Location, Place, json_bytes
 from .versions import open_table, resolve_table, table_dataset
 from .workdir import save_array, save_json
 
@@ -83,24 +87,24 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
 
 
-def read_meta(path, fmt: str, version: int, make: str) -> dict:
+def read_meta(path: Place, fmt: str, version: int, make: str) -> dict[str, Any]:
     """The metadata JSON of an output part (a path or a `Location`), checked for its
     format and version. ``make``: the command that writes it (named in the errors)."""
     loc = as_location(path)
     if not loc.exists():
         raise FgramError(f"{loc.uri}: missing; run `{make}` first")
-    meta = loc.read_json()
+    meta: dict[str, Any] = loc.read_json()
     if meta.get("format") != fmt or meta.get("version") != version:
         raise FgramError(f"{loc.uri}: not {fmt} of version {version}; rebuild it with `{make}`")
     return meta
 
 
-def manifest_fingerprint(out) -> str:
+def manifest_fingerprint(out: Place) -> str:
     """A short digest of an output's manifest: what its index, tags and embeddings name."""
     return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
 
 
-def write_index(out, storage: dict | None = None) -> dict:
+def write_index(out: Place, storage: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build OUT/index/ from the table at OUT (a build output or a refresh folder; a path
     or a URI): one process, the table read length by length.
 
@@ -161,7 +165,7 @@ def write_index(out, storage: dict | None = None) -> dict:
     return meta
 
 
-def publish_parts(folder: str, dest: Location, meta: dict, meta_name: str) -> None:
+def publish_parts(folder: str, dest: Location, meta: dict[str, Any], meta_name: str) -> None:
     """Upload the array files of a local ``folder`` to the object-store folder ``dest``
     under names of a new generation, with their sha256 in ``meta["files"]``, then
     ``meta`` as ``meta_name`` (the switch), then delete what is left of older ones."""
@@ -182,7 +186,7 @@ def publish_parts(folder: str, dest: Location, meta: dict, meta_name: str) -> No
     )
 
 
-def part_arrays(folder: Location, meta: dict, mode: str):
+def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[str], np.ndarray]:
     """A loader ``name -> array`` for the files of an output part (the index, the
     embeddings). Local: memory-mapped (``mmap``) or read (``ram``). On an object
     store: ``ram`` reads each object into memory; ``mmap`` maps a local copy from
@@ -202,7 +206,8 @@ def part_arrays(folder: Location, meta: dict, mode: str):
             data = obj.read_bytes()
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                 raise FgramError(f"{obj.uri}: checksum mismatch (corrupt or changed)")
-            return np.load(io.BytesIO(data), allow_pickle=False)
+            read: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+            return read
         return np.asarray(np.load(cached_copy(obj, entry["sha256"], entry["bytes"]), mmap_mode="r"))
 
     return load
@@ -224,16 +229,24 @@ def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
 class FgramIndex:
     """Exact f-gram lookups over a build output. ``FgramIndex.open(OUT)``."""
 
-    def __init__(self, tables: dict[int, HashTable], suffix: np.ndarray, meta: dict):
+    def __init__(self, tables: dict[int, HashTable], suffix: np.ndarray, meta: dict[str, Any]):
         self.tables = tables
         self.suffix = suffix
         self.meta = meta
         self.max_len = meta["max_len"]
-        self._flat = tuple(tables[L].flat for L in range(2, self.max_len + 1))
-        self._shifts = np.array([tables[L].shift for L in range(2, self.max_len + 1)], np.uint64)
+        lengths = range(2, self.max_len + 1)
+        # what the matching kernels read (`matching.IndexArrays`)
+        self.arrays: IndexArrays = (
+            self.max_len,
+            tuple(tables[L].flat for L in lengths),
+            np.array([tables[L].shift for L in lengths], np.uint64),
+            suffix,
+        )
 
     @classmethod
-    def open(cls, out, mode: str = "mmap", storage: dict | None = None) -> FgramIndex:
+    def open(
+        cls, out: Place, mode: str = "mmap", storage: dict[str, Any] | None = None
+    ) -> FgramIndex:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``mode="mmap"`` maps the arrays (shared through the page cache,
         opens in milliseconds; from an object store, a local copy in the cache);
@@ -251,7 +264,7 @@ class FgramIndex:
         tables = {L: HashTable(load(f"table-{L}.npy")) for L in range(2, meta["max_len"] + 1)}
         return cls(tables, load("suffix.npy"), meta)
 
-    def ids(self, ngrams: list) -> np.ndarray:
+    def ids(self, ngrams: Sequence[Sequence[int]]) -> np.ndarray:
         """fgram_id of each n-gram (a sequence of token ids), -1 where it is not an f-gram."""
         out = np.full(len(ngrams), -1, dtype=np.int64)
         by_len: dict[int, list[int]] = {}
@@ -266,7 +279,7 @@ class FgramIndex:
         return out
 
     def match(
-        self, tokens, doc_starts=None, lanes: int = matching.LANES
+        self, tokens: ArrayLike, doc_starts: ArrayLike | None = None, lanes: int = matching.LANES
     ) -> tuple[np.ndarray, np.ndarray]:
         """For every position, the longest f-gram ending there: (fgram_id or -1, length or 1).
 
@@ -274,17 +287,16 @@ class FgramIndex:
         ``lanes``: how many stretches of the input are matched side by side
         (any value gives the same result; it only changes the speed).
         """
-        tokens = np.asarray(tokens)
-        n = len(tokens)
-        if n and (tokens.min() < 0 or tokens.max() > MAX_TOKEN):
+        toks = np.asarray(tokens)
+        n = len(toks)
+        if n and (toks.min() < 0 or toks.max() > MAX_TOKEN):
             raise ValueError(f"token ids must be in 0..{MAX_TOKEN}")
-        marked = tokens.astype(np.uint32)  # the top bit marks document starts
-        if doc_starts is not None and len(doc_starts):
-            marked[np.asarray(doc_starts, dtype=np.int64)] |= np.uint32(1 << 31)
+        marked = toks.astype(np.uint32)  # the top bit marks document starts
+        starts = np.asarray(doc_starts if doc_starts is not None else [], dtype=np.int64)
+        if len(starts):
+            marked[starts] |= np.uint32(1 << 31)
         fid = np.empty(n, dtype=np.int64)
         mlen = np.empty(n, dtype=np.uint8)
         lanes = max(1, min(int(lanes), n))
-        matching.match_longest(
-            marked, self.max_len, self._flat, self._shifts, self.suffix, fid, mlen, lanes
-        )
+        matching.match_longest(marked, self.arrays, fid, mlen, lanes)
         return fid, mlen

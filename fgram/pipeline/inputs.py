@@ -17,6 +17,7 @@ import glob as globlib
 import itertools
 import os
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +47,7 @@ def _known(name: str) -> bool:
 
 
 def discover(
-    paths: list[str], storage: dict | None = None
+    paths: list[str], storage: dict[str, Any] | None = None
 ) -> list[tuple[pafs.FileSystem, str, str]]:
     """Expand files, directories and globs into (fs, fs_path, uri), in a stable order."""
     found: list[tuple[pafs.FileSystem, str, str]] = []
@@ -64,7 +65,7 @@ def discover(
     return unique
 
 
-def check_inputs(paths: list[str], storage: dict | None = None) -> None:
+def check_inputs(paths: list[str], storage: dict[str, Any] | None = None) -> None:
     """The inputs exist, checked before anything slow starts (a JVM takes seconds): on
     this machine's disk by listing them (files, folders with inputs, matching globs); on
     an object store by one request per argument that is not a pattern (the bucket and
@@ -87,7 +88,9 @@ def check_inputs(paths: list[str], storage: dict | None = None) -> None:
                     )
 
 
-def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, str]]:
+def _expand(
+    fs: pafs.FileSystem, path: str, original: str
+) -> list[tuple[pafs.FileSystem, str, str]]:
     """One input argument's files: a glob's matches, a folder's known files, or the file."""
     if any(ch in path for ch in "*?["):
         if isinstance(fs, pafs.LocalFileSystem):
@@ -123,7 +126,9 @@ def _expand(fs, path: str, original: str) -> list[tuple[pafs.FileSystem, str, st
     return [(fs, f, _uri(fs, f, original)) for f in files]
 
 
-def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
+def _flat_shard(
+    fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
+) -> Shard:
     size = info.size
     offset = 0
     dtype = FLAT_DTYPES[opts.dtype]
@@ -179,7 +184,7 @@ def _flat_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
 SAMPLE_BLOCKS = 64  # flat files: checksummed 4 KiB blocks, evenly spaced (plus head and tail)
 
 
-def content_checksum(fs, path: str, size: int, fmt: str) -> str:
+def content_checksum(fs: pafs.FileSystem, path: str, size: int, fmt: str) -> str:
     """A cheap content fingerprint: sha256 of a Parquet file's footer (its metadata:
     every page's offsets, sizes and statistics), or of a flat file's `flat_blocks`. With
     size and mtime it tells a shard that changed in place from the one that was read
@@ -195,7 +200,7 @@ def content_checksum(fs, path: str, size: int, fmt: str) -> str:
     return _digest(size, [(0, footer)])
 
 
-def flat_blocks(fs, path: str, size: int) -> list[tuple[int, bytes]]:
+def flat_blocks(fs: pafs.FileSystem, path: str, size: int) -> list[tuple[int, bytes]]:
     """(offset, bytes) of a flat file's first and last 64 KiB and SAMPLE_BLOCKS 4 KiB
     blocks evenly spaced between them: its checksum's input and `guards`' sample."""
     ends = {0, max(size - 65536, 0)}  # head and tail: 64 KiB each
@@ -213,11 +218,13 @@ def _digest(size: int, blocks: list[tuple[int, bytes]]) -> str:
     return h.hexdigest()[:32]
 
 
-def _mtime(info) -> float | None:
+def _mtime(info: pafs.FileInfo) -> float | None:
     return info.mtime.timestamp() if info.mtime is not None else None
 
 
-def _parquet_shard(fs, path, uri, info, opts: ReadOptions) -> Shard:
+def _parquet_shard(
+    fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
+) -> Shard:
     try:
         with fs.open_input_file(path) as f:
             meta = pq.ParquetFile(f).metadata
@@ -314,7 +321,7 @@ def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
     return units
 
 
-def shard_record(shard: Shard) -> dict:
+def shard_record(shard: Shard) -> dict[str, Any]:
     d = asdict(shard)
     d.pop("row_groups")
     return d

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
+from numpy.typing import ArrayLike
+
+from .jit import compiled
 
 SENTINEL = np.uint32(0xFFFFFFFF)  # a document boundary in a token stream
 INVALID = np.uint32(0xFFFFFFFF)  # "no id here" in an id array
@@ -63,7 +65,7 @@ class KeyCode:
     prefix_bits: int = 32
     last_bits: int = 32
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (1 <= self.prefix_bits <= 32 and 1 <= self.last_bits <= 32 and self.bits >= 8):
             raise ValueError(f"bad key code {self}")
 
@@ -81,7 +83,7 @@ class KeyCode:
     def up(self) -> int:
         return 64 - self.bits
 
-    def args(self) -> tuple:
+    def args(self) -> tuple[np.uint64, np.uint64, np.uint64, np.uint64]:
         """(last_bits, s1, s2, mask) as uint64: what the compiled kernels take."""
         b = self.bits
         return (
@@ -108,12 +110,13 @@ class KeyCode:
         x &= mask
         return _unshift(x, int(s1), self.bits)
 
-    def encode(self, prefix, last) -> np.ndarray:
+    def encode(self, prefix: ArrayLike, last: ArrayLike) -> np.ndarray:
         vbits = np.uint64(self.last_bits)
         x = (np.asarray(prefix).astype(np.uint64) << vbits) | np.asarray(last).astype(np.uint64)
-        return self.mix_raw(x) << np.uint64(self.up)
+        keys: np.ndarray = self.mix_raw(x) << np.uint64(self.up)
+        return keys
 
-    def decode(self, keys) -> tuple[np.ndarray, np.ndarray]:
+    def decode(self, keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """Keys -> (prefix, last) as int64 arrays."""
         vbits = np.uint64(self.last_bits)
         x = self.unmix_raw(np.asarray(keys, dtype=np.uint64) >> np.uint64(self.up))
@@ -124,7 +127,7 @@ class KeyCode:
 
 def _unshift(y: np.ndarray, s: int, bits: int) -> np.ndarray:
     """Inverse of ``x ^= x >> s`` on bits-bit integers."""
-    x = y.copy()
+    x: np.ndarray = y.copy()
     while s < bits:
         x ^= x >> np.uint64(s)
         s *= 2
@@ -158,8 +161,8 @@ def ngram_keys(
     return pos, code.encode(a[pos], tokens[pos + (k - 1)])
 
 
-@numba.njit(cache=True, inline="always")
-def mix1(x):
+@compiled(cache=True, inline="always")
+def mix1(x: np.uint64) -> np.uint64:
     """`mix` of one uint64."""
     x ^= x >> np.uint64(31)
     x *= MULT
@@ -167,14 +170,14 @@ def mix1(x):
     return x
 
 
-@numba.njit(cache=True, inline="always")
-def chain_key1(prefix, last):
+@compiled(cache=True, inline="always")
+def chain_key1(prefix: int, last: int) -> np.uint64:
     """The mixed key of (prefix id or first token, last token): `index.chain_key` of one."""
     return mix1((np.uint64(prefix) << np.uint64(32)) | np.uint64(last))
 
 
-@numba.njit(cache=True, inline="always")
-def code_key1(prefix, last, code):
+@compiled(cache=True, inline="always")
+def code_key1(prefix: int, last: int, code: tuple[np.uint64, ...]) -> np.uint64:
     """`KeyCode.encode` of one (prefix, last), before the shift to the top bits.
 
     ``code`` = (last_bits, s1, s2, mask): the raw key ``prefix << last_bits |
@@ -185,5 +188,5 @@ def code_key1(prefix, last, code):
     x = (np.uint64(prefix) << vbits) | np.uint64(last)
     x ^= x >> s1
     x = (x * MULT) & mask
-    x ^= x >> s2
-    return x
+    key: np.uint64 = x ^ (x >> s2)
+    return key

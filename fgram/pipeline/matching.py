@@ -10,10 +10,14 @@ chasing one position's chain at a time.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import Array, I64s, U8s, U32s, U64s, compiled
 from .keys import EMPTY, chain_key1
+
+# an index as the kernels read it (`index.FgramIndex.arrays`): (K, the flat hash table of
+# each length 2..K, their first-slot shifts, the suffix link of each f-gram id)
+IndexArrays = tuple[int, tuple[U64s, ...], U64s, Array]
 
 LANES = 128  # independent streams of positions matched side by side
 
@@ -24,20 +28,21 @@ _START = np.uint32(1 << 31)  # match_longest: "a document starts here" bit
 _TOKEN = np.uint32((1 << 31) - 1)
 
 
-@numba.njit(cache=True, inline="always")
-def _probe_from(tab, s, q):
+@compiled(cache=True, inline="always")
+def _probe_from(tab: U64s, s: int, q: np.uint64) -> int:
     """Linear probing from slot offset ``s`` (tab is flat [key, value, key, value, ...])."""
     while True:
         k = tab[s]
         if k == q:
-            return np.int64(tab[s + 1])
+            found: int = np.int64(tab[s + 1])
+            return found
         if k == EMPTY:
             return -1
         s += 2
 
 
-@numba.njit(cache=True)
-def fill_table(tab, shift, keys, vals):
+@compiled(cache=True)
+def fill_table(tab: U64s, shift: np.uint64, keys: U64s, vals: Array) -> bool:
     """Insert distinct keys (first slot: top bits) into an empty flat table; False on overflow."""
     limit = len(tab)
     for i in range(len(keys)):
@@ -51,18 +56,25 @@ def fill_table(tab, shift, keys, vals):
     return True
 
 
-@numba.njit(cache=True)
-def find_keys(tab, shift, queries, out):
+@compiled(cache=True)
+def find_keys(tab: U64s, shift: np.uint64, queries: U64s, out: I64s) -> None:
     """out[i] = value of queries[i], -1 where absent."""
     for i in range(len(queries)):
         out[i] = _probe_from(tab, np.int64(queries[i] >> shift) * 2, queries[i])
 
 
-@numba.njit(cache=True, nogil=True)
-def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
+@compiled(cache=True, nogil=True)
+def match_longest(
+    tokens: U32s,
+    ix: IndexArrays,
+    fid: I64s,
+    mlen: U8s,
+    lanes: int,
+) -> None:
     """Longest f-gram ending at every position (see `index.FgramIndex.match`).
 
-    ``tabs[L-2]``/``shifts[L-2]``: the flat hash table of length L;
+    ``ix`` = (max_len, tabs, shifts, suffix): ``tabs[L-2]``/``shifts[L-2]``: the flat hash
+    table of length L;
     ``suffix[id]``: id of the f-gram without its first token (length >= 3).
     ``tokens``: uint32 token ids (< 2**31) with the top bit set where a
     document starts. Writes ``fid`` (-1 where none) and ``mlen`` (1 where none).
@@ -75,6 +87,7 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
     each starts max_len-1 positions early (a warm-up it does not write), so
     its first own position sees every f-gram that can end there.
     """
+    max_len, tabs, shifts, suffix = ix
     n = len(tokens)
     seg = (n + lanes - 1) // lanes if n else 0
     own = np.empty(lanes, np.int64)
@@ -152,14 +165,21 @@ def match_longest(tokens, max_len, tabs, shifts, suffix, fid, mlen, lanes):
                 clen[g] -= 1
 
 
-@numba.njit(cache=True)
-def step_matches(cid, clen, prev, tok, max_len, tabs, shifts, suffix):
+@compiled(cache=True)
+def step_matches(
+    cid: I64s,
+    clen: I64s,
+    prev: I64s,
+    tok: I64s,
+    ix: IndexArrays,
+) -> None:
     """One new token per sequence: update each (longest match id, length) in place.
 
     ``clen`` 0 means the sequence is empty (the token starts it), 1 means no
     match ends at the previous token (``prev`` is that token). Same walk as
     `match_longest`: extend, else shorten by suffix links; at most K-1 probes.
     """
+    max_len, tabs, shifts, suffix = ix
     for b in range(len(tok)):
         L = clen[b]
         if L == 0:
@@ -188,8 +208,13 @@ def step_matches(cid, clen, prev, tok, max_len, tabs, shifts, suffix):
         clen[b] = L
 
 
-@numba.njit(cache=True)
-def last_matches(tails, max_len, tabs, shifts, suffix, fid, mlen):
+@compiled(cache=True)
+def last_matches(
+    tails: Array,
+    ix: IndexArrays,
+    fid: I64s,
+    mlen: U8s,
+) -> None:
     """Longest match ending at the last token of each row of ``tails`` [B, w]
     (each row its own document): `step_matches` over the w columns. Writes
     ``fid`` (-1 where none) and ``mlen`` (1 where none)."""
@@ -201,15 +226,15 @@ def last_matches(tails, max_len, tabs, shifts, suffix, fid, mlen):
     for j in range(tails.shape[1]):
         for b in range(n):
             col[b] = tails[b, j]
-        step_matches(cid, clen, prev, col, max_len, tabs, shifts, suffix)
+        step_matches(cid, clen, prev, col, ix)
         prev[:] = col
     for b in range(n):
         fid[b] = cid[b] if clen[b] >= 2 else -1
         mlen[b] = max(clen[b], 1)
 
 
-@numba.njit(cache=True)
-def gather_rows(matrix, ids, out):
+@compiled(cache=True)
+def gather_rows(matrix: Array, ids: I64s, out: Array) -> None:
     """out[i] = matrix[ids[i]], zeros where ids[i] < 0."""
     for i in range(len(ids)):
         if ids[i] < 0:

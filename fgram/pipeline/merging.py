@@ -3,10 +3,10 @@ equal key ranges that split a pass's keys between tasks."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from .counting import BUCKET, bucket_bounds, sort_buckets
+from .jit import Array, I64s, U32s, U64s, compiled
 from .keys import INVALID, KeyCode
 from .scratch import Scratch, work_array
 
@@ -153,8 +153,17 @@ def key_slice(keys: np.ndarray, lo: int, hi: int | None) -> tuple[int, int]:
     return a, b
 
 
-@numba.njit(cache=True, nogil=True)
-def scatter_counted(keys, counts, up, top_shift, base, rest_mask, cursor, packed):
+@compiled(cache=True, nogil=True)
+def scatter_counted(
+    keys: U64s,
+    counts: U32s,
+    up: np.uint64,
+    top_shift: np.uint64,
+    base: int,
+    rest_mask: np.uint64,
+    cursor: I64s,
+    packed: U64s,
+) -> None:
     """Place sorted (key, count) entries in their buckets (``key >> top_shift``,
     less ``base``) as one uint64: the key's bits below the bucket bits (keys
     sit above ``up`` zero bits), then the count (32 bits)."""
@@ -166,8 +175,16 @@ def scatter_counted(keys, counts, up, top_shift, base, rest_mask, cursor, packed
         packed[d] = (((key >> up) & rest_mask) << np.uint64(32)) | np.uint64(counts[i])
 
 
-@numba.njit(cache=True, nogil=True)
-def counted_runs(packed, bounds, base, rest_bits, up, out_keys, out_counts):
+@compiled(cache=True, nogil=True)
+def counted_runs(
+    packed: U64s,
+    bounds: I64s,
+    base: int,
+    rest_bits: np.uint64,
+    up: np.uint64,
+    out_keys: U64s,
+    out_counts: I64s,
+) -> int:
     """Sum the counts of equal keys in buckets of `scatter_counted` entries that
     numpy sorted in place; writes the distinct keys in order. Returns their number."""
     low = np.uint64(0xFFFFFFFF)
@@ -188,8 +205,8 @@ def counted_runs(packed, bounds, base, rest_bits, up, out_keys, out_counts):
     return u
 
 
-@numba.njit(cache=True, nogil=True)
-def join_sorted(table, queries, offset, missing, out):
+@compiled(cache=True, nogil=True)
+def join_sorted(table: U64s, queries: U64s, offset: int, missing: int, out: Array) -> None:
     """out[i] = offset + index of queries[i] in table, or ``missing`` (both sorted
     ascending; the table distinct, the queries may repeat).
 
@@ -208,8 +225,8 @@ def join_sorted(table, queries, offset, missing, out):
         j += b < a
 
 
-@numba.njit(cache=True, nogil=True)
-def merge_two(ka, ca, kb, cb, ko, co):
+@compiled(cache=True, nogil=True)
+def merge_two(ka: U64s, ca: I64s, kb: U64s, cb: I64s, ko: U64s, co: I64s) -> int:
     """Merge two sorted runs of distinct keys, summing the counts of shared keys.
 
     Branch-free inner loop (see `join_sorted`). Returns the merged length.

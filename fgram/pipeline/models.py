@@ -10,17 +10,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
+Model = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (tokens [B, K], lengths [B]) -> [B, d]
 
-def echo():
+
+def echo() -> Model:
     def model(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         return np.concatenate([tokens, lengths[:, None]], axis=1).astype(np.float32)
 
     return model
 
 
-def hashed(dim: int = 256, buckets: int = 4096, seed: int = 0):
+def hashed(dim: int = 256, buckets: int = 4096, seed: int = 0) -> Model:
     table = np.random.default_rng(seed).standard_normal((buckets, dim)).astype(np.float32)
 
     def model(tokens: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -28,10 +32,11 @@ def hashed(dim: int = 256, buckets: int = 4096, seed: int = 0):
         for j in range(tokens.shape[1]):
             live = j < lengths
             out[live] += table[(tokens[live, j].astype(np.int64) * (2 * j + 1)) % buckets]
-        return out / np.sqrt(np.maximum(lengths, 1))[:, None].astype(np.float32)
+        rows: np.ndarray = out / np.sqrt(np.maximum(lengths, 1))[:, None].astype(np.float32)
+        return rows
 
     return model
 
 
-def hashed_2048():
+def hashed_2048() -> Model:
     return hashed(dim=2048)

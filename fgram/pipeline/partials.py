@@ -20,9 +20,9 @@ shard holds 16-bit tokens (its count sorts one word per position), else 32 +
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import Array, I64s, U64s, compiled
 from .keys import INVALID, WIDE, KeyCode
 from .merging import key_slice, lookup_sorted, merge_counts
 
@@ -30,7 +30,9 @@ EMPTY_KEYS = np.zeros(0, np.uint64)
 EMPTY_COUNTS = np.zeros(0, np.int64)
 
 
-def slice_run(keys: np.ndarray, counts: np.ndarray, lo: int, hi: int | None):
+def slice_run(
+    keys: np.ndarray, counts: np.ndarray, lo: int, hi: int | None
+) -> tuple[np.ndarray, np.ndarray]:
     """The entries of a sorted run with keys in [lo, hi) (hi None: to the end): views
     (of a memory map: nothing is read but the two binary searches' pages)."""
     a, b = key_slice(keys, lo, hi)
@@ -64,7 +66,7 @@ def combine(
     delta: tuple[np.ndarray, np.ndarray],
     fresh: tuple[np.ndarray, np.ndarray],
     floor: int,
-):
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One key range of a refreshed length: totals = base + delta (delta: every change
     since the base, signed), and ``fresh`` (the counts of the new shards alone).
 
@@ -143,7 +145,9 @@ class IdTable:
             )
         return self._tokens
 
-    def additions(self, frequent: np.ndarray, absent: np.ndarray, prefix: IdTable | None):
+    def additions(
+        self, frequent: np.ndarray, absent: np.ndarray, prefix: IdTable | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The frequent keys (sorted) that T_k lacks (``absent``: where `lookup` found
         none) as a new chunk (keys, ids, tokens), ids after the existing ones.
         ``prefix``: T_{k-1} (None for k = 2: prefixes are tokens)."""
@@ -181,8 +185,10 @@ def chain_ids(windows: np.ndarray, tables: list[IdTable]) -> np.ndarray:
     return np.where(valid, ids, int(INVALID)).astype(np.uint32)
 
 
-@numba.njit(cache=True, nogil=True)
-def combine_runs(bk, bc, dk, dc, floor, ok, oc):
+@compiled(cache=True, nogil=True)
+def combine_runs(
+    bk: U64s, bc: Array, dk: U64s, dc: I64s, floor: int, ok: U64s, oc: I64s
+) -> tuple[int, bool]:
     """Totals of a base run (distinct sorted keys, counts) and a delta run (signed counts)
     in one merge pass; writes the keys whose total is >= floor into ok/oc.
     Returns (number written, whether a total went negative)."""

@@ -10,18 +10,19 @@ import socket
 import threading
 import time
 import uuid
+from typing import Any
 
 from .cache import cache_dir
 from .errors import LockedError, OutputError
-from .storage import Location, check_bucket, json_bytes, locate
+from .storage import Location, Place, check_bucket, json_bytes, locate
 
 
-def as_location(out, storage: dict | None = None) -> Location:
+def as_location(out: Place, storage: dict[str, Any] | None = None) -> Location:
     return out if isinstance(out, Location) else locate(str(out), storage)
 
 
 def check_output(
-    out, overwrite: bool, storage: dict | None = None, resume: bool = False
+    out: Place, overwrite: bool, storage: dict[str, Any] | None = None, resume: bool = False
 ) -> Location:
     """Where an output goes, checked before any work: a local folder that may be made
     and written, or an object-store prefix whose bucket exists and answers. Without
@@ -60,7 +61,7 @@ _NOT_OURS = (
 )
 
 
-def foreign_output(out) -> bool:
+def foreign_output(out: Place) -> bool:
     """Whether ``out`` (a path or a `Location`) is something an fgram writer must not
     replace, even with --overwrite: a file, or a folder that is neither empty nor an
     fgram output (a manifest.json or _SUCCESS in it): a corpus, say, given in the
@@ -77,7 +78,7 @@ def foreign_output(out) -> bool:
     return loc.exists() and not any(loc.child(n).exists() for n in (MANIFEST, SUCCESS))
 
 
-def _beside(out, what: str) -> str:
+def _beside(out: Place, what: str) -> str:
     """A hidden local sibling of ``out``: ``.<name>.fgram-<what>``; for an output on an
     object store, a folder of the local cache named after its URI (the run's work
     stays on this machine; only the finished output is uploaded)."""
@@ -91,17 +92,17 @@ def _beside(out, what: str) -> str:
     return os.path.join(parent, f".{name}.fgram-{what}")
 
 
-def staging_path(out) -> str:
+def staging_path(out: Place) -> str:
     """The one (local) staging folder of an output: a crashed run's work stays there for
     --resume."""
     return _beside(out, "staging")
 
 
-def lock_path(out) -> str:
+def lock_path(out: Place) -> str:
     return _beside(out, "lock")
 
 
-def OutputLock(out, beat: float = 10.0, stale: float = 120.0):
+def OutputLock(out: Place, beat: float = 10.0, stale: float = 120.0) -> FileLock | LeaseLock:
     """One writer per output: a lock file beside a local output (`FileLock`), a lease
     object beside one on an object store (`LeaseLock`)."""
     loc = as_location(out)
@@ -125,7 +126,7 @@ class FileLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> FileLock:
         me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
         for _ in range(3):
             try:
@@ -147,20 +148,20 @@ class FileLock:
             return self
         raise LockedError(f"{self.out}: could not take the lock {self.path}")
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.path)
-        return False
 
-    def _holder(self) -> dict | None:
+    def _holder(self) -> dict[str, Any] | None:
         try:
             with open(self.path) as f:
-                return json.load(f)
+                holder: dict[str, Any] = json.load(f)
+                return holder
         except (OSError, ValueError):
             return None  # half-written or just removed: judged by its age below
 
-    def _is_stale(self, holder: dict) -> bool:
+    def _is_stale(self, holder: dict[str, Any]) -> bool:
         try:
             age = time.time() - os.path.getmtime(self.path)
         except FileNotFoundError:
@@ -196,7 +197,7 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def staging_for(out, here: bool, unique: bool = False):
+def staging_for(out: Place, here: bool, unique: bool = False) -> Place:
     """Where a run stages ``out`` before publishing it. On this machine when ``out`` is
     local or the run's tasks run here (`staging_path`: beside a local output, the local
     cache for one on an object store); else on the store beside ``out``, a hidden
@@ -229,7 +230,7 @@ def publish(staging: str, out: str) -> None:
         os.rename(staging, out)
 
 
-def data_files(staging) -> list[str]:
+def data_files(staging: Place) -> list[str]:
     """The files of a finished staging folder (a local path or a `Location`; relative,
     sorted), markers and work files excluded."""
     if isinstance(staging, Location):
@@ -250,7 +251,7 @@ def generation_name(rel: str, gen: str) -> str:
     return f"{head}-{gen}.{ext}" if dot and "/" not in ext else f"{rel}-{gen}"
 
 
-def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
+def finish(staging: Place, out: Place, manifest: dict[str, Any], new_folder: bool = False) -> None:
     """Publish the finished staging folder (a local path, or a `Location` on the same
     object store as ``out``) as ``out`` with ``manifest``, which names every file of the
     output (``files``). ``new_folder``: ``out`` is a folder no reader knows yet (a
@@ -262,11 +263,13 @@ def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
     reader that reads it finds every file it names), then `_SUCCESS`, then the older
     generation's objects are deleted."""
     loc = as_location(out)
-    remote_staging = isinstance(staging, Location) and not staging.local
+    if isinstance(staging, Location) and staging.local:
+        staging = staging.path
     files = data_files(staging)
     if loc.local:
         from .workdir import save_json
 
+        assert isinstance(staging, str)  # a local output is staged on this machine
         manifest["files"] = files
         save_json(os.path.join(staging, MANIFEST), manifest)
         with open(os.path.join(staging, SUCCESS), "w"):
@@ -280,19 +283,24 @@ def finish(staging, out, manifest: dict, new_folder: bool = False) -> None:
     commit_generation(
         loc,
         {
-            name: staging.child(rel) if remote_staging else os.path.join(staging, rel)
+            name: staging.child(rel)
+            if isinstance(staging, Location)
+            else os.path.join(staging, rel)
             for rel, name in names.items()
         },
         [(MANIFEST, json_bytes(manifest)), (SUCCESS, gen.encode())],
     )
-    if remote_staging:
+    if isinstance(staging, Location):
         staging.remove_tree()
     else:
         discard(staging)
 
 
 def commit_generation(
-    dest: Location, files: dict, markers: list[tuple[str, bytes]], written: tuple[str, ...] = ()
+    dest: Location,
+    files: dict[str, Place],
+    markers: list[tuple[str, bytes]],
+    written: tuple[str, ...] = (),
 ) -> None:
     """The commit protocol of an object-store folder, where nothing renames: upload
     ``files`` (name below ``dest`` -> a local path or a `Location` of the same store),
@@ -312,7 +320,7 @@ def commit_generation(
 UPLOAD_THREADS = 8
 
 
-def upload_all(pairs: list[tuple]) -> None:
+def upload_all(pairs: list[tuple[Place, Location]]) -> None:
     """Copy (source, destination) pairs, a few at a time: a local file is uploaded, an
     object copied on its store. The first failure is raised."""
     from concurrent.futures import ThreadPoolExecutor
@@ -355,7 +363,7 @@ class LeaseLock:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self):
+    def __enter__(self) -> LeaseLock:
         import random
 
         seen = None
@@ -378,9 +386,10 @@ class LeaseLock:
             time.sleep(random.uniform(0.2, 1.0))
         raise LockedError(f"{self.out.uri}: could not take the lease {self.folder.uri}")
 
-    def _read(self, name: str) -> dict | None:
+    def _read(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.folder.child(name).read_json()
+            lease: dict[str, Any] = self.folder.child(name).read_json()
+            return lease
         except Exception:  # noqa: BLE001 - gone meanwhile
             return None
 
@@ -403,10 +412,9 @@ class LeaseLock:
             with contextlib.suppress(Exception):  # noqa: BLE001 - the next beat tries again
                 self.claim.write_json({**self.me, "beat": time.time()})
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
             self.claim.remove()
-        return False

@@ -8,23 +8,27 @@ exactly once, whatever the range boundaries are.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import FgramError, InputError, StorageUnavailable
 from .failures import failure, first_line
+from .jit import Array, U32s, compiled
 from .keys import INVALID, MAX_TOKEN, SENTINEL
-from .scratch import work_array
+from .scratch import Scratch, work_array
 from .storage import filesystem, is_remote
 
 
-@numba.njit(cache=True, nogil=True)
-def separate(body, sep, own, sep_before, tokens):
+@compiled(cache=True, nogil=True)
+def separate(
+    body: Array, sep: int, own: int, sep_before: bool, tokens: U32s
+) -> tuple[int, int, int, int]:
     """A flat range's raw values -> uint32 tokens with 2**32-1 at separators, in one pass.
 
     ``own``: how many leading values belong to the range (the rest is overlap);
@@ -75,7 +79,7 @@ class ReadOptions:
     column: str = "tokens"
     dtype: str = "uint16"  # for .bin and header-less .npy
     doc_sep: int | None = None  # None: a flat file is one document
-    storage: dict = field(default_factory=dict)  # storage options (`storage.filesystem`)
+    storage: dict[str, Any] = field(default_factory=dict)  # storage options (`storage.filesystem`)
     strict: bool = False  # a flat file's sample that looks wrong fails (`guards`)
 
 
@@ -132,7 +136,7 @@ def check_bounds(lowest: int, highest: int, uri: str) -> None:
 
 
 @contextmanager
-def reading(uri: str):
+def reading(uri: str) -> Iterator[None]:
     """Corrupt or unreadable data surfaces as an InputError naming the file."""
     try:
         yield
@@ -147,7 +151,9 @@ def reading(uri: str):
         ) from None
 
 
-def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch=None) -> Stream:
+def read_unit(
+    shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch: Scratch | None = None
+) -> Stream:
     """Read one unit as a token stream; `overlap` extra tokens past a flat range's end.
 
     With a ``scratch`` (`scratch.Scratch`), a flat range is read into its
@@ -159,7 +165,11 @@ def read_unit(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch
 
 
 def read_flat_range(
-    shard: Shard, lo: int, hi: int, scratch=None, storage: dict | None = None
+    shard: Shard,
+    lo: int,
+    hi: int,
+    scratch: Scratch | None = None,
+    storage: dict[str, Any] | None = None,
 ) -> np.ndarray:
     """Raw token values [lo, hi) of a flat file (clipped to the file), read in one call
     (into ``scratch``'s "raw" buffer when given)."""
@@ -187,7 +197,7 @@ def read_flat_range(
 
 
 def read_row_groups(
-    shard: Shard, unit: Unit, columns: list[str] | None, storage: dict | None = None
+    shard: Shard, unit: Unit, columns: list[str] | None, storage: dict[str, Any] | None = None
 ) -> pa.Table:
     fs, path = filesystem(shard.uri, storage)
     with fs.open_input_file(path) as f:
@@ -212,7 +222,9 @@ def list_column(table: pa.Table, name: str, uri: str) -> tuple[np.ndarray, np.nd
     )
 
 
-def _read_flat(shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch) -> Stream:
+def _read_flat(
+    shard: Shard, unit: Unit, opts: ReadOptions, overlap: int, scratch: Scratch | None
+) -> Stream:
     lo = max(unit.start - 1, 0)
     arr = read_flat_range(shard, lo, unit.stop + overlap, scratch, opts.storage)
     head = unit.start - lo  # 1 if we read the token before the range, else 0

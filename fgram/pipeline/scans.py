@@ -4,9 +4,9 @@ stream or tested only at windows that hold a rare anchor token."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from .jit import Array, U32s, U64s, compiled
 from .keys import EMPTY, INVALID, MULT, mix1
 from .partials import EMPTY_COUNTS, EMPTY_KEYS, IdTable, chain_ids
 
@@ -69,7 +69,7 @@ def scan_unit(
     tables: list[IdTable],
     old_size: int,
     starts: np.ndarray | None = None,
-):
+) -> tuple[np.ndarray, np.ndarray]:
     """Counts, in one unit of a kept shard, of the candidate k-grams it was never
     counted for: those whose (k-1)-prefix or (k-1)-suffix got its id in this refresh
     (id >= ``old_size``, its window in ``new_set``), the other one having an id too.
@@ -106,8 +106,8 @@ def scan_unit(
     return keys, counts.astype(np.int64)
 
 
-@numba.njit(cache=True)
-def hash_rows(rows, out):
+@compiled(cache=True)
+def hash_rows(rows: U32s, out: U64s) -> None:
     """out[r] = the window hash of rows[r] (a 2-d uint32 array of token windows):
     mix(sum of (token + 1) * M**(w-1-j)) >> 1, the hash `windows_in_set` rolls."""
     for r in range(rows.shape[0]):
@@ -117,15 +117,16 @@ def hash_rows(rows, out):
         out[r] = mix1(h) >> np.uint64(1)
 
 
-@numba.njit(cache=True, inline="always")
-def _bit_of(h, bmask):
+@compiled(cache=True, inline="always")
+def _bit_of(h: np.uint64, bmask: np.uint64) -> np.uint64:
     """A window hash's bit in the bitmap of `fill_bits` / `windows_in_set` (one place,
     so that filling and testing can never disagree)."""
-    return (h >> np.uint64(20)) & bmask
+    bit: np.uint64 = (h >> np.uint64(20)) & bmask
+    return bit
 
 
-@numba.njit(cache=True)
-def fill_set(tab, hashes):
+@compiled(cache=True)
+def fill_set(tab: U64s, hashes: U64s) -> None:
     """Insert hashes into an empty open-addressing set (len a power of two, > len(hashes))."""
     mask = np.uint64(len(tab) - 1)
     for i in range(len(hashes)):
@@ -135,8 +136,8 @@ def fill_set(tab, hashes):
         tab[s] = hashes[i]
 
 
-@numba.njit(cache=True, nogil=True)
-def windows_in_set(tokens, w, tab, bits, out):
+@compiled(cache=True, nogil=True)
+def windows_in_set(tokens: U32s, w: int, tab: U64s, bits: U64s, out: Array) -> None:
     """out[i] = whether the window tokens[i:i+w] (boundary-free) hashes into the set:
     a superset of the windows equal to one of the set's rows (callers verify).
 
@@ -165,8 +166,8 @@ def windows_in_set(tokens, w, tab, bits, out):
             out[i - w + 1] = True
 
 
-@numba.njit(cache=True, inline="always")
-def _in_set(x, tab, mask, bits, bmask):
+@compiled(cache=True, inline="always")
+def _in_set(x: np.uint64, tab: U64s, mask: np.uint64, bits: U64s, bmask: np.uint64) -> bool:
     """Whether window hash x is in the set (`fill_set` / `fill_bits`): its bit first."""
     b = _bit_of(x, bmask)
     if not (bits[b >> np.uint64(6)] >> (b & np.uint64(63))) & np.uint64(1):
@@ -179,8 +180,10 @@ def _in_set(x, tab, mask, bits, bmask):
     return False
 
 
-@numba.njit(cache=True, nogil=True)
-def windows_at_in_set(tokens, w, starts, tab, bits, out):
+@compiled(cache=True, nogil=True)
+def windows_at_in_set(
+    tokens: U32s, w: int, starts: Array, tab: U64s, bits: U64s, out: Array
+) -> None:
     """`windows_in_set` for the windows at ``starts`` only: out[j] = whether window
     starts[j] (boundary-free, within tokens) hashes into the set."""
     mask = np.uint64(len(tab) - 1)
@@ -201,8 +204,8 @@ def windows_at_in_set(tokens, w, starts, tab, bits, out):
             out[j] = _in_set(mix1(h) >> np.uint64(1), tab, mask, bits, bmask)
 
 
-@numba.njit(cache=True)
-def fill_bits(bits, hashes):
+@compiled(cache=True)
+def fill_bits(bits: U64s, hashes: U64s) -> None:
     """Set each hash's bit in a bitmap for `windows_in_set`."""
     bmask = np.uint64(len(bits) * 64 - 1)
     for i in range(len(hashes)):
@@ -210,8 +213,8 @@ def fill_bits(bits, hashes):
         bits[b >> np.uint64(6)] |= np.uint64(1) << (b & np.uint64(63))
 
 
-@numba.njit(cache=True, nogil=True)
-def find_anchored(tokens, w, offsets, out):
+@compiled(cache=True, nogil=True)
+def find_anchored(tokens: U32s, w: int, offsets: Array, out: Array) -> int:
     """Starts p of the windows tokens[p:p+w] that hold an anchor: a token t at p + r with
     bit r of offsets[t] set (tokens >= len(offsets) are no anchor). Writes them to out
     (unsorted, maybe repeated); returns how many, or -1 when more than len(out)."""

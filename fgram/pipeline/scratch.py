@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 class Scratch:
@@ -14,16 +17,16 @@ class Scratch:
     of the same name.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
 
-    def __getstate__(self):  # never ship the buffers (e.g. inside a pickled task)
+    def __getstate__(self) -> dict[str, Any]:  # never ship the buffers (e.g. inside a pickled task)
         return {"_bufs": {}}
 
     def clear(self) -> None:
         self._bufs.clear()
 
-    def get(self, name: str, n: int, dtype) -> np.ndarray:
+    def get(self, name: str, n: int, dtype: DTypeLike) -> np.ndarray:
         dtype = np.dtype(dtype)
         need = max(n, 1) * dtype.itemsize
         buf = self._bufs.get(name)
@@ -32,6 +35,6 @@ class Scratch:
         return buf[: n * dtype.itemsize].view(dtype)
 
 
-def work_array(scratch: Scratch | None, name: str, n: int, dtype) -> np.ndarray:
+def work_array(scratch: Scratch | None, name: str, n: int, dtype: DTypeLike) -> np.ndarray:
     """``scratch``'s buffer ``name`` as n items of dtype, or a fresh array without one."""
     return np.empty(n, dtype) if scratch is None else scratch.get(name, n, dtype)

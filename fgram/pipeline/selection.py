@@ -29,7 +29,9 @@ def add_length(
     return threshold
 
 
-def selection(hists: dict[int, dict[int, int]], size: int | None):
+def selection(
+    hists: dict[int, dict[int, int]], size: int | None
+) -> tuple[int, int, int, dict[int, int]]:
     """Cutoff count, last length taken at the cutoff, number selected and selected per length.
 
     From per-length count histograms alone: everything above the cutoff is in;

@@ -21,6 +21,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -52,7 +53,7 @@ def is_remote(uri: str) -> bool:
     return scheme_of(uri) not in (None, "file")
 
 
-def _coerce(value: str):
+def _coerce(value: str) -> bool | float | int | str:
     low = value.lower()
     if low in ("true", "false"):
         return low == "true"
@@ -62,7 +63,7 @@ def _coerce(value: str):
         return value
 
 
-_FILESYSTEMS: dict[tuple, pafs.FileSystem] = {}
+_FILESYSTEMS: dict[tuple[Any, ...], pafs.FileSystem] = {}
 _LOCAL = pafs.LocalFileSystem()
 # a forked process makes its own: an inherited one shares the parent's open connections, and
 # two processes reading through one get each other's bytes
@@ -76,7 +77,7 @@ def object_store_used() -> bool:
     return _USED[0]
 
 
-def _s3(options: dict) -> pafs.FileSystem:
+def _s3(options: dict[str, Any]) -> pafs.FileSystem:
     kw = {
         **S3_DEFAULTS,
         **{
@@ -92,13 +93,13 @@ def _s3(options: dict) -> pafs.FileSystem:
             kw["endpoint_override"] = env
     endpoint = kw.get("endpoint_override")
     if isinstance(endpoint, str) and "://" in endpoint:  # http://host:port -> scheme + host
-        kw["scheme"], kw["endpoint_override"] = endpoint.split("://", 1)
-        kw["endpoint_override"] = kw["endpoint_override"].rstrip("/")
+        scheme, host = endpoint.split("://", 1)
+        kw["scheme"], kw["endpoint_override"] = scheme, host.rstrip("/")
     kw.setdefault("retry_strategy", pafs.AwsStandardS3RetryStrategy(max_attempts=S3_ATTEMPTS))
     return pafs.S3FileSystem(**kw)
 
 
-def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str, options: dict[str, Any] | None = None) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it) of a URI or a plain path; one filesystem object per
     scheme, authority and options in a process."""
     options = options or {}
@@ -161,7 +162,7 @@ def filesystem(uri: str, options: dict | None = None) -> tuple[pafs.FileSystem, 
     return fs, path
 
 
-def json_bytes(obj) -> bytes:
+def json_bytes(obj: Any) -> bytes:
     """JSON as fgram writes it everywhere: indented, keys sorted, a final newline."""
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
@@ -174,7 +175,7 @@ class Location:
 
     path: str
     uri: str
-    options: tuple = ()  # (key, value) storage options
+    options: tuple[tuple[str, Any], ...] = ()  # (key, value) storage options
 
     @property
     def local(self) -> bool:
@@ -196,10 +197,9 @@ class Location:
         return Location(join(self.path, rel), join(self.uri, rel), self.options)
 
     def parent(self) -> Location:
-        cut = lambda s: s.rstrip("/").rsplit("/", 1)[0]  # noqa: E731
         if self.local:
             return Location(os.path.dirname(self.path), os.path.dirname(self.uri), self.options)
-        return Location(cut(self.path), cut(self.uri), self.options)
+        return Location(_cut(self.path), _cut(self.uri), self.options)
 
     def sibling(self, name: str) -> Location:
         return self.parent().child(name)
@@ -214,10 +214,12 @@ class Location:
             raise self._fail(exc, reading=True) from None
 
     def exists(self) -> bool:
-        return self.info().type != pafs.FileType.NotFound
+        there: bool = self.info().type != pafs.FileType.NotFound
+        return there
 
     def is_file(self) -> bool:
-        return self.info().type == pafs.FileType.File
+        a_file: bool = self.info().type == pafs.FileType.File
+        return a_file
 
     def files(self) -> list[str]:
         """Paths of every file below this folder, relative to it, sorted ([] if absent)."""
@@ -248,17 +250,18 @@ class Location:
     def read_bytes(self) -> bytes:
         try:
             with self.fs.open_input_stream(self.path) as f:
-                return f.read()
+                data: bytes = f.read()
+                return data
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc, reading=True) from None
 
-    def read_json(self):
+    def read_json(self) -> Any:
         try:
             return json.loads(self.read_bytes())
         except ValueError as exc:
             raise InputError(self.uri, f"not valid JSON ({exc})") from None
 
-    def write_bytes(self, data: bytes) -> None:
+    def write_bytes(self, data: bytes | memoryview) -> None:
         """Whole or not at all: locally aside, then renamed; on an object store one PUT
         (an object appears only when its upload completes)."""
         try:
@@ -274,10 +277,10 @@ class Location:
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc) from None
 
-    def write_json(self, obj) -> None:
+    def write_json(self, obj: Any) -> None:
         self.write_bytes(json_bytes(obj))
 
-    def upload(self, source) -> None:
+    def upload(self, source: str | Location) -> None:
         """Copy a local file (a path), or another `Location` of the same store, here (the
         object appears only once complete; a copy on the store moves no byte through
         this machine)."""
@@ -345,7 +348,7 @@ class Location:
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc) from None
 
-    def dataset(self, files: list[str] | None = None):
+    def dataset(self, files: list[str] | None = None) -> Any:
         """A pyarrow Parquet dataset of this folder (or of ``files`` below it)."""
         import pyarrow.dataset as ds
 
@@ -359,7 +362,15 @@ class Location:
             raise self._fail(exc, reading=True) from None
 
 
-def locate(uri: str, options: dict | None = None) -> Location:
+def _cut(path: str) -> str:
+    """A path on an object store without its last part."""
+    return path.rstrip("/").rsplit("/", 1)[0]
+
+
+Place = str | Location  # a local path, or a `Location` (local or on an object store)
+
+
+def locate(uri: str, options: dict[str, Any] | None = None) -> Location:
     """The `Location` of a URI or plain path (plain paths made absolute)."""
     fs, path = filesystem(str(uri), options)
     shown = path if isinstance(fs, pafs.LocalFileSystem) else str(uri).rstrip("/")

@@ -11,6 +11,7 @@ Everything is vectorised and generated in chunks, so 1B tokens stream to disk.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def generate(
     doc_len: int = 512,
     files: int | None = None,
     book_seed: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Write a corpus of `tokens` tokens to out_dir. Returns its description (also meta.json).
 
     The phrase book comes from ``book_seed`` (default: ``seed``), the text drawn

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from numpy.typing import DTypeLike
 
 from .errors import FgramError
+from .jit import Array, U64s, compiled
+from .storage import Place
 
 SCHEMA = pa.schema(
     [
@@ -28,7 +31,7 @@ SCHEMA = pa.schema(
 )
 
 
-def table_record() -> dict:
+def table_record() -> dict[str, Any]:
     """The manifest's description of the table (a build's and a refresh's version)."""
     return {
         "path": "fgrams",
@@ -68,10 +71,10 @@ class Groups:
         """A code that increases along rank order: count desc, then length asc."""
         return (-np.asarray(count, np.int64)) * 16 + np.asarray(length, np.int64)
 
-    def index(self, count: np.ndarray, length) -> np.ndarray:
+    def index(self, count: np.ndarray, length: int) -> np.ndarray:
         """Group index of rows (count, length); every row must belong to a group."""
-        length = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
-        return np.searchsorted(self._code, self.code(count, length))
+        lengths = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
+        return np.searchsorted(self._code, self.code(count, lengths))
 
     def rows_in(
         self, count: np.ndarray, length: int, g0: int, g1: int, table_max: int = 1 << 22
@@ -89,7 +92,8 @@ class Groups:
         if hi - lo <= table_max:  # slot 0: below lo, slot hi-lo+2: above hi
             table = np.zeros(hi - lo + 3, bool)
             table[mine - lo + 1] = True
-            return table[np.clip(count - (lo - 1), 0, hi - lo + 2)]
+            found: np.ndarray = table[np.clip(count - (lo - 1), 0, hi - lo + 2)]
+            return found
         mask = np.zeros(len(count), bool)
         near = np.flatnonzero((count >= lo) & (count <= hi))
         code = self.code(count[near], np.full(len(near), length))
@@ -99,7 +103,9 @@ class Groups:
         mask[near[ok]] = True
         return mask
 
-    def task_span(self, task_firsts: np.ndarray, r: int, selected: int):
+    def task_span(
+        self, task_firsts: np.ndarray, r: int, selected: int
+    ) -> tuple[int, int, int, int]:
         """Groups [g0, g1) and fgram_ids [lo, hi) of rank task r."""
         g0 = int(task_firsts[r])
         g1 = int(task_firsts[r + 1]) if r + 1 < len(task_firsts) else len(self.size)
@@ -186,7 +192,9 @@ def rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return order
 
 
-def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path) -> int:
+def write_ranked(
+    rows: dict[int, tuple[np.ndarray, np.ndarray]], groups: Groups, lo: int, hi: int, path: Place
+) -> int:
     """Number rows of whole groups (``rows``: length -> (tokens, counts)) and write the
     ones with ids in [lo, hi) as one Parquet file, in id order. Returns how many."""
     n = max(hi - lo, 0)
@@ -222,7 +230,7 @@ def write_ranked(rows: dict, groups: Groups, lo: int, hi: int, path) -> int:
     return n
 
 
-def arrow_array(values: np.ndarray, dtype=None) -> pa.Array:
+def arrow_array(values: np.ndarray, dtype: DTypeLike | None = None) -> pa.Array:
     """A 1-d numpy array as an Arrow array (as ``dtype``; no copy when it already is).
 
     Not `pa.array`: its first call in a process imports pandas when pandas is
@@ -235,7 +243,9 @@ def arrow_array(values: np.ndarray, dtype=None) -> pa.Array:
     )
 
 
-def arrow_list(offsets: np.ndarray, values: np.ndarray, dtype=None) -> pa.ListArray:
+def arrow_list(
+    offsets: np.ndarray, values: np.ndarray, dtype: DTypeLike | None = None
+) -> pa.ListArray:
     """A list array from n + 1 offsets into values (``dtype``: the values' type)."""
     return pa.ListArray.from_arrays(arrow_array(offsets, np.int32), arrow_array(values, dtype))
 
@@ -259,22 +269,22 @@ def arrow_table(
     )
 
 
-def write_table(table: pa.Table, path) -> None:
+def write_table(table: pa.Table, path: Place) -> None:
     """One Parquet file at a local path, or at a `storage.Location` (an object: written
     whole, then it appears)."""
     if isinstance(path, str) or path.local:  # aside, then renamed: whole or not at all
-        path = getattr(path, "path", path)
-        tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+        target = path if isinstance(path, str) else path.path
+        tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
         pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
         return
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20)
     path.write_bytes(buf.getvalue())
 
 
-@numba.njit(cache=True, nogil=True)
-def pack_head(tokens, rank, lead, vbits, out):
+@compiled(cache=True, nogil=True)
+def pack_head(tokens: Array, rank: Array, lead: int, vbits: np.uint64, out: U64s) -> None:
     """out[i] = rank[i], then tokens[i, :lead] (vbits each), as one uint64 (`table.rank_order`)."""
     for i in range(tokens.shape[0]):
         h = np.uint64(rank[i])
@@ -283,8 +293,19 @@ def pack_head(tokens, rank, lead, vbits, out):
         out[i] = h
 
 
-@numba.njit(cache=True, nogil=True)
-def place_ranked(counts, order, gcount, gstart, lo, hi, k, lengths, out_counts, dest):
+@compiled(cache=True, nogil=True)
+def place_ranked(
+    counts: Array,
+    order: Array,
+    gcount: Array,
+    gstart: Array,
+    lo: int,
+    hi: int,
+    k: int,
+    lengths: Array,
+    out_counts: Array,
+    dest: Array,
+) -> bool:
     """Number rows of one length, visited in rank order (``order``), in whole groups:
     ``gcount``/``gstart`` are this length's groups (counts descending, first ids). Row
     order[i] gets id gstart[g] + (i - first i of its count); ids in [lo, hi) are written
@@ -314,8 +335,8 @@ def place_ranked(counts, order, gcount, gstart, lo, hi, k, lengths, out_counts, 
     return True
 
 
-@numba.njit(cache=True, nogil=True)
-def scatter_rows(tokens, order, dest, offsets, flat):
+@compiled(cache=True, nogil=True)
+def scatter_rows(tokens: Array, order: Array, dest: Array, offsets: Array, flat: Array) -> None:
     """flat[offsets[dest[i]]:][:k] = tokens[order[i]] for every i with dest[i] >= 0."""
     k = tokens.shape[1]
     for i in range(len(order)):

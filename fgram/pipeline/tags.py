@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +29,12 @@ from .errors import FgramError
 from .index import FgramIndex, manifest_fingerprint
 from .publish import MANIFEST, SUCCESS, generation_name
 from .reading import Shard, Unit, list_column, read_flat_range, read_row_groups
-from .storage import Location, locate
+from .storage import Location, Place, locate
 
 
 def open_tags(
-    tags, table: str | None = None, storage: dict | None = None
-) -> tuple[Location, dict, FgramIndex]:
+    tags: Place, table: str | None = None, storage: dict[str, Any] | None = None
+) -> tuple[Location, dict[str, Any], FgramIndex]:
     """The tags' location, their manifest and the index of their table; refuses stale
     tags."""
     loc = tags if isinstance(tags, Location) else locate(str(tags), storage)
@@ -49,7 +50,7 @@ def open_tags(
     return loc, manifest, FgramIndex.open(table, storage=storage)
 
 
-def tag_file(loc: Location, manifest: dict, rel: str) -> Location:
+def tag_file(loc: Location, manifest: dict[str, Any], rel: str) -> Location:
     """Where the tags file ``rel`` (``tags/<name>...``) is: on an object store under the
     name of its output's generation (`publish.finish`)."""
     files = manifest.get("files")
@@ -59,11 +60,12 @@ def tag_file(loc: Location, manifest: dict, rel: str) -> Location:
 
 
 def _flat_tags(f: Location) -> np.ndarray:
-    return np.load(local_path(f), mmap_mode="r")
+    arr: np.ndarray = np.load(local_path(f), mmap_mode="r")
+    return arr
 
 
 def _streams(
-    loc: Location, manifest: dict, storage: dict | None
+    loc: Location, manifest: dict[str, Any], storage: dict[str, Any] | None
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     cfg = manifest["config"]
     shards = [Shard(**{**rec, "row_groups": []}) for rec in manifest["inputs"]]
@@ -118,12 +120,12 @@ def truncate(
 
 
 def training_sequences(
-    tags,
+    tags: Place,
     seq_len: int,
     table: str | None = None,
     drop_last: bool = True,
-    storage: dict | None = None,
-):
+    storage: dict[str, Any] | None = None,
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yield (tokens, fgram_ids, match_len) arrays of length seq_len, in stream order.
     ``tags``: a folder or a URI; ``storage``: storage options for it, its table and its
     inputs (else the environment's)."""

@@ -29,7 +29,8 @@ class TorchModel:
         with torch.inference_mode():
             t = torch.from_numpy(np.ascontiguousarray(tokens, np.int64)).to(self.device)
             n = torch.from_numpy(np.ascontiguousarray(lengths, np.int64)).to(self.device)
-            return self.module(t, n).float().cpu().numpy()
+            out: np.ndarray = self.module(t, n).float().cpu().numpy()
+            return out
 
 
 class FgramTransformer(nn.Module):
@@ -68,7 +69,7 @@ class FgramTransformer(nn.Module):
         return self.norm(last)
 
 
-def reference(device: str = "cpu", vocab: int = 65536, dim: int = 256, seed: int = 0):
+def reference(device: str = "cpu", vocab: int = 65536, dim: int = 256, seed: int = 0) -> TorchModel:
     """A seeded reference model (random token embeddings) for tries and benchmarks."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)

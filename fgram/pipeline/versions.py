@@ -20,10 +20,11 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from typing import Any
 
 from .errors import ConfigError, InputError, OutputError
 from .publish import SUCCESS, as_location
-from .storage import Location, is_remote
+from .storage import Location, Place, is_remote
 
 CURRENT = "current"
 VERSIONS = "versions"
@@ -33,7 +34,7 @@ def new_version_id() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
 
-def is_finished(path) -> bool:
+def is_finished(path: Place) -> bool:
     """Whether ``path`` (a local path, a URI or a `Location`) holds a finished output."""
     if isinstance(path, str) and not is_remote(path):
         return os.path.exists(os.path.join(path, "_SUCCESS")) and os.path.exists(
@@ -43,7 +44,7 @@ def is_finished(path) -> bool:
     return loc.child("_SUCCESS").exists() and loc.child("manifest.json").exists()
 
 
-def list_versions(root) -> list[str]:
+def list_versions(root: Place) -> list[str]:
     """Finished version ids, oldest first."""
     folder = as_location(root).child(VERSIONS)
     return sorted(
@@ -51,7 +52,7 @@ def list_versions(root) -> list[str]:
     )
 
 
-def current(root) -> str | None:
+def current(root: Place) -> str | None:
     """The id of the published version, or None."""
     loc = as_location(root)
     link = loc.child(CURRENT)
@@ -64,14 +65,14 @@ def current(root) -> str | None:
     return link.read_bytes().decode().strip().rstrip("/").rsplit("/", 1)[-1]
 
 
-def version_path(root, vid: str):
+def version_path(root: Place, vid: str) -> Place:
     """The folder of version ``vid``: a local path for a local path, else a `Location`."""
     if isinstance(root, str) and not is_remote(root):
         return os.path.join(root, VERSIONS, vid)
     return as_location(root).child(VERSIONS, vid)
 
 
-def check_root(root, storage: dict | None = None):
+def check_root(root: Place, storage: dict[str, Any] | None = None) -> Place:
     """A refresh root: absent, empty, or already one (never a plain build output).
     Returns it as an absolute local path, or as a `Location` on an object store."""
     loc = as_location(root, storage)
@@ -94,7 +95,7 @@ def check_root(root, storage: dict | None = None):
     return loc
 
 
-def switch_current(root, vid: str) -> None:
+def switch_current(root: Place, vid: str) -> None:
     """Point ``current`` at version ``vid`` in one step: locally the rename of a new
     symlink, on an object store one PUT of the pointer object."""
     loc = as_location(root)
@@ -116,7 +117,7 @@ def _delete(loc: Location) -> None:
     loc.remove_tree()
 
 
-def clear_leftovers(root) -> list[str]:
+def clear_leftovers(root: Place) -> list[str]:
     """Remove what a killed refresh left in versions/ (its staging folder, a version
     half deleted): hidden entries, never a finished version. Call with the lock held."""
     folder = as_location(root).child(VERSIONS)
@@ -133,7 +134,7 @@ def check_keep(keep: int) -> int:
     return keep
 
 
-def prune(root, keep: int) -> list[str]:
+def prune(root: Place, keep: int) -> list[str]:
     """Delete the oldest finished versions beyond the newest ``keep`` (never the current
     one). Returns the ids deleted."""
     check_keep(keep)
@@ -152,7 +153,7 @@ def prune(root, keep: int) -> list[str]:
     return doomed
 
 
-def resolve_table(path, storage: dict | None = None) -> Location:
+def resolve_table(path: Place, storage: dict[str, Any] | None = None) -> Location:
     """A build output, or a refresh root (its current version): local ``current`` is a
     symlink, on an object store an object holding the version's path."""
     loc = as_location(path, storage)
@@ -166,7 +167,9 @@ def resolve_table(path, storage: dict | None = None) -> Location:
     return loc
 
 
-def open_table(path, storage: dict | None = None) -> tuple[Location, dict]:
+def open_table(
+    path: Place, storage: dict[str, Any] | None = None
+) -> tuple[Location, dict[str, Any]]:
     """(location, manifest) of the finished table at ``path`` (see `resolve_table`)."""
     loc = resolve_table(path, storage)
     if not is_finished(loc):
@@ -174,7 +177,7 @@ def open_table(path, storage: dict | None = None) -> tuple[Location, dict]:
     return loc, loc.child("manifest.json").read_json()
 
 
-def table_dataset(loc: Location, manifest: dict):
+def table_dataset(loc: Location, manifest: dict[str, Any]) -> Any:
     """The table's Parquet dataset: exactly the files its manifest names (an object
     store may hold another generation's beside them), or, for outputs written before
     manifests named their files, the ``fgrams/`` folder."""

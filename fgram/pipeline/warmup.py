@@ -23,6 +23,7 @@ def warm_up() -> None:
     tokens = np.array([1, 2, 1, 2, SENTINEL, 3, 2, 1, SENTINEL], np.uint32)  # two documents
     for exact in (True, False):
         uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True, exact=exact)
+        assert order is not None  # asked for
         ids = ids_at(np.arange(len(uniq)), order, len(tokens))
         uniq3, counts3, _, _ = unit_table(ids, tokens, 3, len(tokens), False, exact=exact)
     lookup_sorted(uniq3, uniq3)

@@ -15,21 +15,24 @@ import json
 import os
 import threading
 import uuid
+from typing import Any, TypeGuard, overload
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from .storage import Location
+from .scratch import Scratch
+from .storage import Location, Place
 
 
-def _remote(path) -> bool:
+def _remote(path: Place) -> TypeGuard[Location]:
     return isinstance(path, Location) and not path.local
 
 
-def _local(path) -> str:
+def _local(path: Place) -> str:
     return path.path if isinstance(path, Location) else path
 
 
-def save_array(path, arr: np.ndarray) -> None:
+def save_array(path: Place, arr: np.ndarray) -> None:
     if _remote(path):
         buf = io.BytesIO()
         np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
@@ -42,14 +45,16 @@ def save_array(path, arr: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-def load_array(path, mmap: bool = True) -> np.ndarray:
+def load_array(path: Place, mmap: bool = True) -> np.ndarray:
     """A local file memory-mapped (``mmap``) or read; an object read whole."""
     if _remote(path):
-        return np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
-    return np.load(_local(path), mmap_mode="r" if mmap else None, allow_pickle=False)
+        arr: np.ndarray = np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
+        return arr
+    arr = np.load(_local(path), mmap_mode="r" if mmap else None, allow_pickle=False)
+    return arr
 
 
-def read_into(path, scratch, name: str) -> np.ndarray:
+def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
     """A 1-d array file read into ``scratch``'s buffer ``name`` (a `scratch.Scratch`):
     a worker reading one such file per unit reuses the same pages (a fresh
     array's first touch costs more than the copy)."""
@@ -58,11 +63,11 @@ def read_into(path, scratch, name: str) -> np.ndarray:
         out = scratch.get(name, len(arr), arr.dtype)
         out[:] = arr
         return out
-    path = _local(path)
-    with open(path, "rb") as f:
+    local = _local(path)
+    with open(local, "rb") as f:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0)):  # np.save writes these: anything else, plainly
-            return load_array(path, mmap=False)
+            return load_array(local, mmap=False)
         read_header = (
             np.lib.format.read_array_header_1_0
             if version == (1, 0)
@@ -70,14 +75,16 @@ def read_into(path, scratch, name: str) -> np.ndarray:
         )
         shape, _, dtype = read_header(f)
         if len(shape) != 1 or dtype.hasobject:
-            raise ValueError(f"{path}: not a 1-d array of numbers")
-        out = scratch.get(name, shape[0], dtype)
-        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
-            raise ValueError(f"{path}: truncated")
-    return out
+            raise ValueError(f"{local}: not a 1-d array of numbers")
+        into = scratch.get(name, shape[0], dtype)
+        if f.readinto(into.data.cast("B")) != into.nbytes:
+            raise ValueError(f"{local}: truncated")
+    return into
 
 
-def concat_arrays(dest: Location, parts: list, dtype, shape: tuple) -> tuple[str, int]:
+def concat_arrays(
+    dest: Location, parts: list[Place], dtype: DTypeLike, shape: tuple[int, ...]
+) -> tuple[str, int]:
     """One ``.npy`` object at ``dest`` of ``dtype`` and ``shape``: a header, then the
     arrays of ``parts`` (files or objects, read one at a time), in order, streamed as one
     upload (an object appears only when complete). Returns its sha256 and size."""
@@ -125,7 +132,7 @@ def concat_arrays(dest: Location, parts: list, dtype, shape: tuple) -> tuple[str
     return digest.hexdigest(), size
 
 
-def save_json(path, obj, durable: bool = True) -> None:
+def save_json(path: Place, obj: Any, durable: bool = True) -> None:
     """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
     if _remote(path):
         path.write_json(obj)
@@ -141,18 +148,18 @@ def save_json(path, obj, durable: bool = True) -> None:
     os.replace(tmp, path)
 
 
-def load_json(path):
+def load_json(path: Place) -> Any:
     if _remote(path):
         return path.read_json()
     with open(_local(path)) as f:
         return json.load(f)
 
 
-def exists(path) -> bool:
+def exists(path: Place) -> bool:
     return path.exists() if _remote(path) else os.path.exists(_local(path))
 
 
-def remove(path) -> None:
+def remove(path: Place) -> None:
     """Delete a file; no error if it is gone (or, locally, not ours to remove)."""
     if _remote(path):
         path.remove()
@@ -161,7 +168,7 @@ def remove(path) -> None:
         os.remove(_local(path))
 
 
-def remove_tree(path) -> None:
+def remove_tree(path: Place) -> None:
     if isinstance(path, Location):
         path.remove_tree()
     else:
@@ -170,19 +177,23 @@ def remove_tree(path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def join(folder, *names: str):
+@overload
+def join(folder: str, *names: str) -> str: ...
+@overload
+def join(folder: Location, *names: str) -> Location: ...
+def join(folder: Place, *names: str) -> Place:
     """A path below ``folder``, of the same kind (a local path, or a `Location`)."""
     return folder.child(*names) if isinstance(folder, Location) else os.path.join(folder, *names)
 
 
-def names(folder) -> list[str]:
+def names(folder: Place) -> list[str]:
     """The file names right in ``folder`` ([] if it is absent)."""
     if isinstance(folder, Location):
         return [n for n in folder.files() if "/" not in n]
     return os.listdir(folder) if os.path.isdir(folder) else []
 
 
-def make_dirs(folder) -> None:
+def make_dirs(folder: Place) -> None:
     """Make a local folder (an object store has none to make)."""
     if not isinstance(folder, Location):
         os.makedirs(folder, exist_ok=True)
@@ -193,30 +204,30 @@ def make_dirs(folder) -> None:
 class WorkDir:
     """Names of a build's intermediate files (below a local path or a `Location`)."""
 
-    def __init__(self, root):
+    def __init__(self, root: Place) -> None:
         self.root = root
 
-    def pass_dir(self, k: int):
+    def pass_dir(self, k: int) -> Place:
         path = join(self.root, f"pass{k}")
         make_dirs(path)
         return path
 
-    def unit(self, k: int, u: int, what: str):
+    def unit(self, k: int, u: int, what: str) -> Place:
         return join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
 
-    def unit_done(self, k: int, u: int):
+    def unit_done(self, k: int, u: int) -> Place:
         return join(self.pass_dir(k), f"unit-{u:06d}.done.json")
 
-    def merged(self, k: int, p: int, what: str):
+    def merged(self, k: int, p: int, what: str) -> Place:
         return join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
 
-    def frequent(self, k: int, p: int, what: str):
+    def frequent(self, k: int, p: int, what: str) -> Place:
         return join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
 
-    def decoded(self, k: int, p: int, what: str):
+    def decoded(self, k: int, p: int, what: str) -> Place:
         return join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
 
-    def answers(self, k: int, p: int, what: str):
+    def answers(self, k: int, p: int, what: str) -> Place:
         return join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
 
 
@@ -227,10 +238,10 @@ class Sweeper:
     tokens) took the driver 1-2 s between passes while the cores idled.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._thread: threading.Thread | None = None
 
-    def sweep(self, paths: list[str]) -> None:
+    def sweep(self, paths: list[Place]) -> None:
         self.wait()
         self._thread = threading.Thread(target=_remove_files, args=(paths,), daemon=True)
         self._thread.start()
@@ -241,7 +252,7 @@ class Sweeper:
             self._thread = None
 
 
-def _remove_files(paths: list) -> None:
+def _remove_files(paths: list[Place]) -> None:
     for path in paths:
         with contextlib.suppress(Exception):  # noqa: BLE001 - gone already, or not ours: the staging folder goes anyway
             remove(path)

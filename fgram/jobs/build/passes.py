@@ -22,6 +22,7 @@ from fgram.pipeline.reading import Shard, Unit, read_unit
 from fgram.pipeline.records import JsonRecord, int_keys
 from fgram.pipeline.scratch import Scratch
 from fgram.pipeline.selection import histogram
+from fgram.pipeline.storage import Place
 from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
 MERGE_BYTES = 64 * 2**20  # target volume of one merge task
@@ -138,7 +139,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
         ids = tokens
     else:  # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
         try:
-            order = (
+            prev_order = (
                 read_into(wd.unit(k - 1, u, "pos"), SCRATCH, "prev_pos"),
                 read_into(wd.unit(k - 1, u, "starts"), SCRATCH, "prev_starts"),
             )
@@ -148,7 +149,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
             if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
                 return _marker(wd, k, u)
             raise
-        ids = ids_at(answers, order, len(tokens), SCRATCH)
+        ids = ids_at(answers, prev_order, len(tokens), SCRATCH)
     last = k == cfg.max_len
     uniq, counts, order, counted = unit_table(
         ids, tokens, k, stream.limit, want_order=not last, code=code, scratch=SCRATCH
@@ -156,6 +157,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
     save_array(wd.unit(k, u, "keys"), uniq)
     save_array(wd.unit(k, u, "counts"), counts)
     if not last:
+        assert order is not None  # asked for
         save_array(wd.unit(k, u, "pos"), order[0])
         save_array(wd.unit(k, u, "starts"), order[1])
     stats = UnitCount(
@@ -244,17 +246,13 @@ def keep_task(
 
 
 @dataclass(frozen=True)
-class CountStage(Stage):
+class CountStage(Stage, name="count", call=count_task, index="u"):
     """Pass k's count: a task per unit (`count_task`)."""
 
-    name = "count"
     plan: Plan
     k: int
     prev: dict | None  # the pass before's key ranges and lookup path (None for pass 2)
     code: KeyCode
-
-    def run(self, task: int) -> UnitCount:
-        return count_task(self.plan, self.k, task, self.prev, self.code)
 
     def summary(self, results: list[UnitCount]) -> dict:
         return {
@@ -267,29 +265,24 @@ class CountStage(Stage):
 
 
 @dataclass(frozen=True)
-class MergeStage(Stage):
+class MergeStage(Stage, name="merge", call=merge_task, index="p"):
     """Pass k's merge: a task per key range (`merge_task`)."""
 
-    name = "merge"
     plan: Plan
     k: int
     nparts: int
     floor: int  # the threshold the pass counted at: lower counts are never kept
     code: KeyCode
 
-    def run(self, task: int) -> RangeMerge:
-        return merge_task(self.plan, self.k, task, self.nparts, self.floor, self.code)
-
     def summary(self, results: list[RangeMerge]) -> dict:
         return {"hists": [m.hist for m in results]}
 
 
 @dataclass(frozen=True)
-class KeepStage(Stage):
+class KeepStage(Stage, name="keep"):
     """Pass k's keep: a task per key range (`keep_task`); its ids start at the range's
     offset."""
 
-    name = "keep"
     plan: Plan
     k: int
     nparts: int
@@ -306,7 +299,7 @@ class KeepStage(Stage):
         return {"kept": sum(results)}
 
 
-def unit_files(plan: Plan, k: int) -> list[str]:
+def unit_files(plan: Plan, k: int) -> list[Place]:
     folder = WorkDir(plan.work).pass_dir(k)
     return [
         wf.join(folder, name)

@@ -116,10 +116,9 @@ def rank_task(
 
 
 @dataclass(frozen=True)
-class DecodeStage(Stage):
+class DecodeStage(Stage, name="decode", call=decode_task, index="p"):
     """Decode length k's selected f-grams: a task per key range (`decode_task`)."""
 
-    name = "decode"
     plan: Plan
     k: int
     offsets_by_len: dict[int, list[int]]
@@ -128,41 +127,17 @@ class DecodeStage(Stage):
     cutoff: int
     cut_len: int
 
-    def run(self, task: int) -> int:
-        return decode_task(
-            self.plan,
-            self.k,
-            task,
-            self.offsets_by_len,
-            self.groups,
-            self.task_firsts,
-            self.cutoff,
-            self.cut_len,
-        )
-
 
 @dataclass(frozen=True)
-class RankStage(Stage):
+class RankStage(Stage, name="rank", call=rank_task, index="r"):
     """Rank and write the table: a task per rank range of whole groups (`rank_task`)."""
 
-    name = "rank"
     plan: Plan
     parts_by_len: dict[int, int]
     groups: Groups
     task_firsts: np.ndarray
     selected: int
     out_dir: str
-
-    def run(self, task: int) -> int:
-        return rank_task(
-            self.plan,
-            task,
-            self.parts_by_len,
-            self.groups,
-            self.task_firsts,
-            self.selected,
-            self.out_dir,
-        )
 
 
 def write_table(

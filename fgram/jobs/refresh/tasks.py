@@ -23,7 +23,7 @@ from fgram.pipeline.merging import part_range
 from fgram.pipeline.reading import Shard, Unit, read_unit
 from fgram.pipeline.records import JsonRecord, int_keys
 from fgram.pipeline.selection import histogram
-from fgram.pipeline.storage import Location
+from fgram.pipeline.storage import Location, Place
 from fgram.pipeline.table import Groups, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
 
@@ -134,7 +134,7 @@ def release_driver() -> None:
     _TABLES.clear()
 
 
-def unit_file(plan: RPlan, k: int, u: int, what: str) -> str:
+def unit_file(plan: RPlan, k: int, u: int, what: str) -> Place:
     return WorkDir(plan.work).unit(k, u, what)
 
 
@@ -158,17 +158,18 @@ def count_task(plan: RPlan, k: int, u: int) -> UnitCount:
         prev = tokens
     else:
         uniq = load_array(unit_file(plan, k - 1, u, "uniq"), mmap=False)
-        order = (
+        prev_order = (
             read_into(unit_file(plan, k - 1, u, "pos"), SCRATCH, "prev_pos"),
             read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"),
         )
-        prev = ids_at(id_table(plan, k - 1).lookup(uniq), order, len(tokens), SCRATCH)
+        prev = ids_at(id_table(plan, k - 1).lookup(uniq), prev_order, len(tokens), SCRATCH)
     rare = put(plan.root, rare_bigrams(tokens, prev)) if k == 3 else None
     last = k == cfg.max_len
     uniq, counts, order, counted = unit_table(
         prev, tokens, k, stream.limit, want_order=not last, code=plan.code, scratch=SCRATCH
     )
     if not last:
+        assert order is not None  # asked for
         save_array(unit_file(plan, k, u, "uniq"), uniq)
         save_array(unit_file(plan, k, u, "pos"), order[0])
         save_array(unit_file(plan, k, u, "starts"), order[1])
@@ -342,11 +343,10 @@ def rank_task(
 
 
 @dataclass(frozen=True)
-class CountScanStage(Stage):
+class CountScanStage(Stage, name="count, scan"):
     """Length k's first job: count the new units (`count_task`), then scan the kept ones
     (`scan_task`), in one job (a scan is short next to a Spark task's launch)."""
 
-    name = "count, scan"
     plan: RPlan
     k: int
     old_size: int  # T_{k-1}'s ids before this refresh
@@ -371,10 +371,9 @@ class CountScanStage(Stage):
 
 
 @dataclass(frozen=True)
-class MergeStage(Stage):
+class MergeStage(Stage, name="merge", call=merge_task, index="p"):
     """Length k's totals per key range (`merge_task`)."""
 
-    name = "merge"
     plan: RPlan
     k: int
     nparts: int
@@ -385,54 +384,24 @@ class MergeStage(Stage):
     removed: list[dict]  # the removed shards' runs (subtracted)
     compact: bool  # write a new base (else a delta piece)
 
-    def run(self, task: int) -> RangeTotals:
-        return merge_task(
-            self.plan,
-            self.k,
-            task,
-            self.nparts,
-            self.floor,
-            self.level,
-            self.fresh,
-            self.scanned,
-            self.removed,
-            self.compact,
-        )
-
 
 @dataclass(frozen=True)
-class TableStage(Stage):
+class TableStage(Stage, name="table", call=table_task):
     """T_k extended by the k-grams at the threshold or above (`table_task`, one task)."""
 
-    name = "table"
     plan: RPlan
     k: int
     nparts: int
     threshold: int
 
-    def run(self, task: int) -> TableUpdate:
-        return table_task(self.plan, self.k, self.nparts, self.threshold)
-
 
 @dataclass(frozen=True)
-class RankStage(Stage):
+class RankStage(Stage, name="rank", call=rank_task, index="r"):
     """Rank and write the version's table: a task per rank range (`rank_task`)."""
 
-    name = "rank"
     plan: RPlan
     lengths: list[int]
     groups: Groups
     task_firsts: np.ndarray
     selected: int
     out_dir: str | Location
-
-    def run(self, task: int) -> int:
-        return rank_task(
-            self.plan,
-            task,
-            self.lengths,
-            self.groups,
-            self.task_firsts,
-            self.selected,
-            self.out_dir,
-        )
