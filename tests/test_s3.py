@@ -20,7 +20,8 @@ from s3server import SECRET, SeaweedS3, objects
 from fgram.pipeline import publish
 from fgram.pipeline.errors import LockedError
 from fgram.pipeline.index import FgramIndex, write_index
-from fgram.pipeline.publish import LeaseLock, staging_path
+from fgram.pipeline.locks import LeaseLock
+from fgram.pipeline.publish import staging_path
 from fgram.pipeline.storage import locate
 from fgram.pipeline.versions import open_table, table_dataset
 

@@ -44,7 +44,8 @@ from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.failures import public_options
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.inputs import plan_shards, plan_units, shard_record, tokens_of
-from fgram.pipeline.publish import OutputLock, check_output, finish, staging_for
+from fgram.pipeline.locks import OutputLock
+from fgram.pipeline.publish import check_output, finish, staging_for
 from fgram.pipeline.reading import (
     Shard,
     Unit,

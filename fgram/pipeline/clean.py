@@ -69,7 +69,7 @@ def cache_entries() -> list[Entry]:
 
 def _held(staging: str) -> bool:
     """Whether the run that a staging folder belongs to still runs (its lock is live)."""
-    from .publish import FileLock
+    from .locks import FileLock
 
     m = LEFTOVER.match(os.path.basename(staging))
     if m is None:

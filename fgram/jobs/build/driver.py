@@ -37,7 +37,8 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
 from fgram.pipeline.inputs import check_inputs, plan_shards, plan_units, shard_record, tokens_of
 from fgram.pipeline.keys import INVALID, KeyCode
-from fgram.pipeline.publish import OutputLock, check_output, finish
+from fgram.pipeline.locks import OutputLock
+from fgram.pipeline.publish import check_output, finish
 from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import Location

@@ -36,7 +36,8 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.keys import KeyCode
-from fgram.pipeline.publish import OutputLock, finish, staging_for
+from fgram.pipeline.locks import OutputLock
+from fgram.pipeline.publish import finish, staging_for
 from fgram.pipeline.reading import Shard
 from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.selection import add_length, selection
