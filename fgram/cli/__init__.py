@@ -67,6 +67,7 @@ def cli(log_level, quiet) -> None:
 for command in (
     make.build_command,
     make.refresh_command,
+    make.tokenize_command,
     make.synth_command,
     make.clean_command,
     use.show_command,

@@ -1,4 +1,4 @@
-"""The commands that make tables and corpora: build, refresh, synth, clean."""
+"""The commands that make tables and corpora: build, refresh, tokenize, synth, clean."""
 
 from __future__ import annotations
 
@@ -6,7 +6,21 @@ import os
 
 import click
 
-from fgram.cli.options import build_config, build_options, fail, renamed, shown, summary
+from fgram.cli.options import (
+    SPARK_OPTIONS,
+    build_config,
+    build_options,
+    conf_pairs,
+    engine_option,
+    fail,
+    parse_storage,
+    renamed,
+    shards_format,
+    shown,
+    storage_option,
+    summary,
+    text_options,
+)
 
 
 @click.command("build", short_help="The f-gram table of tokenized shards.")
@@ -26,6 +40,13 @@ from fgram.cli.options import build_config, build_options, fail, renamed, shown,
     "last completed pass and counted units (without it, leftovers are removed).",
 )
 @click.option(
+    "--tokenizer",
+    default=None,
+    help="INPUTS are text (as for `fgram tokenize`): tokenize them with this tokenizer.json "
+    "(or its folder) first, into a folder of the run, then count.",
+)
+@text_options
+@click.option(
     "--work-dir",
     default=None,
     help="Folder or URI for the run's intermediates (default: beside a local TABLE; "
@@ -33,16 +54,29 @@ from fgram.cli.options import build_config, build_options, fail, renamed, shown,
     "TABLE on the store).",
 )
 @build_options
-def build_command(table, inputs, old_output, overwrite, resume, work_dir, **opts):
+def build_command(
+    table,
+    inputs,
+    old_output,
+    overwrite,
+    resume,
+    tokenizer,
+    text_field,
+    doc_per_line,
+    work_dir,
+    **opts,
+):
     """Build the f-gram table TABLE of tokenized shards INPUTS (files, folders, globs, URIs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
-    header-less .npy token files (--dtype, --doc-sep) and true .npy files.
-    Writes TABLE/fgrams/ (Parquet: fgram_id, length, tokens, count),
+    header-less .npy token files (--dtype, --doc-sep) and true .npy files; the output
+    of `fgram tokenize` (its manifest gives the dtype and separator); or, with
+    --tokenizer, text. Writes TABLE/fgrams/ (Parquet: fgram_id, length, tokens, count),
     TABLE/manifest.json and TABLE/_SUCCESS, published atomically.
 
     \b
     fgram build fgrams shards/ --dtype uint16 --doc-sep 0 -S 10000000
+    fgram build fgrams data/*.jsonl.zst --tokenizer tokenizer.json -S 1000000
     fgram build s3://bucket/fgrams s3://corpus/shards --doc-sep 0 --master spark://host:7077
     """
     from fgram.jobs.build import run_build
@@ -53,9 +87,9 @@ def build_command(table, inputs, old_output, overwrite, resume, work_dir, **opts
     if not inputs:
         fail("give the table, then the inputs: fgram build TABLE INPUTS...")
     _table_first(table)
-    manifest = run_build(
-        build_config(inputs, table, opts, overwrite=overwrite, resume=resume, work_dir=work_dir)
-    )
+    cfg = build_config(inputs, table, opts, overwrite=overwrite, resume=resume, work_dir=work_dir)
+    cfg.tokenizer, cfg.text_field, cfg.doc_per_line = tokenizer, text_field, doc_per_line
+    manifest = run_build(cfg)
     click.echo(summary(manifest, shown(table)))
 
 
@@ -132,14 +166,7 @@ def refresh_command(table, inputs, keep, **opts):
     help="Seed of the phrase book (default: --seed). The same book with another "
     "--seed: new text from the same distribution (new shards of a corpus).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    default="parquet",
-    show_default=True,
-    type=click.Choice(["parquet", "bin"]),
-    help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.",
-)
+@shards_format("parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.")
 @click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing folder (its files go).")
 def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite):
@@ -202,3 +229,75 @@ def clean_command(folders, cache, remove):
         click.echo(f"removed {len(entries)} entries, {total:.1f} MB")
     else:
         click.echo(f"{len(entries)} entries, {total:.1f} MB: pass --remove to delete them")
+
+
+@click.command("tokenize", short_help="Token shards of raw text, with a HF tokenizer.")
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
+@click.option("-o", "--output", required=True, help="The token shards' folder (or URI).")
+@click.option(
+    "--tokenizer",
+    required=True,
+    help="A Hugging Face tokenizer.json, or a folder holding one (extra: tokenizers).",
+)
+@shards_format(
+    "parquet: doc_id, tokens list<int32>, source, row; bin: raw uint16 (uint32 for "
+    "vocabularies over 65536), each document followed by --doc-sep."
+)
+@text_options
+@click.option("--id-field", default=None, help="A field kept beside the tokens as `id`.")
+@click.option(
+    "--doc-sep",
+    default=None,
+    type=int,
+    help="bin: the separator id (default: the tokenizer's end-of-text token).",
+)
+@click.option(
+    "--shard-tokens",
+    default=16 * 2**20,
+    show_default=True,
+    type=int,
+    help="About how many tokens each output shard holds.",
+)
+@click.option(
+    "--unit-bytes",
+    default="64M",
+    show_default=True,
+    help="Input bytes per task (uncompressed line files are split at line starts; "
+    "compressed files are a task each).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing output (an fgram one).")
+@click.option("--resume", is_flag=True, help="Continue an unfinished run from its finished units.")
+@engine_option("spark, or the same tasks in local processes without a JVM.")
+@SPARK_OPTIONS[0]
+@SPARK_OPTIONS[1]
+@storage_option
+def tokenize_command(inputs, fmt, unit_bytes, conf, storage, **opts):
+    """Tokenize the text files INPUTS (files, folders, globs, URIs) into token shards.
+
+    JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst, .zst: a document per line, its text in
+    --text-field), Parquet with a text column, and .txt (a document per file, or per
+    line). The output's manifest names the tokenizer, the dtype and the separator:
+    `fgram build TABLE OUTPUT` reads the shards without reading options.
+
+    \b
+    fgram tokenize data/*.jsonl.zst -o tokens --tokenizer tokenizer.json
+    fgram tokenize s3://corpus/text -o s3://corpus/tokens --tokenizer tok/ --format bin
+    """
+    from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
+    from fgram.pipeline.cache import parse_size
+
+    m = run_tokenize(
+        TokenizeConfig(
+            inputs=list(inputs),
+            format=fmt,
+            unit_bytes=parse_size(unit_bytes),
+            conf=conf_pairs(conf),
+            storage=parse_storage(storage),
+            **opts,
+        )
+    )
+    rate = m["tokens"] / max(m["seconds"], 1e-9)
+    click.echo(
+        f"{m['tokens']} tokens in {m['documents']} documents ({len(m['shards'])} shards, "
+        f"{m['dtype']}) in {m['seconds']:.1f}s, {rate:,.0f} tokens/s -> {shown(opts['output'])}"
+    )

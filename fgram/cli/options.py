@@ -80,6 +80,42 @@ def engine_option(help: str):
     )
 
 
+def tokenizer_option(help: str):
+    """``--tokenizer``: a tokenizer.json to show f-grams as text (``help``: its default)."""
+    return click.option(
+        "--tokenizer",
+        default=None,
+        type=click.Path(exists=True, dir_okay=False),
+        help=f"A Hugging Face tokenizer.json {help} (extra: tokenizers; default: the one "
+        f"the table's manifest names, when it is found here).",
+    )
+
+
+def shards_format(help: str):
+    """``--format``: the token shards a command writes, Parquet or flat."""
+    return click.option(
+        "--format",
+        "fmt",
+        default="parquet",
+        show_default=True,
+        type=click.Choice(["parquet", "bin"]),
+        help=help,
+    )
+
+
+def text_options(fn):
+    """How text is read: ``--text-field``, ``--doc-per-line``."""
+    fn = click.option(
+        "--doc-per-line", is_flag=True, help=".txt files: a document per line, not per file."
+    )(fn)
+    return click.option(
+        "--text-field",
+        default="text",
+        show_default=True,
+        help="The JSON field (a dotted path for nested ones) or Parquet column of the text.",
+    )(fn)
+
+
 def shard_options(fn):
     for opt in reversed(
         [
@@ -213,6 +249,26 @@ def load_tokenizer(path: str):
         return Tokenizer.from_file(path)
     except Exception as exc:  # noqa: BLE001 - one line
         fail(f"{path}: not a tokenizer.json ({str(exc).splitlines()[0][:200]})")
+
+
+def table_tokenizer(given: str | None, manifest: dict):
+    """``--tokenizer``, else the tokenizer a table's manifest names (made from `fgram
+    tokenize` output) when its file is on this machine with the same content; else None."""
+    if given:
+        return load_tokenizer(given)
+    rec = manifest.get("tokenizer") or {}
+    path = rec.get("path")
+    if not path or not os.path.isfile(path):
+        return None
+    import hashlib
+    import importlib.util
+
+    if importlib.util.find_spec("tokenizers") is None:
+        return None
+    with open(path, "rb") as f:
+        if hashlib.sha256(f.read()).hexdigest() != rec.get("sha256"):
+            return None
+    return load_tokenizer(path)
 
 
 def refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:

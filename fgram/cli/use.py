@@ -11,13 +11,14 @@ from fgram.cli.options import (
     conf_pairs,
     engine_option,
     fail,
-    load_tokenizer,
     parse_storage,
     refuse_existing,
     renamed,
     shard_options,
     shown,
     storage_option,
+    table_tokenizer,
+    tokenizer_option,
 )
 from fgram.pipeline.errors import FgramError
 
@@ -34,8 +35,9 @@ from fgram.pipeline.errors import FgramError
 )
 @click.option("--show", "old_show", default=None, type=int, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
+@tokenizer_option("to print f-grams as text (those of NEW's manifest by default)")
 @storage_option
-def diff_command(old, new, top, old_show, as_json, storage):
+def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
     """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
 
     OLD and NEW are build outputs, versions (TABLE/versions/<id>) or refresh folders
@@ -62,20 +64,20 @@ def diff_command(old, new, top, old_show, as_json, storage):
         f"cutoff count {rep['cutoff_count']['old']} -> {rep['cutoff_count']['new']}; "
         f"tokens {rep['tokens']['old']} -> {rep['tokens']['new']}"
     )
+    from fgram.pipeline.versions import open_table
+
+    tok = table_tokenizer(tokenizer, open_table(new, parse_storage(storage))[1])
     for name in ("added", "removed"):
         for row in rep[f"top_{name}"]:
-            click.echo(f"  {'+' if name == 'added' else '-'} {row['count']:>10}  {row['tokens']}")
+            text = f"  {tok.decode(row['tokens'])!r}" if tok is not None else ""
+            sign = "+" if name == "added" else "-"
+            click.echo(f"  {sign} {row['count']:>10}  {row['tokens']}{text}")
 
 
 @click.command("show", short_help="A table's summary and top f-grams.")
 @click.argument("table", metavar="TABLE")
 @click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
-@click.option(
-    "--tokenizer",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="A Hugging Face tokenizer.json, to print f-grams as text (extra: tokenizers).",
-)
+@tokenizer_option("to print f-grams as text")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @storage_option
 def show_command(table, top, tokenizer, as_json, storage):
@@ -92,7 +94,8 @@ def show_command(table, top, tokenizer, as_json, storage):
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
-    decode = load_tokenizer(tokenizer).decode if tokenizer else None
+    tok = table_tokenizer(tokenizer, manifest)
+    decode = tok.decode if tok is not None else None
     cfg = manifest["config"]
     click.echo(f"fgram table {shown(loc)} (fgram {manifest['fgram_version']})")
     click.echo(
@@ -294,13 +297,7 @@ def embed_command(
     "--tokens", default=None, help="Token ids of one context, separated by commas or spaces."
 )
 @click.option("--text", default=None, help="The text of one context (needs --tokenizer).")
-@click.option(
-    "--tokenizer",
-    default=None,
-    type=click.Path(exists=True, dir_okay=False),
-    help="A Hugging Face tokenizer.json: tokenizes --text and shows the matches as "
-    "text (extra: tokenizers).",
-)
+@tokenizer_option("that tokenizes --text and shows the matches as text")
 @click.option(
     "--mode",
     default="mmap",
@@ -324,10 +321,12 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
 
     if (tokens is None) == (text is None):
         fail("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
-    tok = load_tokenizer(tokenizer) if tokenizer else None
+    from fgram.pipeline.versions import open_table
+
+    tok = table_tokenizer(tokenizer, open_table(table, parse_storage(storage))[1])
     if text is not None:
         if tok is None:
-            fail("--text needs --tokenizer tokenizer.json")
+            fail("--text needs --tokenizer tokenizer.json (the table's manifest names none here)")
         ids = tok.encode(text, add_special_tokens=False).ids
     else:
         try:

@@ -240,6 +240,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     t0 = time.time()
     if cfg.engine not in ("spark", "local"):
         raise ConfigError(f"--engine must be spark or local, got {cfg.engine!r}")
+    cfg = cfg.tokenized()[0]  # `fgram tokenize` outputs say how to read them
     table = resolve_table(cfg.table, cfg.storage)
     index = FgramIndex.open(table, storage=cfg.storage)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import ConfigError
 from .failures import public_options
 from .reading import FLAT_DTYPES, ReadOptions
 from .storage import is_remote
+
+TOKENS_KIND = "fgram-tokens"  # the manifest of `fgram tokenize`'s output
+C = TypeVar("C", bound="ReadsShards")
 
 
 class ReadsShards:
@@ -21,6 +25,45 @@ class ReadsShards:
     doc_sep: int | None
     storage: dict[str, str]
     strict: bool
+
+    inputs: list[str]
+
+    def tokenized(self: C) -> tuple[C, dict[str, Any] | None]:
+        """The options read from the manifests of `fgram tokenize` outputs among the inputs
+        (their dtype, separator and column), and their tokenizer; (self, None) when no
+        input is one. A separator given that differs from theirs is refused."""
+        from .storage import locate
+
+        found: dict[str, dict[str, Any]] = {}
+        for path in self.inputs:
+            if any(ch in str(path) for ch in "*?["):
+                continue
+            where = locate(str(path), self.storage).child("manifest.json")
+            if where.exists():
+                m = where.read_json()
+                if isinstance(m, dict) and m.get("kind") == TOKENS_KIND:
+                    found[str(path)] = m
+        if not found:
+            return self, None
+        first_path, first = next(iter(found.items()))
+        for path, m in found.items():
+            if (m["dtype"], m["doc_sep"], m["tokenizer"]["sha256"]) != (
+                first["dtype"],
+                first["doc_sep"],
+                first["tokenizer"]["sha256"],
+            ):
+                raise ConfigError(
+                    f"{path} and {first_path}: tokenized with other tokenizers or formats"
+                )
+        new = copy.copy(self)
+        if first["output_format"] == "parquet":
+            new.column = "tokens"
+        else:
+            sep = first["doc_sep"]
+            if self.doc_sep is not None and self.doc_sep != sep:
+                raise ConfigError(f"--doc-sep {self.doc_sep}: {first_path} is separated by {sep}")
+            new.dtype, new.doc_sep = first["dtype"], sep
+        return new, first["tokenizer"]
 
     def read_options(self) -> ReadOptions:
         return ReadOptions(
@@ -52,6 +95,9 @@ class BuildConfig(ReadsShards):
     storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
     work_dir: str | None = None  # where the staging folder goes (see build.work_location)
     strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
+    tokenizer: str | None = None  # the inputs are text: tokenize them with it first
+    text_field: str = "text"  # ... its JSON field or Parquet column
+    doc_per_line: bool = False  # ... .txt: a document per line
 
     def validate(self) -> BuildConfig:
         if not self.inputs:

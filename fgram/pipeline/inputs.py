@@ -16,6 +16,7 @@ import fnmatch
 import glob as globlib
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -41,22 +42,27 @@ def _uri(fs: pafs.FileSystem, path: str, original: str) -> str:
     return path
 
 
-def _known(name: str) -> bool:
-    base = os.path.basename(name)
-    return not base.startswith((".", "_")) and base.lower().endswith(PARQUET_EXT + FLAT_EXT)
+def token_file(name: str) -> bool:
+    """Whether a file in an input folder is a token shard (by its name)."""
+    return os.path.basename(name).lower().endswith(PARQUET_EXT + FLAT_EXT)
 
 
 def discover(
-    paths: list[str], storage: dict[str, Any] | None = None
+    paths: list[str],
+    storage: dict[str, Any] | None = None,
+    known: Callable[[str], bool] = token_file,
+    what: str = ".parquet, .bin or .npy files",
 ) -> list[tuple[pafs.FileSystem, str, str]]:
-    """Expand files, directories and globs into (fs, fs_path, uri), in a stable order."""
+    """Expand files, directories and globs into (fs, fs_path, uri), in a stable order. A
+    folder gives the files below it that are ``known`` (``what``: those, for an error),
+    hidden ones (``.``, ``_``) left out."""
     found: list[tuple[pafs.FileSystem, str, str]] = []
     if not paths:
         raise ConfigError("no input given")
     for original in paths:
         fs, path = filesystem(original, storage)
         with reading(original):
-            found.extend(_expand(fs, path, original))
+            found.extend(_expand(fs, path, original, known, what))
     seen, unique = set(), []
     for item in found:
         if item[2] not in seen:
@@ -65,7 +71,12 @@ def discover(
     return unique
 
 
-def check_inputs(paths: list[str], storage: dict[str, Any] | None = None) -> None:
+def check_inputs(
+    paths: list[str],
+    storage: dict[str, Any] | None = None,
+    known: Callable[[str], bool] = token_file,
+    what: str = ".parquet, .bin or .npy files",
+) -> None:
     """The inputs exist, checked before anything slow starts (a JVM takes seconds): on
     this machine's disk by listing them (files, folders with inputs, matching globs); on
     an object store by one request per argument that is not a pattern (the bucket and
@@ -74,7 +85,7 @@ def check_inputs(paths: list[str], storage: dict[str, Any] | None = None) -> Non
         raise ConfigError("no input given")
     local = [p for p in paths if not is_remote(str(p))]
     if local:
-        discover(local)
+        discover(local, known=known, what=what)
     for original in paths:
         if is_remote(str(original)) and not any(ch in str(original) for ch in "*?["):
             fs, path = filesystem(original, storage)
@@ -89,7 +100,7 @@ def check_inputs(paths: list[str], storage: dict[str, Any] | None = None) -> Non
 
 
 def _expand(
-    fs: pafs.FileSystem, path: str, original: str
+    fs: pafs.FileSystem, path: str, original: str, known: Callable[[str], bool], what: str
 ) -> list[tuple[pafs.FileSystem, str, str]]:
     """One input argument's files: a glob's matches, a folder's known files, or the file."""
     if any(ch in path for ch in "*?["):
@@ -116,13 +127,14 @@ def _expand(
         i.path
         for i in infos
         if i.type == pafs.FileType.File
-        and _known(i.path)
+        and known(i.path)
+        and not os.path.basename(i.path).startswith((".", "_"))
         and not any(
             p.startswith((".", "_")) for p in os.path.relpath(i.path, path).split(os.sep)[:-1]
         )
     )
     if not files:
-        raise InputError(original, "directory holds no .parquet, .bin or .npy files")
+        raise InputError(original, f"directory holds no {what}")
     return [(fs, f, _uri(fs, f, original)) for f in files]
 
 
@@ -306,19 +318,31 @@ def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
     units: list[Unit] = []
     for s_idx, shard in enumerate(shards):
         if shard.format == "flat":
-            n = -(-shard.n_items // unit_tokens)
-            cuts = [shard.n_items * i // n for i in range(n + 1)] if n else []
-            units.extend(Unit(s_idx, a, b) for a, b in itertools.pairwise(cuts))
+            units.extend(Unit(s_idx, a, b) for a, b in even_ranges(shard.n_items, unit_tokens))
         else:
-            first, size = 0, 0
-            for g, values in enumerate(shard.row_groups):
-                if size and size + values > unit_tokens:
-                    units.append(Unit(s_idx, first, g))
-                    first, size = g, 0
-                size += values
-            if first < len(shard.row_groups):
-                units.append(Unit(s_idx, first, len(shard.row_groups)))
+            units.extend(Unit(s_idx, a, b) for a, b in group_ranges(shard.row_groups, unit_tokens))
     return units
+
+
+def even_ranges(n: int, most: int) -> list[tuple[int, int]]:
+    """[0, n) cut into the fewest ranges of at most ``most`` items, of equal size."""
+    parts = -(-n // most)
+    cuts = [n * i // parts for i in range(parts + 1)] if parts else []
+    return list(itertools.pairwise(cuts))
+
+
+def group_ranges(sizes: list[int], most: int) -> list[tuple[int, int]]:
+    """Runs [a, b) of consecutive groups (of ``sizes`` items each) of at most ``most``
+    items, or one group when it alone holds more."""
+    out, first, size = [], 0, 0
+    for g, n in enumerate(sizes):
+        if size and size + n > most:
+            out.append((first, g))
+            first, size = g, 0
+        size += n
+    if first < len(sizes):
+        out.append((first, len(sizes)))
+    return out
 
 
 def shard_record(shard: Shard) -> dict[str, Any]:

@@ -97,14 +97,15 @@ def lock_path(out: Place) -> str:
     return _beside(out, "lock")
 
 
-def staging_for(out: Place, here: bool, unique: bool = False) -> Place:
+def staging_for(out: Place, here: bool, unique: bool = False, what: str = "staging") -> Place:
     """Where a run stages ``out`` before publishing it. On this machine when ``out`` is
     local or the run's tasks run here (`staging_path`: beside a local output, the local
     cache for one on an object store); else on the store beside ``out``, a hidden
     `Location` every executor reaches (a cluster without a shared mount). ``unique``: a
-    folder of its own (made here), not the one a killed run left for --resume."""
+    folder of its own (made here), not the one a killed run left for --resume.
+    ``what``: another folder of the run's, named so (``text``: a build's tokens)."""
     loc = as_location(out)
-    what = f"staging-{uuid.uuid4().hex[:12]}" if unique else "staging"
+    what = f"{what}-{uuid.uuid4().hex[:12]}" if unique else what
     if not (loc.local or here):
         return loc.sibling(f".{loc.name}.fgram-{what}")
     path = _beside(loc, what)

@@ -128,6 +128,8 @@ class TableManifest(JsonRecord):
     timing: dict[str, float] | None = optional()  # a refresh's planning
     refresh: dict[str, Any] | None = optional()  # a refresh: shards new, kept, removed
     files: list[str] | None = optional()  # the table's files (`publish.finish` adds them)
+    tokenizer: dict[str, Any] | None = optional()  # inputs made by `fgram tokenize`: its tokenizer
+    text: dict[str, Any] | None = optional()  # a build from text: its inputs, documents, seconds
 
     @classmethod
     def restore(cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -30,6 +31,7 @@ from fgram.jobs.build.state import (
     run_fingerprint,
     save_state,
 )
+from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline import workdir as wf
@@ -38,7 +40,7 @@ from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
 from fgram.pipeline.inputs import check_inputs, plan_shards, plan_units, shard_record, tokens_of
 from fgram.pipeline.keys import INVALID, KeyCode
 from fgram.pipeline.locks import OutputLock
-from fgram.pipeline.publish import check_output, finish
+from fgram.pipeline.publish import check_output, finish, staging_for
 from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.selection import add_length, selection
 from fgram.pipeline.storage import Location
@@ -56,13 +58,62 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     """
     t_start = time.time()
     cfg.validate()
+    if cfg.tokenizer:
+        from fgram.pipeline.text import TEXT_FILES, is_text_file
+
+        check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
+        return _build_from_text(cfg, spark, t_start)
     check_inputs(cfg.inputs, cfg.storage)  # a missing input: said before the JVM starts
+    return _build_table(cfg, spark, t_start)
+
+
+def _build_table(cfg: BuildConfig, spark, t_start: float, text: dict | None = None) -> dict:
+    cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
-        return _run_locked(cfg, spark, out, t_start)
+        return _run_locked(cfg, spark, out, t_start, tokenizer, text)
 
 
-def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
+def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
+    """Tokenize the text inputs into a folder of the run (``.TABLE.fgram-text``, beside
+    its staging folder), then build from those shards. The folder goes once the table is
+    published; a failed run keeps it for --resume."""
+    from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
+
+    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)  # before the work
+    assert cfg.tokenizer is not None
+    folder = staging_for(out, runs_here(cfg), what="text")
+    where = folder if isinstance(folder, str) else folder.uri
+    tokens = run_tokenize(
+        TokenizeConfig(
+            inputs=cfg.inputs,
+            output=where,
+            tokenizer=cfg.tokenizer,
+            format="bin",
+            text_field=cfg.text_field,
+            doc_per_line=cfg.doc_per_line,
+            overwrite=True,
+            resume=cfg.resume,
+            engine=cfg.engine,
+            master=cfg.master,
+            conf=cfg.conf,
+            storage=cfg.storage,
+        )
+    )
+    text = {
+        key: tokens[key]
+        for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
+    }
+    manifest = _build_table(
+        dataclasses.replace(cfg, inputs=[where], tokenizer=None), spark, t_start, text
+    )
+    wf.remove_tree(folder)
+    return manifest
+
+
+def _run_locked(
+    cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer=None, text=None
+) -> dict:
     # Spark's JVM starts (seconds, about one core) while the driver plans, loads
     # the kernels and counts pass-2 units itself on the other core
     starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
@@ -87,6 +138,8 @@ def _run_locked(cfg: BuildConfig, spark, out: Location, t_start: float) -> dict:
         manifest.executor_start_seconds = starting.seconds
         manifest.run_fingerprint = fingerprint_digest(fingerprint)
         manifest.resumed = resumed
+        manifest.tokenizer = tokenizer
+        manifest.text = text
         record = manifest.to_json()
         finish(staging, out, record)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily

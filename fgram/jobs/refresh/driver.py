@@ -57,12 +57,13 @@ def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None, bound: bool = True)
     either way; False counts from --min-count, which scans more old units)."""
     t_start = time.time()
     cfg.validate()
+    cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     vs.check_keep(keep)  # before building, not after
     where = locate(cfg.output, cfg.storage)
     check_bucket(where)
     root = vs.check_root(where)
     with OutputLock(where):
-        return _run_locked(cfg, keep, root, spark, t_start, bound)
+        return _run_locked(cfg, keep, root, spark, t_start, bound, tokenizer)
 
 
 def _staging(cfg: BuildConfig, root, vid: str):
@@ -75,7 +76,9 @@ def _staging(cfg: BuildConfig, root, vid: str):
     return staging_for(root.child(vs.VERSIONS, ".next"), here=True)
 
 
-def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool) -> dict:
+def _run_locked(
+    cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool, tokenizer=None
+) -> dict:
     vs.clear_leftovers(root)  # of a refresh killed before it could clean up
     previous = vs.current(root)
     shards = plan_shards(cfg.inputs, cfg.read_options())
@@ -114,6 +117,7 @@ def _run_locked(cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bo
         )
         manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
         manifest.run_fingerprint = digest
+        manifest.tokenizer = tokenizer
         assert manifest.refresh is not None
         manifest.refresh["previous"] = previous
         save_json(wf.join(staging, "store.json"), store.to_json())

@@ -1,0 +1,420 @@
+"""fgram tokenize: raw text (JSON Lines, Parquet text, plain text) to token shards that
+`fgram build` reads without options, with a Hugging Face tokenizer, on Spark.
+
+Two stages. Count: a task per unit counts its documents without parsing them, so every
+document's id (dense, in input order) and its row in its file are known first. Tokenize:
+a task per unit encodes its documents in batches and writes shards of about
+``shard_tokens`` tokens, then its completion marker; a rerun with ``resume`` skips the
+units with a marker. Outputs (published atomically, ``manifest.json`` then ``_SUCCESS``):
+
+- ``parquet``: ``shards/part-UUUUU-KKK.parquet`` (zstd) with ``doc_id`` int64, ``tokens``
+  list<int32>, ``source`` (the input file), ``row`` (the document's row in it: its
+  non-blank line, or its Parquet row) and, with ``id_field``, ``id`` (string);
+- ``bin``: ``shards/part-UUUUU-KKK.bin``, raw little-endian uint16 (when the vocabulary fits)
+  or uint32, each document followed by the separator id (nanoGPT / OLMo).
+
+The manifest names the tokenizer (name, sha256, vocabulary size), the dtype and the
+separator, the inputs (path, size, mtime), the documents, tokens, bytes and seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from fgram.jobs.executors import as_task, make_executor, runs_here
+from fgram.jobs.progress import PROGRESS
+from fgram.jobs.stages import Stage
+from fgram.pipeline import workdir as wf
+from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
+from fgram.pipeline.failures import public_options
+from fgram.pipeline.inputs import check_inputs
+from fgram.pipeline.locks import OutputLock
+from fgram.pipeline.publish import check_output, finish, staging_for
+from fgram.pipeline.records import JsonRecord
+from fgram.pipeline.storage import Location, Place
+from fgram.pipeline.table import arrow_array, arrow_list, write_table
+from fgram.pipeline.text import (
+    TEXT_FILES,
+    TextFile,
+    TextOptions,
+    TextUnit,
+    count_documents,
+    documents,
+    is_text_file,
+    plan_text,
+    plan_text_units,
+)
+from fgram.pipeline.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
+from fgram.pipeline.workdir import load_json, save_json
+from fgram.version import __version__
+
+KIND = "fgram-tokens"
+FORMAT = 1
+
+
+@dataclass
+class TokenizeConfig:
+    inputs: list[str]
+    output: str
+    tokenizer: str  # a tokenizer.json, or a folder holding one
+    format: str = "parquet"  # parquet | bin
+    text_field: str = "text"
+    id_field: str | None = None
+    doc_per_line: bool = False
+    doc_sep: int | None = None  # bin: the separator (default: the tokenizer's EOS)
+    shard_tokens: int = 16 * 2**20
+    unit_bytes: int = 64 * 2**20
+    storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
+    engine: str = "spark"
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+    overwrite: bool = False
+    resume: bool = False
+
+    def validate(self) -> TokenizeConfig:
+        if self.format not in ("parquet", "bin"):
+            raise ConfigError(f"--format must be parquet or bin, got {self.format!r}")
+        if self.engine not in ("spark", "local"):
+            raise ConfigError(f"--engine must be spark or local, got {self.engine!r}")
+        if self.shard_tokens < 1:
+            raise ConfigError(f"--shard-tokens must be >= 1, got {self.shard_tokens}")
+        if self.doc_sep is not None and self.doc_sep < 0:
+            raise ConfigError(f"--doc-sep must be >= 0, got {self.doc_sep}")
+        return self
+
+    def text_options(self) -> TextOptions:
+        return TextOptions(self.text_field, self.id_field, self.doc_per_line, self.storage)
+
+    def record(self) -> dict[str, Any]:
+        rec = dataclasses.asdict(self)
+        rec["storage"] = public_options(self.storage)
+        return rec
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every task needs (small: the tokenizer travels as its JSON text)."""
+
+    cfg: TokenizeConfig
+    spec: TokenizerSpec
+    files: list[TextFile]
+    units: list[TextUnit]
+    staging: Place
+    dtype: str  # bin: uint16 | uint32; parquet: int32
+    doc_sep: int | None  # bin's separator
+
+
+@dataclass
+class UnitTokens(JsonRecord):
+    """What a tokenize task wrote (and leaves as its unit's completion marker)."""
+
+    FORMAT = 1
+
+    unit: int
+    documents: int
+    tokens: int
+    bytes: int  # text bytes encoded (UTF-8)
+    files: list[str]  # its shards, with their documents and tokens
+    shards: list[dict[str, int]]
+    max_token: int
+    separators_inside: int  # bin: documents' own tokens equal to the separator
+    seconds: float
+
+
+def _marker(staging: Place, u: int) -> Place:
+    return wf.join(staging, "_work", f"unit-{u:05d}.json")
+
+
+@as_task
+def count_task(plan: Plan, u: int) -> int:
+    unit = plan.units[u]
+    marker = _marker(plan.staging, u)
+    if wf.exists(marker):  # tokenized already: its documents are known
+        done = UnitTokens.from_json(load_json(marker))
+        if done is not None:
+            return done.documents
+    return count_documents(plan.files[unit.file], unit, plan.cfg.text_options())
+
+
+class _Shards:
+    """A unit's output, cut into shards of about ``shard_tokens`` tokens."""
+
+    def __init__(self, plan: Plan, u: int, source: str) -> None:
+        self.plan, self.u, self.source = plan, u, source
+        self.names: list[str] = []
+        self.sizes: list[dict[str, int]] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[str] | None]] = []
+        self.rows: list[np.ndarray] = []
+        self.held = 0
+
+    def add(self, doc0: int, row0: int, lengths: np.ndarray, flat: np.ndarray, ids) -> None:
+        """Documents doc0.. (rows row0..): a shard is cut once it holds ``shard_tokens``."""
+        ends = np.cumsum(lengths)
+        first, at = 0, 0  # the next document and its first token
+        while first < len(lengths):
+            room = self.plan.cfg.shard_tokens - self.held
+            stop = int(np.searchsorted(ends, at + room, side="left")) + 1
+            stop = min(max(stop, first + 1), len(lengths))
+            end = int(ends[stop - 1])
+            self.parts.append(
+                (
+                    np.arange(doc0 + first, doc0 + stop),
+                    lengths[first:stop],
+                    flat[at:end],
+                    ids[first:stop] if ids is not None else None,
+                )
+            )
+            self.rows.append(np.arange(row0 + first, row0 + stop))
+            self.held += end - at
+            first, at = stop, end
+            if self.held >= self.plan.cfg.shard_tokens:
+                self.flush()
+
+    def flush(self) -> None:
+        if not self.parts:
+            return
+        docs = np.concatenate([p[0] for p in self.parts])
+        lengths = np.concatenate([p[1] for p in self.parts])
+        flat = np.concatenate([p[2] for p in self.parts])
+        rows = np.concatenate(self.rows)
+        ids = (
+            [i for p in self.parts for i in (p[3] or [])] if self.parts[0][3] is not None else None
+        )
+        ext = "bin" if self.plan.cfg.format == "bin" else "parquet"
+        name = f"shards/part-{self.u:05d}-{len(self.names):03d}.{ext}"
+        path = wf.join(self.plan.staging, name)
+        if ext == "bin":
+            _write_bin(path, lengths, flat, self.plan.dtype, self.plan.doc_sep)
+        else:
+            offsets = np.zeros(len(lengths) + 1, np.int64)
+            np.cumsum(lengths, out=offsets[1:])
+            columns = {
+                "doc_id": arrow_array(docs, np.int64),
+                "tokens": arrow_list(offsets, flat, np.int32),
+                "source": pa.array([self.source] * len(docs), pa.string()).dictionary_encode(),
+                "row": arrow_array(rows, np.int64),
+            }
+            if ids is not None:
+                columns["id"] = pa.array(ids, pa.string())
+            write_table(pa.table(columns), path)
+        self.names.append(name)
+        self.sizes.append({"documents": len(docs), "tokens": int(len(flat))})
+        self.parts, self.rows, self.held = [], [], 0
+
+
+def _write_bin(path: Place, lengths: np.ndarray, flat: np.ndarray, dtype: str, sep) -> None:
+    """Documents as one raw array, each followed by ``sep``."""
+    out = np.full(len(flat) + len(lengths), sep, dtype=np.dtype(dtype).newbyteorder("<"))
+    out[np.arange(len(flat)) + np.repeat(np.arange(len(lengths)), lengths)] = flat
+    data = out.tobytes()
+    if isinstance(path, Location) and not path.local:
+        path.write_bytes(data)
+        return
+    local = path.path if isinstance(path, Location) else path
+    tmp = f"{local}.{uuid.uuid4().hex[:8]}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, local)
+
+
+@as_task
+def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int) -> UnitTokens:
+    t0 = time.time()
+    marker = _marker(plan.staging, u)
+    if wf.exists(marker):
+        done = UnitTokens.from_json(load_json(marker))
+        if done is not None:
+            return done
+    unit = plan.units[u]
+    file = plan.files[unit.file]
+    tok = tokenizer(plan.spec)
+    shards = _Shards(plan, u, file.uri)
+    done = UnitTokens(u, 0, 0, 0, shards.names, shards.sizes, -1, 0, 0.0)  # so far
+    limit = 2 ** (8 * np.dtype(plan.dtype).itemsize)
+    for texts, ids in documents(file, unit, plan.cfg.text_options(), row_base):
+        lengths, flat = encode(tok, texts)
+        if len(flat):
+            done.max_token = max(done.max_token, int(flat.max()))
+            if done.max_token >= limit:
+                raise FgramError(f"token id {done.max_token} does not fit {plan.dtype}")
+        if plan.doc_sep is not None:
+            done.separators_inside += int(np.count_nonzero(flat == plan.doc_sep))
+        shards.add(doc_base + done.documents, row_base + done.documents, lengths, flat, ids)
+        done.documents += len(texts)
+        done.tokens += len(flat)
+        done.bytes += sum(len(t.encode("utf-8")) for t in texts)
+    shards.flush()
+    done.seconds = round(time.time() - t0, 3)
+    save_json(marker, done.to_json())  # the unit's completion marker, last
+    return done
+
+
+@dataclass(frozen=True)
+class CountStage(Stage, name="count", call=count_task, index="u"):
+    """Count each unit's documents (`count_task`)."""
+
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class TokenizeStage(Stage, name="tokenize"):
+    """Tokenize each unit into shards (`tokenize_task`), its documents numbered from
+    their bases."""
+
+    plan: Plan
+    doc_bases: list[int]
+    row_bases: list[int]
+
+    def run(self, task: int) -> UnitTokens:
+        return tokenize_task(self.plan, task, self.doc_bases[task], self.row_bases[task])
+
+    def summary(self, results: list[UnitTokens]) -> dict[str, Any]:
+        return {
+            "documents": sum(r.documents for r in results),
+            "tokens": sum(r.tokens for r in results),
+            "bytes": sum(r.bytes for r in results),
+            "max_token": max((r.max_token for r in results), default=-1),
+            "separators_inside": sum(r.separators_inside for r in results),
+            "shards": [
+                {"name": n, **s} for r in results for n, s in zip(r.files, r.shards, strict=True)
+            ],
+        }
+
+
+def _bases(files: list[TextFile], units: list[TextUnit], counts: list[int]) -> tuple[list, list]:
+    """Each unit's first document id (over all inputs) and first row (in its file)."""
+    doc_bases, row_bases, seen = [], [], 0
+    per_file: dict[int, int] = {}
+    for unit, n in zip(units, counts, strict=True):
+        doc_bases.append(seen)
+        row_bases.append(per_file.get(unit.file, 0))
+        seen += n
+        per_file[unit.file] = per_file.get(unit.file, 0) + n
+    return doc_bases, row_bases
+
+
+def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]) -> dict:
+    rec = cfg.record()
+    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage"):
+        rec.pop(key)
+    rec["tokenizer"] = spec.sha256
+    return {"fgram_version": __version__, "config": rec, "inputs": [f.record() for f in files]}
+
+
+def _prepare(staging: Place, fingerprint: dict, resume: bool) -> bool:
+    """Make the staging folder; keep an unfinished run's units when resuming that very run.
+    Returns whether it resumes."""
+    record = wf.join(staging, "_work", "run.json")
+    if wf.exists(record) and resume and load_json(record) == fingerprint:
+        return True
+    if wf.exists(record):
+        sys.stderr.write(f"fgram: removing an unfinished tokenize run's work in {staging}\n")
+    wf.remove_tree(staging)
+    wf.make_dirs(wf.join(staging, "_work"))
+    wf.make_dirs(wf.join(staging, "shards"))
+    save_json(record, fingerprint)
+    return False
+
+
+def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
+    """Tokenize ``cfg.inputs`` into ``cfg.output``; returns the manifest."""
+    t0 = time.time()
+    cfg.validate()
+    spec = load_spec(cfg.tokenizer)
+    dtype = "int32"
+    doc_sep = cfg.doc_sep
+    if cfg.format == "bin":
+        dtype = "uint16" if spec.vocab_size <= 2**16 else "uint32"
+        doc_sep = spec.eos_id if doc_sep is None else doc_sep
+        if doc_sep is None:
+            raise ConfigError(
+                f"{spec.path}: the tokenizer names no end-of-document token; "
+                f"give the separator with --doc-sep ID"
+            )
+        if doc_sep >= 2 ** (8 * np.dtype(dtype).itemsize):
+            raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
+    check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
+    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
+    with OutputLock(out):
+        files = plan_text(cfg.inputs, cfg.text_options())
+        units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
+        fingerprint = _fingerprint(cfg, spec, files)
+        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+        done = out.child("manifest.json")
+        if cfg.resume and done.exists() and done.read_json().get("run_fingerprint") == digest:
+            return dict(done.read_json())  # finished already: nothing to resume
+        staging = staging_for(out, runs_here(cfg))
+        resumed = _prepare(staging, fingerprint, cfg.resume)
+        try:
+            manifest = _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep)
+        except BaseException as exc:
+            if not keeps_work(exc):
+                wf.remove_tree(staging)
+            else:  # for the command line's one line (cli.main)
+                exc.fgram_kept = (  # type: ignore[attr-defined]
+                    f"the tokenized units are kept in {getattr(staging, 'uri', staging)}: "
+                    f"rerun with --resume to continue"
+                )
+            raise
+        manifest["resumed"] = resumed
+        manifest["run_fingerprint"] = digest
+        manifest["seconds"] = round(time.time() - t0, 3)
+        wf.remove_tree(wf.join(staging, "_work"))
+        finish(staging, out, manifest)
+    PROGRESS.end()
+    return manifest
+
+
+def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[str, Any]:
+    ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
+    plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep)
+    PROGRESS.stage("count documents", len(units))
+    counting = CountStage(plan)
+    counts = ex.map(len(units), counting.run, progress=True)
+    doc_bases, row_bases = _bases(files, units, counts)
+    PROGRESS.stage("tokenize", len(units))
+    tokenizing = TokenizeStage(plan, doc_bases, row_bases)
+    done = tokenizing.summary(ex.map(len(units), tokenizing.run, progress=True))
+    if done["separators_inside"]:
+        sys.stderr.write(
+            f"fgram: warning: {done['separators_inside']} tokens inside documents equal the "
+            f"separator {doc_sep} (the text holds it): they end documents early in .bin shards\n"
+        )
+    return {
+        "kind": KIND,
+        "format": FORMAT,
+        "fgram_version": __version__,
+        "engine": ex.name,
+        "tokenizer": spec.record(),
+        "output_format": cfg.format,
+        "dtype": dtype,
+        "doc_sep": doc_sep,
+        "columns": ["doc_id", "tokens", "source", "row"] + (["id"] if cfg.id_field else [])
+        if cfg.format == "parquet"
+        else None,
+        "config": {
+            k: v
+            for k, v in cfg.record().items()
+            if k in ("text_field", "id_field", "doc_per_line", "shard_tokens", "unit_bytes")
+        },
+        "inputs": [f.record() for f in files],
+        "units": len(units),
+        "documents": done["documents"],
+        "tokens": done["tokens"],
+        "bytes_read": sum(f.size for f in files),
+        "text_bytes": done["bytes"],
+        "max_token": done["max_token"],
+        "separators_inside": done["separators_inside"],
+        "shards": done["shards"],
+    }

@@ -1,0 +1,302 @@
+"""fgram tokenize: every format and split gives exactly the tokens the tokenizer gives
+each document, in input order, with dense ids and the documents' rows; the outputs are
+read by `fgram build` without options."""
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from click.testing import CliRunner
+from helpers import manifest, result
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fgram.api import build
+from fgram.cli import cli
+from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
+from fgram.pipeline.errors import ConfigError, InputError
+
+SENTENCE = "the cat sat on a mat and then the dog ran off to see a cat on the mat"
+WORDS = SENTENCE.split()
+
+
+@pytest.fixture(scope="module")
+def tok_path(tmp_path_factory):
+    """A small BPE tokenizer trained here, with an end-of-text special token."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>", "[UNK]"], show_progress=False
+    )
+    rng = np.random.default_rng(0)
+    corpus = [" ".join(rng.choice(WORDS, 12)) for _ in range(300)] + ["héllo wörld ☃ 123"]
+    tok.train_from_iterator(corpus, trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return str(path)
+
+
+def oracle(tok_path, texts):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tok_path)
+    return [tok.encode(t, add_special_tokens=False).ids for t in texts]
+
+
+def rows_of(out):
+    t = ds.dataset(os.path.join(out, "shards"), format="parquet").to_table().sort_by("doc_id")
+    return t.to_pydict()
+
+
+def run(tok_path, inputs, out, **kw):
+    kw.setdefault("engine", "local")
+    return run_tokenize(
+        TokenizeConfig(inputs=[str(i) for i in inputs], output=str(out), tokenizer=tok_path, **kw)
+    )
+
+
+def write_jsonl(path, records, compression=None):
+    data = "".join(json.dumps(r) + "\n" for r in records).encode()
+    if compression == "gzip":
+        data = gzip.compress(data)
+    elif compression == "zstd":
+        data = zstandard.ZstdCompressor().compress(data)
+    with open(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+texts_st = st.lists(
+    st.lists(st.sampled_from(WORDS + ["☃", "é", ""]), max_size=12).map(" ".join),
+    min_size=0,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(texts=texts_st, unit=st.integers(1, 200), blank=st.booleans())
+def test_jsonl_split_anywhere_gives_each_documents_tokens(
+    tok_path, tmp_path_factory, texts, unit, blank
+):
+    """Byte ranges cut lines anywhere (``unit`` bytes a task): every non-blank line is one
+    document, once, in order, its tokens exactly the tokenizer's."""
+    d = tmp_path_factory.mktemp("j")
+    records = [{"text": t, "n": i} for i, t in enumerate(texts)]
+    body = "".join(
+        json.dumps(r) + "\n" + ("\n  \n" if blank and i % 3 == 0 else "")
+        for i, r in enumerate(records)
+    )
+    (d / "a.jsonl").write_text(body)
+    m = run(tok_path, [d / "a.jsonl"], d / "out", unit_bytes=unit, id_field="n")
+    got = rows_of(d / "out") if texts else {"tokens": [], "doc_id": [], "row": [], "id": []}
+    assert got["tokens"] == oracle(tok_path, texts)
+    assert got["doc_id"] == list(range(len(texts))) and got["row"] == list(range(len(texts)))
+    assert got["id"] == [str(i) for i in range(len(texts))]
+    assert m["documents"] == len(texts) and m["tokens"] == sum(map(len, got["tokens"]))
+    assert os.path.exists(d / "out" / "_SUCCESS") and not os.path.exists(d / "out" / "_work")
+
+
+def test_every_format_in_one_run_in_input_order(tok_path, tmp_path):
+    docs = [f"{' '.join(WORDS[i : i + 5])} ☃" for i in range(10)]
+    src = tmp_path / "in"
+    src.mkdir()
+    write_jsonl(src / "a.jsonl.gz", [{"meta": {"body": t}} for t in docs[:2]], "gzip")
+    write_jsonl(src / "b.jsonl.zst", [{"meta": {"body": t}} for t in docs[2:4]], "zstd")
+    pq.write_table(pa.table({"meta.body": docs[4:6]}), src / "c.parquet")
+    (src / "d.txt").write_text(docs[6])
+    write_jsonl(src / "e.zst", [{"meta": {"body": t}} for t in docs[7:10]], "zstd")
+    (src / "_ignored.jsonl").write_text("not json\n")
+    m = run(tok_path, [src], tmp_path / "out", text_field="meta.body")
+    got = rows_of(tmp_path / "out")
+    assert got["tokens"] == oracle(tok_path, docs)
+    assert [os.path.basename(s) for s in got["source"]] == (
+        ["a.jsonl.gz"] * 2 + ["b.jsonl.zst"] * 2 + ["c.parquet"] * 2 + ["d.txt"] + ["e.zst"] * 3
+    )
+    assert got["row"] == [0, 1, 0, 1, 0, 1, 0, 0, 1, 2]
+    assert m["tokenizer"]["vocab_size"] <= 400 and len(m["tokenizer"]["sha256"]) == 64
+    assert [i["uri"] for i in m["inputs"]] == sorted(
+        str(p) for p in src.iterdir() if p.name[0] != "_"
+    )
+
+
+def test_text_lines_and_shards_of_a_given_size(tok_path, tmp_path):
+    lines = [" ".join(WORDS[i % 7 : i % 7 + 6]) for i in range(40)]
+    (tmp_path / "a.txt").write_text("\n".join(lines) + "\n\n")
+    m = run(tok_path, [tmp_path / "a.txt"], tmp_path / "out", doc_per_line=True, shard_tokens=50)
+    assert rows_of(tmp_path / "out")["tokens"] == oracle(tok_path, lines)
+    sizes = [s["tokens"] for s in m["shards"]]
+    assert len(sizes) > 3 and all(s >= 50 for s in sizes[:-1])  # cut once past 50 tokens
+    assert sum(sizes) == m["tokens"]
+
+
+def test_bin_output_is_read_by_build_without_options(tok_path, tmp_path):
+    """Flat shards: uint16, each document followed by the tokenizer's end-of-text id;
+    `fgram build` takes dtype and separator from the manifest and gives the table that
+    the Parquet output gives."""
+    rng = np.random.default_rng(1)
+    docs = [" ".join(rng.choice(WORDS[:8], 30)) for _ in range(60)]
+    write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in docs])
+    m = run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "bin", format="bin", unit_bytes=500)
+    run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "pq")
+    assert m["dtype"] == "uint16" and m["doc_sep"] == 0  # <|endoftext|> is id 0
+    flat = np.concatenate(
+        [np.fromfile(tmp_path / "bin" / s["name"], np.uint16) for s in m["shards"]]
+    )
+    want = [t + [0] for t in oracle(tok_path, docs)]
+    assert flat.tolist() == [x for d in want for x in d]
+    a = build(tmp_path / "ta", [tmp_path / "bin"], max_len=4, min_count=3, engine="local")
+    b = build(tmp_path / "tb", [tmp_path / "pq"], max_len=4, min_count=3, engine="local")
+    assert result(tmp_path / "ta") == result(tmp_path / "tb") and a["fgrams"] > 10
+    assert a["tokenizer"]["sha256"] == m["tokenizer"]["sha256"] == b["tokenizer"]["sha256"]
+    assert manifest(tmp_path / "ta")["config"]["doc_sep"] == 0
+
+
+def test_a_bad_line_names_its_file_and_row_and_nothing_is_published(tok_path, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"text": "the cat"}\n\n{"text": "a dog"}\n{oops\n')
+    with pytest.raises(InputError, match=r"a\.jsonl: row 2: not JSON"):
+        run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out")
+    (tmp_path / "b.jsonl").write_text('{"text": "the cat"}\n{"body": "x"}\n')
+    with pytest.raises(InputError, match=r"b\.jsonl: row 1: no field 'text'"):
+        run(tok_path, [tmp_path / "b.jsonl"], tmp_path / "out")
+    assert not os.path.exists(tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_bin_needs_a_separator(tmp_path):
+    from tokenizers import Tokenizer, models
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "a b"}])
+    with pytest.raises(ConfigError, match="names no end-of-document token; give the separator"):
+        run(str(tmp_path), [tmp_path / "a.jsonl"], tmp_path / "out", format="bin")
+    m = run(str(tmp_path), [tmp_path / "a.jsonl"], tmp_path / "out", format="bin", doc_sep=2)
+    assert m["doc_sep"] == 2 and m["tokenizer"]["name"] == tmp_path.name  # the folder's
+
+
+def test_a_failed_run_resumes_from_its_finished_units(tok_path, tmp_path, monkeypatch):
+    """A run that fails (here: in its last unit) keeps its finished units; --resume
+    encodes only the others, and the output is the one a run without failure gives."""
+    from fgram.jobs import tokenize as job
+
+    docs = [" ".join(WORDS[i : i + 8]) for i in range(12)]
+    write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in docs])
+    real, log = job.encode, tmp_path / "encoded.txt"
+
+    def logged(fail: bool):
+        def encode(tok, texts):
+            with open(log, "a") as f:
+                f.write(texts[0] + "\n")
+            if fail and docs[-1] in texts:
+                raise RuntimeError("killed")
+            return real(tok, texts)
+
+        return encode
+
+    cfg = TokenizeConfig(
+        [str(tmp_path / "a.jsonl")],
+        str(tmp_path / "o"),
+        tok_path,
+        unit_bytes=200,
+        engine="local",
+        resume=True,
+    )
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # the local engine runs the tasks here
+    monkeypatch.setattr(job, "encode", logged(True))
+    with pytest.raises(RuntimeError, match="killed"):
+        run_tokenize(cfg)
+    assert not os.path.exists(tmp_path / "o")
+    log.unlink()
+    monkeypatch.setattr(job, "encode", logged(False))
+    m = run_tokenize(cfg)
+    assert m["resumed"] and m["units"] == 3
+    assert rows_of(tmp_path / "o")["tokens"] == oracle(tok_path, docs)
+    assert len(log.read_text().splitlines()) == 1  # only the unit that failed, again
+
+
+def test_cli_tokenize_then_build(tok_path, tmp_path, spark):
+    write_jsonl(tmp_path / "a.jsonl", [{"text": " ".join(WORDS)}] * 20)
+    tokenize = ["tokenize", str(tmp_path / "a.jsonl"), "-o", str(tmp_path / "tok")]
+    r = CliRunner().invoke(cli, [*tokenize, "--tokenizer", tok_path, "--format", "bin"])
+    assert r.exit_code == 0, r.output
+    assert "20 documents" in r.output and str(tmp_path / "tok") in r.output
+    r = CliRunner().invoke(cli, ["build", str(tmp_path / "t"), str(tmp_path / "tok"), "-K", "3"])
+    assert r.exit_code == 0, r.output
+    assert manifest(tmp_path / "t")["fgrams"] > 0
+    # the table's manifest names the tokenizer: f-grams are shown as text without options
+    r = CliRunner().invoke(cli, ["show", str(tmp_path / "t"), "--top", "3"])
+    assert r.exit_code == 0 and "'" in r.output.split("top 3:")[1], r.output
+    assert CliRunner().invoke(cli, ["index", str(tmp_path / "t")]).exit_code == 0
+    r = CliRunner().invoke(cli, ["lookup", str(tmp_path / "t"), "--text", "the cat sat on"])
+    assert r.exit_code == 0 and "'the cat" in r.output, r.output
+    r = CliRunner().invoke(cli, ["diff", str(tmp_path / "t"), str(tmp_path / "t")])
+    assert r.exit_code == 0 and "+0 added" in r.output, r.output
+    r = CliRunner().invoke(cli, [*tokenize, "--tokenizer", tok_path])  # exists already
+    assert r.exit_code == 2 and "exists" in r.output
+
+
+def test_build_from_text_in_one_command_equals_tokenize_then_build(tok_path, tmp_path):
+    """`fgram build TABLE TEXT... --tokenizer TOK`: the table of tokenizing first, the text's
+    inputs and the tokenizer in its manifest, and no tokens left beside it."""
+    rng = np.random.default_rng(2)
+    docs = [" ".join(rng.choice(WORDS[:9], 25)) for _ in range(50)]
+    write_jsonl(tmp_path / "a.jsonl.zst", [{"text": t} for t in docs], "zstd")
+    run(tok_path, [tmp_path / "a.jsonl.zst"], tmp_path / "tok")
+    opts = {"max_len": 4, "min_count": 3, "engine": "local"}
+    two = build(tmp_path / "t2", [tmp_path / "tok"], **opts)
+    one = build(tmp_path / "t1", [tmp_path / "a.jsonl.zst"], tokenizer=tok_path, **opts)
+    assert result(tmp_path / "t1") == result(tmp_path / "t2") and one["fgrams"] > 10
+    assert one["text"]["documents"] == 50 and one["tokenizer"] == two["tokenizer"]
+    assert [i["uri"] for i in one["text"]["inputs"]] == [str(tmp_path / "a.jsonl.zst")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl.zst", "t1", "t2", "tok"]
+
+
+@pytest.mark.spark
+def test_text_on_s3_to_tokens_on_s3_then_a_table(tok_path, tmp_path, s3, spark):
+    """Byte ranges and a zstd stream read from an object store, shards written to one, and
+    `fgram build` reading them there: the table the same files give on this disk."""
+    from fgram.pipeline.storage import locate
+
+    bucket = s3.bucket()
+    rng = np.random.default_rng(3)
+    docs = [" ".join(rng.choice(WORDS[:9], 20)) for _ in range(40)]
+    write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in docs[:25]])
+    write_jsonl(tmp_path / "b.jsonl.zst", [{"text": t} for t in docs[25:]], "zstd")
+    for name in ("a.jsonl", "b.jsonl.zst"):
+        locate(f"s3://{bucket}/text/{name}").upload(str(tmp_path / name))
+    remote = f"s3://{bucket}/tokens"
+    m = run_tokenize(
+        TokenizeConfig(
+            [f"s3://{bucket}/text"],
+            remote,
+            tok_path,
+            format="bin",
+            unit_bytes=300,
+            storage=s3.options,
+        ),
+        spark,
+    )
+    assert m["documents"] == 40 and m["units"] > 3
+    local = run(
+        tok_path,
+        [tmp_path / "a.jsonl", tmp_path / "b.jsonl.zst"],
+        tmp_path / "tok",
+        format="bin",
+        unit_bytes=300,
+    )
+    assert [s["tokens"] for s in m["shards"]] == [s["tokens"] for s in local["shards"]]
+    opts = {"max_len": 4, "min_count": 3, "engine": "local"}
+    build(tmp_path / "t1", [remote], storage=s3.options, **opts)
+    build(tmp_path / "t2", [tmp_path / "tok"], **opts)
+    assert result(tmp_path / "t1") == result(tmp_path / "t2")
