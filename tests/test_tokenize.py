@@ -75,8 +75,14 @@ def write_jsonl(path, records, compression=None):
     return str(path)
 
 
+LONG = " ".join(WORDS * 3000)  # about 60 kB: a document across many byte ranges
 texts_st = st.lists(
-    st.lists(st.sampled_from(WORDS + ["☃", "é", ""]), max_size=12).map(" ".join),
+    st.one_of(
+        st.lists(st.sampled_from(WORDS + ["☃", "é", "", "\u2028", "\\n"]), max_size=12).map(
+            " ".join
+        ),
+        st.text(max_size=20),
+    ),
     min_size=0,
     max_size=25,
 )
@@ -105,6 +111,13 @@ def test_jsonl_split_anywhere_gives_each_documents_tokens(
     assert got["id"] == [str(i) for i in range(len(texts))]
     assert m["documents"] == len(texts) and m["tokens"] == sum(map(len, got["tokens"]))
     assert os.path.exists(d / "out" / "_SUCCESS") and not os.path.exists(d / "out" / "_work")
+
+
+def test_long_documents_across_many_byte_ranges(tok_path, tmp_path):
+    docs = ["the cat", LONG, "a dog", LONG + " ☃", ""]
+    write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in docs])
+    m = run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out", unit_bytes=5000)
+    assert m["units"] > 20 and rows_of(tmp_path / "out")["tokens"] == oracle(tok_path, docs)
 
 
 def test_every_format_in_one_run_in_input_order(tok_path, tmp_path):
@@ -162,15 +175,77 @@ def test_bin_output_is_read_by_build_without_options(tok_path, tmp_path):
     assert manifest(tmp_path / "ta")["config"]["doc_sep"] == 0
 
 
-def test_a_bad_line_names_its_file_and_row_and_nothing_is_published(tok_path, tmp_path):
-    (tmp_path / "a.jsonl").write_text('{"text": "the cat"}\n\n{"text": "a dog"}\n{oops\n')
-    with pytest.raises(InputError, match=r"a\.jsonl: row 2: not JSON"):
-        run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out")
-    (tmp_path / "b.jsonl").write_text('{"text": "the cat"}\n{"body": "x"}\n')
-    with pytest.raises(InputError, match=r"b\.jsonl: row 1: no field 'text'"):
-        run(tok_path, [tmp_path / "b.jsonl"], tmp_path / "out")
+BAD = {
+    "json": (b'{"text": "the cat"}\n\n{"text": "a dog"}\n{oops\n', 4, "not JSON"),
+    "field": (b'{"text": "the cat"}\n{"body": "x"}\n', 2, "no field 'text'"),
+    "type": (b'{"text": "the cat"}\n{"text": 7}\n', 2, "a non-string field 'text'"),
+    "utf8": (b'{"text": "the cat"}\n\n\n{"text": "\xff\xfe"}\n', 4, "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_record_names_its_file_and_line_and_nothing_is_published(tok_path, tmp_path, case):
+    data, line, problem = BAD[case]
+    (tmp_path / "a.jsonl").write_bytes(data + b'{"text": "then"}\n' * 3)
+    for unit in (1 << 20, 7):  # one task, or a task per few bytes: the same line number
+        with pytest.raises(InputError, match=rf"a\.jsonl:{line}: {problem}"):
+            run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out", unit_bytes=unit)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # nothing left
+    m = run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out", skip_bad_records=True)
+    assert m["skipped_records"] == {str(tmp_path / "a.jsonl"): 1}
+    lines = (data + b'{"text": "then"}\n' * 3).split(b"\n")
+    rows = [i for i, text in enumerate(x for x in lines if x.strip())]
+    bad = sum(1 for x in lines[: line - 1] if x.strip())  # the bad record's row
+    got = rows_of(tmp_path / "out")
+    assert m["documents"] == len(rows) - 1 and got["row"] == [r for r in rows if r != bad]
+    assert got["doc_id"] == got["row"]  # a skipped record leaves its id unused
+    assert got["tokens"][0] == oracle(tok_path, ["the cat"])[0]
+
+
+def test_broken_archives_parquet_and_tokenizers_are_one_line(tok_path, tmp_path):
+    whole = zstandard.ZstdCompressor().compress(b'{"text": "the cat sat"}\n' * 500)
+    (tmp_path / "a.jsonl.zst").write_bytes(whole[: len(whole) // 2])
+    gz = gzip.compress(b'{"text": "the cat sat"}\n' * 500)
+    (tmp_path / "b.jsonl.gz").write_bytes(gz[: len(gz) // 2])
+    (tmp_path / "c.parquet").write_bytes(b"PAR1 not really")
+    for name in ("a.jsonl.zst", "b.jsonl.gz", "c.parquet"):
+        with pytest.raises(InputError, match=rf"{name}: "):
+            run(tok_path, [tmp_path / name], tmp_path / "out")
+    (tmp_path / "tok.json").write_text('{"not": "a tokenizer"}')
+    with pytest.raises(ConfigError, match="tok.json: not a tokenizer.json"):
+        run(str(tmp_path / "tok.json"), [tmp_path / "b.jsonl.gz"], tmp_path / "out")
     assert not os.path.exists(tmp_path / "out")
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_special_tokens_and_a_dtype_too_narrow(tok_path, tmp_path):
+    from tokenizers import Tokenizer, processors
+
+    tok = Tokenizer.from_file(tok_path)
+    eos = tok.token_to_id("<|endoftext|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", special_tokens=[("<|endoftext|>", eos)]
+    )
+    tok.save(str(tmp_path / "t.json"))
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "the cat"}, {"text": ""}])
+    m = run(str(tmp_path / "t.json"), [tmp_path / "a.jsonl"], tmp_path / "o1")
+    assert rows_of(tmp_path / "o1")["tokens"] == oracle(tok_path, ["the cat", ""])
+    run(str(tmp_path / "t.json"), [tmp_path / "a.jsonl"], tmp_path / "o2", add_special_tokens=True)
+    want = [e.ids for e in tok.encode_batch(["the cat", ""])]
+    assert rows_of(tmp_path / "o2")["tokens"] == want and want[0][-1] == eos
+    assert m["tokens"] == len(want[0]) - 1
+    big = Tokenizer.from_file(tok_path)
+    big.add_tokens([f"w{i}" for i in range(70_000)])
+    big.save(str(tmp_path / "big.json"))
+    with pytest.raises(ConfigError, match="token ids do not fit uint16; use --dtype uint32"):
+        run(
+            str(tmp_path / "big.json"),
+            [tmp_path / "a.jsonl"],
+            tmp_path / "o3",
+            format="bin",
+            dtype="uint16",
+        )
+    m = run(str(tmp_path / "big.json"), [tmp_path / "a.jsonl"], tmp_path / "o3", format="bin")
+    assert m["dtype"] == "uint32"
 
 
 def test_bin_needs_a_separator(tmp_path):
@@ -195,12 +270,12 @@ def test_a_failed_run_resumes_from_its_finished_units(tok_path, tmp_path, monkey
     real, log = job.encode, tmp_path / "encoded.txt"
 
     def logged(fail: bool):
-        def encode(tok, texts):
+        def encode(tok, texts, special):
             with open(log, "a") as f:
                 f.write(texts[0] + "\n")
             if fail and docs[-1] in texts:
                 raise RuntimeError("killed")
-            return real(tok, texts)
+            return real(tok, texts, special)
 
         return encode
 

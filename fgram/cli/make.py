@@ -246,6 +246,22 @@ def clean_command(folders, cache, remove):
 @text_options
 @click.option("--id-field", default=None, help="A field kept beside the tokens as `id`.")
 @click.option(
+    "--add-special-tokens",
+    is_flag=True,
+    help="Add the tokenizer's special tokens (its template, e.g. BOS) to each document.",
+)
+@click.option(
+    "--skip-bad-records",
+    is_flag=True,
+    help="Count a malformed record (per file, in the manifest) and go on, instead of failing.",
+)
+@click.option(
+    "--dtype",
+    default=None,
+    type=click.Choice(["uint16", "uint32"]),
+    help="bin: the token dtype (default: uint16 when the vocabulary fits, else uint32).",
+)
+@click.option(
     "--doc-sep",
     default=None,
     type=int,

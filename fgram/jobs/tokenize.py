@@ -46,6 +46,7 @@ from fgram.pipeline.storage import Location, Place
 from fgram.pipeline.table import arrow_array, arrow_list, write_table
 from fgram.pipeline.text import (
     TEXT_FILES,
+    Skips,
     TextFile,
     TextOptions,
     TextUnit,
@@ -72,6 +73,9 @@ class TokenizeConfig:
     text_field: str = "text"
     id_field: str | None = None
     doc_per_line: bool = False
+    add_special_tokens: bool = False  # the tokenizer's template (BOS/EOS) around each document
+    skip_bad_records: bool = False  # count a bad record per file and go on
+    dtype: str | None = None  # bin: uint16 | uint32 (default: the narrowest the vocabulary fits)
     doc_sep: int | None = None  # bin: the separator (default: the tokenizer's EOS)
     shard_tokens: int = 16 * 2**20
     unit_bytes: int = 64 * 2**20
@@ -94,7 +98,9 @@ class TokenizeConfig:
         return self
 
     def text_options(self) -> TextOptions:
-        return TextOptions(self.text_field, self.id_field, self.doc_per_line, self.storage)
+        return TextOptions(
+            self.text_field, self.id_field, self.doc_per_line, self.skip_bad_records, self.storage
+        )
 
     def record(self) -> dict[str, Any]:
         rec = dataclasses.asdict(self)
@@ -130,6 +136,8 @@ class UnitTokens(JsonRecord):
     max_token: int
     separators_inside: int  # bin: documents' own tokens equal to the separator
     seconds: float
+    skipped: int = 0  # bad records passed over (skip_bad_records)
+    first_skipped: str | None = None  # the first one: file:line: problem
 
 
 def _marker(staging: Place, u: int) -> Place:
@@ -137,13 +145,9 @@ def _marker(staging: Place, u: int) -> Place:
 
 
 @as_task
-def count_task(plan: Plan, u: int) -> int:
+def count_task(plan: Plan, u: int) -> tuple[int, int]:
+    """(documents, lines) of unit u."""
     unit = plan.units[u]
-    marker = _marker(plan.staging, u)
-    if wf.exists(marker):  # tokenized already: its documents are known
-        done = UnitTokens.from_json(load_json(marker))
-        if done is not None:
-            return done.documents
     return count_documents(plan.files[unit.file], unit, plan.cfg.text_options())
 
 
@@ -158,8 +162,8 @@ class _Shards:
         self.rows: list[np.ndarray] = []
         self.held = 0
 
-    def add(self, doc0: int, row0: int, lengths: np.ndarray, flat: np.ndarray, ids) -> None:
-        """Documents doc0.. (rows row0..): a shard is cut once it holds ``shard_tokens``."""
+    def add(self, docs: np.ndarray, rows: np.ndarray, lengths, flat, ids) -> None:
+        """Documents (their ids and rows): a shard is cut once it holds ``shard_tokens``."""
         ends = np.cumsum(lengths)
         first, at = 0, 0  # the next document and its first token
         while first < len(lengths):
@@ -169,13 +173,13 @@ class _Shards:
             end = int(ends[stop - 1])
             self.parts.append(
                 (
-                    np.arange(doc0 + first, doc0 + stop),
+                    docs[first:stop],
                     lengths[first:stop],
                     flat[at:end],
                     ids[first:stop] if ids is not None else None,
                 )
             )
-            self.rows.append(np.arange(row0 + first, row0 + stop))
+            self.rows.append(rows[first:stop])
             self.held += end - at
             first, at = stop, end
             if self.held >= self.plan.cfg.shard_tokens:
@@ -229,7 +233,9 @@ def _write_bin(path: Place, lengths: np.ndarray, flat: np.ndarray, dtype: str, s
 
 
 @as_task
-def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int) -> UnitTokens:
+def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -> UnitTokens:
+    """Tokenize unit u; its documents' ids start at ``doc_base``, their rows at
+    ``row_base``, its lines at ``line`` (from 1)."""
     t0 = time.time()
     marker = _marker(plan.staging, u)
     if wf.exists(marker):
@@ -242,20 +248,23 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int) -> UnitToken
     shards = _Shards(plan, u, file.uri)
     done = UnitTokens(u, 0, 0, 0, shards.names, shards.sizes, -1, 0, 0.0)  # so far
     limit = 2 ** (8 * np.dtype(plan.dtype).itemsize)
-    for texts, ids in documents(file, unit, plan.cfg.text_options(), row_base):
-        lengths, flat = encode(tok, texts)
+    skips = Skips(plan.cfg.skip_bad_records)
+    for batch in documents(file, unit, plan.cfg.text_options(), line, skips):
+        lengths, flat = encode(tok, batch.texts, plan.cfg.add_special_tokens)
         if len(flat):
             done.max_token = max(done.max_token, int(flat.max()))
             if done.max_token >= limit:
                 raise FgramError(f"token id {done.max_token} does not fit {plan.dtype}")
         if plan.doc_sep is not None:
             done.separators_inside += int(np.count_nonzero(flat == plan.doc_sep))
-        shards.add(doc_base + done.documents, row_base + done.documents, lengths, flat, ids)
-        done.documents += len(texts)
+        places = np.asarray(batch.places, np.int64)
+        shards.add(doc_base + places, row_base + places, lengths, flat, batch.ids)
+        done.documents += len(batch.texts)
         done.tokens += len(flat)
-        done.bytes += sum(len(t.encode("utf-8")) for t in texts)
+        done.bytes += sum(len(t.encode("utf-8")) for t in batch.texts)
     shards.flush()
     done.seconds = round(time.time() - t0, 3)
+    done.skipped, done.first_skipped = skips.count, skips.first
     save_json(marker, done.to_json())  # the unit's completion marker, last
     return done
 
@@ -275,9 +284,12 @@ class TokenizeStage(Stage, name="tokenize"):
     plan: Plan
     doc_bases: list[int]
     row_bases: list[int]
+    line_bases: list[int]
 
     def run(self, task: int) -> UnitTokens:
-        return tokenize_task(self.plan, task, self.doc_bases[task], self.row_bases[task])
+        return tokenize_task(
+            self.plan, task, self.doc_bases[task], self.row_bases[task], self.line_bases[task]
+        )
 
     def summary(self, results: list[UnitTokens]) -> dict[str, Any]:
         return {
@@ -289,19 +301,25 @@ class TokenizeStage(Stage, name="tokenize"):
             "shards": [
                 {"name": n, **s} for r in results for n, s in zip(r.files, r.shards, strict=True)
             ],
+            "skipped": sum(r.skipped for r in results),
         }
 
 
-def _bases(files: list[TextFile], units: list[TextUnit], counts: list[int]) -> tuple[list, list]:
-    """Each unit's first document id (over all inputs) and first row (in its file)."""
-    doc_bases, row_bases, seen = [], [], 0
-    per_file: dict[int, int] = {}
-    for unit, n in zip(units, counts, strict=True):
-        doc_bases.append(seen)
-        row_bases.append(per_file.get(unit.file, 0))
-        seen += n
-        per_file[unit.file] = per_file.get(unit.file, 0) + n
-    return doc_bases, row_bases
+def _bases(units: list[TextUnit], counts: list[tuple[int, int]]) -> list[list[int]]:
+    """Each unit's first document id (over all inputs), first row and first line (from 1)
+    in its file."""
+    bases: list[list[int]] = [[], [], []]
+    seen = 0
+    rows: dict[int, int] = {}
+    lines: dict[int, int] = {}
+    for unit, (docs, n_lines) in zip(units, counts, strict=True):
+        bases[0].append(seen)
+        bases[1].append(rows.get(unit.file, 0))
+        bases[2].append(lines.get(unit.file, 0) + 1)
+        seen += docs
+        rows[unit.file] = rows.get(unit.file, 0) + docs
+        lines[unit.file] = lines.get(unit.file, 0) + n_lines
+    return bases
 
 
 def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]) -> dict:
@@ -337,6 +355,12 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
     if cfg.format == "bin":
         dtype = "uint16" if spec.vocab_size <= 2**16 else "uint32"
         doc_sep = spec.eos_id if doc_sep is None else doc_sep
+        dtype = cfg.dtype or dtype
+        if spec.vocab_size > 2 ** (8 * np.dtype(dtype).itemsize):
+            raise ConfigError(
+                f"{spec.path}: its {spec.vocab_size} token ids do not fit {dtype}; "
+                f"use --dtype uint32"
+            )
         if doc_sep is None:
             raise ConfigError(
                 f"{spec.path}: the tokenizer names no end-of-document token; "
@@ -382,10 +406,20 @@ def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[s
     PROGRESS.stage("count documents", len(units))
     counting = CountStage(plan)
     counts = ex.map(len(units), counting.run, progress=True)
-    doc_bases, row_bases = _bases(files, units, counts)
     PROGRESS.stage("tokenize", len(units))
-    tokenizing = TokenizeStage(plan, doc_bases, row_bases)
-    done = tokenizing.summary(ex.map(len(units), tokenizing.run, progress=True))
+    tokenizing = TokenizeStage(plan, *_bases(units, counts))
+    results = ex.map(len(units), tokenizing.run, progress=True)
+    done = tokenizing.summary(results)
+    skipped: dict[str, int] = {}
+    for r in results:
+        if r.skipped:
+            uri = files[units[r.unit].file].uri
+            skipped[uri] = skipped.get(uri, 0) + r.skipped
+    if skipped:
+        first = next(r.first_skipped for r in results if r.first_skipped)
+        sys.stderr.write(
+            f"fgram: warning: {sum(skipped.values())} bad records skipped (first: {first})\n"
+        )
     if done["separators_inside"]:
         sys.stderr.write(
             f"fgram: warning: {done['separators_inside']} tokens inside documents equal the "
@@ -416,5 +450,6 @@ def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[s
         "text_bytes": done["bytes"],
         "max_token": done["max_token"],
         "separators_inside": done["separators_inside"],
+        "skipped_records": skipped,
         "shards": done["shards"],
     }

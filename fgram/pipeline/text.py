@@ -19,12 +19,11 @@ documents), so document ids and rows are known before anything is tokenized.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -47,6 +46,7 @@ class TextOptions:
     text_field: str = "text"  # a JSON key (dotted: nested) or a Parquet column
     id_field: str | None = None  # kept beside the tokens as the document's id
     doc_per_line: bool = False  # .txt: a document per non-blank line, not per file
+    skip_bad_records: bool = False  # count a bad record and go on, instead of failing
     storage: dict[str, Any] = field(default_factory=dict)
 
 
@@ -149,18 +149,46 @@ def _open(f: TextFile, storage: dict[str, Any] | None) -> tuple[pafs.FileSystem,
     return filesystem(f.uri, storage)
 
 
-def _stream(f: TextFile, storage: dict[str, Any] | None) -> IO[bytes]:
-    """A whole (maybe compressed) file as a byte stream, decompressed as it is read."""
+def _chunks(f: TextFile, storage: dict[str, Any] | None) -> Iterator[bytes]:
+    """A whole (maybe compressed) file's bytes, decompressed as they are read, in chunks;
+    a truncated archive is an error, not a shorter file."""
     fs, path = _open(f, storage)
-    raw = fs.open_input_stream(path, compression=None)  # decompressed here, not by extension
-    if f.compression == "gzip":
-        return cast(IO[bytes], gzip.GzipFile(fileobj=raw))
-    if f.compression == "zstd":
+    with fs.open_input_stream(path, compression=None) as raw:  # not by its extension
+        if f.compression == "gzip":
+            src: Any = gzip.GzipFile(fileobj=raw)  # raises EOFError when cut short
+            while block := src.read(BLOCK):
+                yield block
+            return
+        if f.compression != "zstd":
+            while block := raw.read(BLOCK):
+                yield block
+            return
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return cast(IO[bytes], io.BufferedReader(reader, BLOCK))
-    return cast(IO[bytes], raw)
+        dec, fed = zstandard.ZstdDecompressor().decompressobj(), False
+        while data := raw.read(BLOCK):
+            while data:
+                out = dec.decompress(data)
+                fed = True
+                if out:
+                    yield out
+                data = dec.unused_data if dec.eof else b""
+                if dec.eof:  # the next frame (a file may hold several)
+                    dec, fed = zstandard.ZstdDecompressor().decompressobj(), False
+        if fed:
+            raise InputError(f.uri, "the zstd stream ends inside a frame (a truncated file)")
+
+
+def _chunk_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The lines of a chunked byte stream (without their ``\\n``), the last one even
+    when the stream does not end with one."""
+    rest = b""
+    for chunk in chunks:
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        yield from parts
+    if rest:
+        yield rest
 
 
 def _range_bytes(f: TextFile, unit: TextUnit, storage: dict[str, Any] | None) -> bytes:
@@ -188,25 +216,35 @@ def _range_bytes(f: TextFile, unit: TextUnit, storage: dict[str, Any] | None) ->
     return data
 
 
-def _lines(f: TextFile, unit: TextUnit, storage: dict[str, Any] | None) -> Iterator[bytes]:
-    """A line-per-document unit's non-blank lines."""
+def _lines(
+    f: TextFile, unit: TextUnit, storage: dict[str, Any] | None
+) -> Iterator[tuple[int, bytes]]:
+    """A line-per-document unit's non-blank lines, with their line numbers from 0 (the
+    unit's first line)."""
     if f.compression is None:
-        lines: Iterator[bytes] = iter(_range_bytes(f, unit, storage).split(b"\n"))
+        data = _range_bytes(f, unit, storage)
+        lines: Iterator[bytes] = iter(data.split(b"\n")[: data.count(b"\n") + 1])
     else:
-        lines = iter(_stream(f, storage))
-    for line in lines:
+        lines = _chunk_lines(_chunks(f, storage))
+    for n, line in enumerate(lines):
         if line.strip():
-            yield line
+            yield n, line
 
 
-def count_documents(f: TextFile, unit: TextUnit, opts: TextOptions) -> int:
-    """How many documents a unit holds (no parsing: non-blank lines, rows, or one)."""
+def count_documents(f: TextFile, unit: TextUnit, opts: TextOptions) -> tuple[int, int]:
+    """How many documents (no parsing: non-blank lines, rows, or one) and lines a unit
+    holds."""
     with reading(f.uri):
         if f.kind == "parquet":
-            return sum(f.row_groups[unit.start : unit.stop])
+            return sum(f.row_groups[unit.start : unit.stop]), 0
         if f.kind == "txt" and not opts.doc_per_line:
-            return 1
-        return sum(1 for _ in _lines(f, unit, opts.storage))
+            return 1, 0
+        if f.compression is None:
+            data = _range_bytes(f, unit, opts.storage)
+            lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+        else:
+            lines = sum(1 for _ in _chunk_lines(_chunks(f, opts.storage)))
+        return sum(1 for _ in _lines(f, unit, opts.storage)), lines
 
 
 def _field(obj: Any, path: list[str]) -> Any:
@@ -217,57 +255,103 @@ def _field(obj: Any, path: list[str]) -> Any:
     return obj
 
 
-def _decode(data: bytes, uri: str, row: int) -> str:
+@dataclass
+class Batch:
+    """Documents of a unit: their texts, their places among the unit's documents (a
+    skipped record leaves its place out), and their ids (``id_field``)."""
+
+    texts: list[str] = field(default_factory=list)
+    places: list[int] = field(default_factory=list)
+    ids: list[str] | None = None
+
+
+class Skips:
+    """Bad records passed over (``skip_bad_records``): how many, and the first one's
+    line and problem."""
+
+    def __init__(self, keep_going: bool) -> None:
+        self.keep_going = keep_going
+        self.count = 0
+        self.first: str | None = None
+
+    def bad(self, uri: str, line: int, problem: str) -> None:
+        if not self.keep_going:
+            raise InputError(f"{uri}:{line}", problem)
+        self.count += 1
+        self.first = self.first or f"{uri}:{line}: {problem}"
+
+
+def _record(line: bytes) -> tuple[Any, str | None]:
+    """(the JSON object, None), or (None, what is wrong with the line)."""
     try:
-        return data.decode("utf-8")
+        return json.loads(line.decode("utf-8")), None
     except UnicodeDecodeError as exc:
-        raise InputError(uri, f"row {row}: not UTF-8 text (byte {exc.start})") from None
+        return None, f"not UTF-8 text (byte {exc.start})"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
 
 
 def documents(
-    f: TextFile, unit: TextUnit, opts: TextOptions, first_row: int, batch: int = 1024
-) -> Iterator[tuple[list[str], list[str] | None]]:
-    """A unit's documents in batches: (texts, ids or None). ``first_row``: the file row
-    of the unit's first document (named in errors)."""
+    f: TextFile,
+    unit: TextUnit,
+    opts: TextOptions,
+    first_line: int,
+    skips: Skips,
+    batch: int = 1024,
+) -> Iterator[Batch]:
+    """A unit's documents in batches. ``first_line``: the line number (from 1) of the
+    unit's first line in its file, for errors, which `skips` raises or counts."""
     text_path = opts.text_field.split(".")
     id_path = opts.id_field.split(".") if opts.id_field else None
-    texts: list[str] = []
-    ids: list[str] | None = [] if id_path else None
+    out = Batch(ids=[] if id_path else None)
     with reading(f.uri):
         if f.kind == "parquet":
             yield from _parquet_documents(f, unit, opts, batch)
             return
         if f.kind == "txt" and not opts.doc_per_line:
-            stream = _stream(f, opts.storage)
-            yield [_decode(stream.read(), f.uri, 0)], None
+            data = b"".join(_chunks(f, opts.storage))
+            try:
+                whole = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                skips.bad(f.uri, 1 + data.count(b"\n", 0, exc.start), "not UTF-8 text")
+                return
+            yield Batch([whole], [0])
             return
-        for row, line in enumerate(_lines(f, unit, opts.storage), first_row):
+        for place, (n, line) in enumerate(_lines(f, unit, opts.storage)):
+            where = first_line + n
             if f.kind == "txt":
-                texts.append(_decode(line.rstrip(b"\r\n"), f.uri, row))
-            else:
                 try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    raise InputError(f.uri, f"row {row}: not JSON ({exc})") from None
-                text = _field(obj, text_path)
-                if not isinstance(text, str):
-                    what = "no" if text is None else "a non-string"
-                    raise InputError(f.uri, f"row {row}: {what} field {opts.text_field!r}")
-                texts.append(text)
-                if ids is not None and id_path is not None:
-                    ids.append(str(_field(obj, id_path)))
-            if len(texts) >= batch:
-                yield texts, ids
-                texts, ids = [], ([] if id_path else None)
-    if texts:
-        yield texts, ids
+                    text = line.rstrip(b"\r").decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    skips.bad(f.uri, where, f"not UTF-8 text (byte {exc.start})")
+                    continue
+            else:
+                obj, problem = _record(line)
+                value = _field(obj, text_path) if problem is None else None
+                if problem is None and not isinstance(value, str):
+                    what = "no" if value is None else "a non-string"
+                    problem = f"{what} field {opts.text_field!r}"
+                if problem is not None or not isinstance(value, str):
+                    skips.bad(f.uri, where, problem or "no text")
+                    continue
+                text = value
+                if out.ids is not None and id_path is not None:
+                    out.ids.append(str(_field(obj, id_path)))
+            out.texts.append(text)
+            out.places.append(place)
+            if len(out.texts) >= batch:
+                yield out
+                out = Batch(ids=[] if id_path else None)
+    if out.texts:
+        yield out
 
 
 def _parquet_documents(
     f: TextFile, unit: TextUnit, opts: TextOptions, batch: int
-) -> Iterator[tuple[list[str], list[str] | None]]:
+) -> Iterator[Batch]:
     fs, path = _open(f, opts.storage)
     columns = [opts.text_field] + ([opts.id_field] if opts.id_field else [])
+    place = 0
     with fs.open_input_file(path) as src:
         pf = pq.ParquetFile(src)
         for g in range(unit.start, unit.stop):
@@ -282,4 +366,10 @@ def _parquet_documents(
                 [str(v) for v in table.column(opts.id_field).to_pylist()] if opts.id_field else None
             )
             for at in range(0, len(values), batch):
-                yield values[at : at + batch], (keys[at : at + batch] if keys else None)
+                chunk = values[at : at + batch]
+                yield Batch(
+                    chunk,
+                    list(range(place, place + len(chunk))),
+                    keys[at : at + batch] if keys else None,
+                )
+                place += len(chunk)

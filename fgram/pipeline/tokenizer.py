@@ -108,11 +108,11 @@ def tokenizer(spec: TokenizerSpec) -> Any:
     return _LOADED[spec.sha256]
 
 
-def encode(tok: Any, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def encode(tok: Any, texts: list[str], special: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Documents -> (token counts int64, all their ids int64, concatenated), without
-    special tokens; the tokenizer's own threads encode the batch."""
+    the tokenizer's special tokens unless ``special``; its own threads encode the batch."""
     run = getattr(tok, "encode_batch_fast", None) or tok.encode_batch
-    ids = [np.asarray(e.ids, dtype=np.int64) for e in run(texts, add_special_tokens=False)]
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in run(texts, add_special_tokens=special)]
     lengths = np.array([len(a) for a in ids], dtype=np.int64)
     flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
     return lengths, flat
