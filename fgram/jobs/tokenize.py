@@ -1,8 +1,9 @@
 """fgram tokenize: raw text (JSON Lines, Parquet text, plain text) to token shards that
 `fgram build` reads without options, with a Hugging Face tokenizer, on Spark.
 
-Two stages. Count: a task per unit counts its documents without parsing them, so every
-document's id (dense, in input order) and its row in its file are known first. Tokenize:
+Two stages. Count: a task per unit (but the last) counts its documents and lines without
+parsing them, so every document's id (dense, in input order), its row and its line in its
+file are known first. The driver runs tasks itself while the JVM starts (`HeadStart`). Tokenize:
 a task per unit encodes its documents in batches and writes shards of about
 ``shard_tokens`` tokens, then its completion marker; a rerun with ``resume`` skips the
 units with a marker. Outputs (published atomically, ``manifest.json`` then ``_SUCCESS``):
@@ -32,7 +33,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from fgram.jobs.executors import as_task, make_executor, runs_here
+from fgram.jobs.executors import as_task, runs_here
+from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
@@ -401,14 +403,19 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
 
 
 def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[str, Any]:
-    ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
+    # the JVM starts (seconds) while the driver counts and tokenizes units itself
+    starting = Starting(cfg, spark)
+    ex = HeadStart(starting, cfg.master)
     plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep)
-    PROGRESS.stage("count documents", len(units))
-    counting = CountStage(plan)
-    counts = ex.map(len(units), counting.run, progress=True)
+    PROGRESS.stage("count documents", len(units) - 1)
+    counting = CountStage(plan)  # the last unit's count numbers nothing after it
+    counts = ex.map(len(units) - 1, counting.run, progress=True) + [(0, 0)]
     PROGRESS.stage("tokenize", len(units))
     tokenizing = TokenizeStage(plan, *_bases(units, counts))
-    results = ex.map(len(units), tokenizing.run, progress=True)
+    try:
+        results = ex.map(len(units), tokenizing.run, progress=True)
+    finally:
+        starting.wait()  # a warm-up job still running would be cut off at exit, noisily
     done = tokenizing.summary(results)
     skipped: dict[str, int] = {}
     for r in results:
