@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from oracle import count_ngrams, select
 
 from fgram.jobs.refresh import driver, run_refresh, store, tasks
+from fgram.jobs.refresh import stages as rstages
 from fgram.pipeline import partials as pt
 from fgram.pipeline import scans
 from fgram.pipeline import versions as vs
@@ -413,7 +414,7 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
             raise RuntimeError("boom")
         return real(**args)
 
-    monkeypatch.setattr(tasks.TableStage, "call", staticmethod(fail_at_3))
+    monkeypatch.setattr(rstages.TableStage, "call", staticmethod(fail_at_3))
     with pytest.raises(RuntimeError, match="boom"):
         _refresh(root, [a, b], min_count=2, max_len=4)
     assert vs.current(root) == first and vs.list_versions(root) == [first]
@@ -421,7 +422,7 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
     assert not [n for n in os.listdir(os.path.join(root, "versions")) if n.startswith(".")]
     named = store.referenced(load_json(os.path.join(vs.version_path(root, first), "store.json")))
     assert set(os.listdir(store.objects_dir(root))) > named  # the failed run's leftovers
-    monkeypatch.setattr(tasks.TableStage, "call", staticmethod(real))
+    monkeypatch.setattr(rstages.TableStage, "call", staticmethod(real))
     r = _refresh(root, [a, b], min_count=2, max_len=4)
     assert r["collected"] > 0 and result(os.path.join(root, "current")) == select(
         docs + [[4, 3, 2, 1, 4, 3, 2, 1]] * 6, 4, 2, None

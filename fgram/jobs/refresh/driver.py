@@ -12,6 +12,7 @@ from fgram.jobs.build.state import check_work_reach, fingerprint_digest, run_fin
 from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
     Level,
     ShardEntry,
@@ -22,14 +23,7 @@ from fgram.jobs.refresh.store import (
     store_code,
     store_options,
 )
-from fgram.jobs.refresh.tasks import (
-    CountScanStage,
-    MergeStage,
-    RankStage,
-    RPlan,
-    TableStage,
-    release_driver,
-)
+from fgram.jobs.refresh.tasks import RPlan, release_driver
 from fgram.pipeline import versions as vs
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
