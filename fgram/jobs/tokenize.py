@@ -23,15 +23,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from fgram.jobs.executors import as_task, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
@@ -44,8 +41,7 @@ from fgram.pipeline.inputs import check_inputs
 from fgram.pipeline.locks import OutputLock
 from fgram.pipeline.publish import check_output, finish, staging_for
 from fgram.pipeline.records import JsonRecord
-from fgram.pipeline.storage import Location, Place
-from fgram.pipeline.table import arrow_array, arrow_list, write_table
+from fgram.pipeline.storage import Place
 from fgram.pipeline.text import (
     TEXT_FILES,
     Skips,
@@ -58,6 +54,7 @@ from fgram.pipeline.text import (
     plan_text,
     plan_text_units,
 )
+from fgram.pipeline.token_shards import ShardWriter
 from fgram.pipeline.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
 from fgram.pipeline.workdir import load_json, save_json
 from fgram.version import __version__
@@ -153,87 +150,6 @@ def count_task(plan: Plan, u: int) -> tuple[int, int]:
     return count_documents(plan.files[unit.file], unit, plan.cfg.text_options())
 
 
-class _Shards:
-    """A unit's output, cut into shards of about ``shard_tokens`` tokens."""
-
-    def __init__(self, plan: Plan, u: int, source: str) -> None:
-        self.plan, self.u, self.source = plan, u, source
-        self.names: list[str] = []
-        self.sizes: list[dict[str, int]] = []
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[str] | None]] = []
-        self.rows: list[np.ndarray] = []
-        self.held = 0
-
-    def add(self, docs: np.ndarray, rows: np.ndarray, lengths, flat, ids) -> None:
-        """Documents (their ids and rows): a shard is cut once it holds ``shard_tokens``."""
-        ends = np.cumsum(lengths)
-        first, at = 0, 0  # the next document and its first token
-        while first < len(lengths):
-            room = self.plan.cfg.shard_tokens - self.held
-            stop = int(np.searchsorted(ends, at + room, side="left")) + 1
-            stop = min(max(stop, first + 1), len(lengths))
-            end = int(ends[stop - 1])
-            self.parts.append(
-                (
-                    docs[first:stop],
-                    lengths[first:stop],
-                    flat[at:end],
-                    ids[first:stop] if ids is not None else None,
-                )
-            )
-            self.rows.append(rows[first:stop])
-            self.held += end - at
-            first, at = stop, end
-            if self.held >= self.plan.cfg.shard_tokens:
-                self.flush()
-
-    def flush(self) -> None:
-        if not self.parts:
-            return
-        docs = np.concatenate([p[0] for p in self.parts])
-        lengths = np.concatenate([p[1] for p in self.parts])
-        flat = np.concatenate([p[2] for p in self.parts])
-        rows = np.concatenate(self.rows)
-        ids = (
-            [i for p in self.parts for i in (p[3] or [])] if self.parts[0][3] is not None else None
-        )
-        ext = "bin" if self.plan.cfg.format == "bin" else "parquet"
-        name = f"shards/part-{self.u:05d}-{len(self.names):03d}.{ext}"
-        path = wf.join(self.plan.staging, name)
-        if ext == "bin":
-            _write_bin(path, lengths, flat, self.plan.dtype, self.plan.doc_sep)
-        else:
-            offsets = np.zeros(len(lengths) + 1, np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            columns = {
-                "doc_id": arrow_array(docs, np.int64),
-                "tokens": arrow_list(offsets, flat, np.int32),
-                "source": pa.array([self.source] * len(docs), pa.string()).dictionary_encode(),
-                "row": arrow_array(rows, np.int64),
-            }
-            if ids is not None:
-                columns["id"] = pa.array(ids, pa.string())
-            write_table(pa.table(columns), path)
-        self.names.append(name)
-        self.sizes.append({"documents": len(docs), "tokens": int(len(flat))})
-        self.parts, self.rows, self.held = [], [], 0
-
-
-def _write_bin(path: Place, lengths: np.ndarray, flat: np.ndarray, dtype: str, sep) -> None:
-    """Documents as one raw array, each followed by ``sep``."""
-    out = np.full(len(flat) + len(lengths), sep, dtype=np.dtype(dtype).newbyteorder("<"))
-    out[np.arange(len(flat)) + np.repeat(np.arange(len(lengths)), lengths)] = flat
-    data = out.tobytes()
-    if isinstance(path, Location) and not path.local:
-        path.write_bytes(data)
-        return
-    local = path.path if isinstance(path, Location) else path
-    tmp = f"{local}.{uuid.uuid4().hex[:8]}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, local)
-
-
 @as_task
 def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -> UnitTokens:
     """Tokenize unit u; its documents' ids start at ``doc_base``, their rows at
@@ -247,7 +163,9 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
     unit = plan.units[u]
     file = plan.files[unit.file]
     tok = tokenizer(plan.spec)
-    shards = _Shards(plan, u, file.uri)
+    shards = ShardWriter(
+        plan.staging, u, file.uri, plan.cfg.format, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
+    )
     done = UnitTokens(u, 0, 0, 0, shards.names, shards.sizes, -1, 0, 0.0)  # so far
     limit = 2 ** (8 * np.dtype(plan.dtype).itemsize)
     skips = Skips(plan.cfg.skip_bad_records)
