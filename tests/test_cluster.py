@@ -36,10 +36,18 @@ def _spark_home() -> str:
     return os.path.dirname(pyspark.__file__)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports, chosen while all are held (a port released before the next
+    is chosen can be chosen again, or taken by a worker's random port: the master's UI
+    then answered with a worker's page)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _env() -> dict:
@@ -58,7 +66,7 @@ class Cluster:
         self.tmp = tmp
         self.private = private
         self.procs: list[subprocess.Popen] = []
-        self.port, self.ui = _free_port(), _free_port()
+        self.port, self.ui, *self.worker_ports = _free_ports(2 + 2 * 4)
         self.url = f"spark://127.0.0.1:{self.port}"
 
     def _start(self, name, *args):
@@ -104,8 +112,10 @@ class Cluster:
                 "1",
                 "--memory",
                 "1g",
+                "--port",
+                str(self.worker_ports[2 * i]),
                 "--webui-port",
-                "0",
+                str(self.worker_ports[2 * i + 1]),
                 "--work-dir",
                 os.path.join(self.tmp, f"w{i}"),
             )
