@@ -239,36 +239,25 @@ def renamed(old: str, new: str, old_value, value):
     return old_value
 
 
-def load_tokenizer(path: str):
-    """A Hugging Face tokenizer from ``path`` (the `text` extra), or a one-line error."""
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        fail("--tokenizer needs the 'tokenizers' package: pip install 'fgram[text]'")
-    try:
-        return Tokenizer.from_file(path)
-    except Exception as exc:  # noqa: BLE001 - one line
-        fail(f"{path}: not a tokenizer.json ({str(exc).splitlines()[0][:200]})")
-
-
 def table_tokenizer(given: str | None, manifest: dict):
     """``--tokenizer``, else the tokenizer a table's manifest names (made from `fgram
-    tokenize` output) when its file is on this machine with the same content; else None."""
+    tokenize` output) when its file is on this machine with the same content; else None.
+    A bad ``--tokenizer`` is a one-line error (`tokenizer.load_spec`)."""
+    from fgram.pipeline.tokenizer import load_spec, tokenizer
+
     if given:
-        return load_tokenizer(given)
+        return tokenizer(load_spec(given))
     rec = manifest.get("tokenizer") or {}
     path = rec.get("path")
     if not path or not os.path.isfile(path):
         return None
-    import hashlib
     import importlib.util
 
-    if importlib.util.find_spec("tokenizers") is None:
+    from fgram.pipeline.cache import file_sha256
+
+    if importlib.util.find_spec("tokenizers") is None or file_sha256(path) != rec.get("sha256"):
         return None
-    with open(path, "rb") as f:
-        if hashlib.sha256(f.read()).hexdigest() != rec.get("sha256"):
-            return None
-    return load_tokenizer(path)
+    return tokenizer(load_spec(path))
 
 
 def refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:

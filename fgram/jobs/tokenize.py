@@ -21,8 +21,6 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -30,11 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from fgram.jobs.build.state import fingerprint_digest
 from fgram.jobs.executors import as_task, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
+from fgram.pipeline.config import TOKENS_KIND
 from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
 from fgram.pipeline.failures import public_options
 from fgram.pipeline.inputs import check_inputs
@@ -59,7 +59,6 @@ from fgram.pipeline.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
 from fgram.pipeline.workdir import load_json, save_json
 from fgram.version import __version__
 
-KIND = "fgram-tokens"
 FORMAT = 1
 
 
@@ -221,7 +220,6 @@ class TokenizeStage(Stage, name="tokenize"):
             "shards": [
                 {"name": n, **s} for r in results for n, s in zip(r.files, r.shards, strict=True)
             ],
-            "skipped": sum(r.skipped for r in results),
         }
 
 
@@ -273,9 +271,8 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
     dtype = "int32"
     doc_sep = cfg.doc_sep
     if cfg.format == "bin":
-        dtype = "uint16" if spec.vocab_size <= 2**16 else "uint32"
+        dtype = cfg.dtype or ("uint16" if spec.vocab_size <= 2**16 else "uint32")
         doc_sep = spec.eos_id if doc_sep is None else doc_sep
-        dtype = cfg.dtype or dtype
         if spec.vocab_size > 2 ** (8 * np.dtype(dtype).itemsize):
             raise ConfigError(
                 f"{spec.path}: its {spec.vocab_size} token ids do not fit {dtype}; "
@@ -294,10 +291,12 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
         files = plan_text(cfg.inputs, cfg.text_options())
         units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
         fingerprint = _fingerprint(cfg, spec, files)
-        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+        digest = fingerprint_digest(fingerprint)
         done = out.child("manifest.json")
-        if cfg.resume and done.exists() and done.read_json().get("run_fingerprint") == digest:
-            return dict(done.read_json())  # finished already: nothing to resume
+        if cfg.resume and done.exists():
+            published = done.read_json()
+            if published.get("run_fingerprint") == digest:
+                return dict(published)  # finished already: nothing to resume
         staging = staging_for(out, runs_here(cfg))
         resumed = _prepare(staging, fingerprint, cfg.resume)
         try:
@@ -351,7 +350,7 @@ def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[s
             f"separator {doc_sep} (the text holds it): they end documents early in .bin shards\n"
         )
     return {
-        "kind": KIND,
+        "kind": TOKENS_KIND,
         "format": FORMAT,
         "fgram_version": __version__,
         "engine": ex.name,

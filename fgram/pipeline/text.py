@@ -216,35 +216,40 @@ def _range_bytes(f: TextFile, unit: TextUnit, storage: dict[str, Any] | None) ->
     return data
 
 
+def _all_lines(f: TextFile, unit: TextUnit, storage: dict[str, Any] | None) -> Iterator[bytes]:
+    """A line-per-document unit's lines, blank ones too (without their ``\\n``)."""
+    if f.compression is not None:
+        yield from _chunk_lines(_chunks(f, storage))
+        return
+    lines = _range_bytes(f, unit, storage).split(b"\n")
+    if lines[-1] == b"":  # after the last newline: no line
+        lines.pop()
+    yield from lines
+
+
 def _lines(
     f: TextFile, unit: TextUnit, storage: dict[str, Any] | None
 ) -> Iterator[tuple[int, bytes]]:
     """A line-per-document unit's non-blank lines, with their line numbers from 0 (the
     unit's first line)."""
-    if f.compression is None:
-        data = _range_bytes(f, unit, storage)
-        lines: Iterator[bytes] = iter(data.split(b"\n")[: data.count(b"\n") + 1])
-    else:
-        lines = _chunk_lines(_chunks(f, storage))
-    for n, line in enumerate(lines):
+    for n, line in enumerate(_all_lines(f, unit, storage)):
         if line.strip():
             yield n, line
 
 
 def count_documents(f: TextFile, unit: TextUnit, opts: TextOptions) -> tuple[int, int]:
     """How many documents (no parsing: non-blank lines, rows, or one) and lines a unit
-    holds."""
+    holds, in one read."""
     with reading(f.uri):
         if f.kind == "parquet":
             return sum(f.row_groups[unit.start : unit.stop]), 0
         if f.kind == "txt" and not opts.doc_per_line:
             return 1, 0
-        if f.compression is None:
-            data = _range_bytes(f, unit, opts.storage)
-            lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-        else:
-            lines = sum(1 for _ in _chunk_lines(_chunks(f, opts.storage)))
-        return sum(1 for _ in _lines(f, unit, opts.storage)), lines
+        docs = lines = 0
+        for line in _all_lines(f, unit, opts.storage):
+            lines += 1
+            docs += bool(line.strip())
+        return docs, lines
 
 
 def _field(obj: Any, path: list[str]) -> Any:

@@ -3,14 +3,14 @@ list<int32> column, or flat arrays with a separator after each document."""
 
 from __future__ import annotations
 
-import os
-import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from . import workdir as wf
-from .storage import Location, Place
+from .publish import as_location
+from .storage import Place
 from .table import arrow_array, arrow_list, write_table
 
 
@@ -33,8 +33,8 @@ class ShardWriter:
         self.shard_tokens, self.dtype, self.sep = shard_tokens, dtype, sep
         self.names: list[str] = []
         self.sizes: list[dict[str, int]] = []
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[str] | None]] = []
-        self.rows: list[np.ndarray] = []
+        # (doc ids, rows, lengths, tokens, ids or None) of the documents held for the next shard
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]] = []
         self.held = 0
 
     def add(
@@ -56,12 +56,12 @@ class ShardWriter:
             self.parts.append(
                 (
                     docs[first:stop],
+                    rows[first:stop],
                     lengths[first:stop],
                     flat[at:end],
                     ids[first:stop] if ids is not None else None,
                 )
             )
-            self.rows.append(rows[first:stop])
             self.held += end - at
             first, at = stop, end
             if self.held >= self.shard_tokens:
@@ -70,13 +70,9 @@ class ShardWriter:
     def flush(self) -> None:
         if not self.parts:
             return
-        docs = np.concatenate([p[0] for p in self.parts])
-        lengths = np.concatenate([p[1] for p in self.parts])
-        flat = np.concatenate([p[2] for p in self.parts])
-        rows = np.concatenate(self.rows)
-        ids = (
-            [i for p in self.parts for i in (p[3] or [])] if self.parts[0][3] is not None else None
-        )
+        docs, rows, lengths, flat = (np.concatenate([p[i] for p in self.parts]) for i in range(4))
+        keyed = self.parts[0][4] is not None
+        ids = [i for p in self.parts for i in p[4]] if keyed else None
         ext = "bin" if self.fmt == "bin" else "parquet"
         name = f"shards/part-{self.u:05d}-{len(self.names):03d}.{ext}"
         path = wf.join(self.folder, name)
@@ -88,7 +84,9 @@ class ShardWriter:
             columns = {
                 "doc_id": arrow_array(docs, np.int64),
                 "tokens": arrow_list(offsets, flat, np.int32),
-                "source": pa.array([self.source] * len(docs), pa.string()).dictionary_encode(),
+                "source": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(len(docs), np.int32)), pa.array([self.source], pa.string())
+                ),
                 "row": arrow_array(rows, np.int64),
             }
             if ids is not None:
@@ -96,7 +94,7 @@ class ShardWriter:
             write_table(pa.table(columns), path)
         self.names.append(name)
         self.sizes.append({"documents": len(docs), "tokens": int(len(flat))})
-        self.parts, self.rows, self.held = [], [], 0
+        self.parts, self.held = [], 0
 
 
 def write_bin(
@@ -105,12 +103,4 @@ def write_bin(
     """Documents as one raw array, each followed by ``sep``."""
     out = np.full(len(flat) + len(lengths), sep, dtype=np.dtype(dtype).newbyteorder("<"))
     out[np.arange(len(flat)) + np.repeat(np.arange(len(lengths)), lengths)] = flat
-    data = out.tobytes()
-    if isinstance(path, Location) and not path.local:
-        path.write_bytes(data)
-        return
-    local = path.path if isinstance(path, Location) else path
-    tmp = f"{local}.{uuid.uuid4().hex[:8]}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, local)
+    as_location(path).write_bytes(out.tobytes())  # aside, then renamed (or one PUT)

@@ -56,14 +56,18 @@ def tokenizer_file(path: str) -> str:
     return path
 
 
+_LOADED: dict[str, Any] = {}  # this process's tokenizer, by its sha256
+
+
 def load_spec(path: str) -> TokenizerSpec:
     """Read and check a tokenizer; its EOS token from a ``tokenizer_config.json`` beside
     it (``eos_token``), else from its special tokens' usual names."""
     file = tokenizer_file(path)
     with open(file, "rb") as f:
         raw = f.read()
+    text = raw.decode("utf-8", errors="replace")
     try:
-        tok = _library().Tokenizer.from_str(raw.decode("utf-8"))
+        tok = _library().Tokenizer.from_str(text)
     except Exception as exc:  # noqa: BLE001 - one line
         why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise ConfigError(f"{file}: not a tokenizer.json ({why})") from None
@@ -73,14 +77,17 @@ def load_spec(path: str) -> TokenizerSpec:
         specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
         eos = next((tok.token_to_id(n) for n in EOS_NAMES if n in specials), None)
     name = os.path.basename(folder) if os.path.basename(file) == "tokenizer.json" else file
-    return TokenizerSpec(
-        json=raw.decode("utf-8"),
+    spec = TokenizerSpec(
+        json=text,
         name=os.path.basename(name),
         path=os.path.abspath(file),
         sha256=hashlib.sha256(raw).hexdigest(),
         vocab_size=int(tok.get_vocab_size(with_added_tokens=True)),
         eos_id=eos,
     )
+    _LOADED.clear()
+    _LOADED[spec.sha256] = tok  # the driver's own tasks need not parse it again
+    return spec
 
 
 def _config_eos(tok: Any, config: str) -> int | None:
@@ -95,9 +102,6 @@ def _config_eos(tok: Any, config: str) -> int | None:
         token = token.get("content")
     found = tok.token_to_id(token) if isinstance(token, str) else None
     return int(found) if found is not None else None
-
-
-_LOADED: dict[str, Any] = {}
 
 
 def tokenizer(spec: TokenizerSpec) -> Any:

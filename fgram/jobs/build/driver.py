@@ -67,9 +67,13 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     return _build_table(cfg, spark, t_start)
 
 
-def _build_table(cfg: BuildConfig, spark, t_start: float, text: dict | None = None) -> dict:
+def _build_table(
+    cfg: BuildConfig, spark, t_start: float, text: dict | None = None, out: Location | None = None
+) -> dict:
+    """``out``: the output, checked already (else checked here)."""
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
-    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
+    if out is None:
+        out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
         return _run_locked(cfg, spark, out, t_start, tokenizer, text)
 
@@ -105,7 +109,7 @@ def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
         for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
     }
     manifest = _build_table(
-        dataclasses.replace(cfg, inputs=[where], tokenizer=None), spark, t_start, text
+        dataclasses.replace(cfg, inputs=[where], tokenizer=None), spark, t_start, text, out
     )
     wf.remove_tree(folder)
     return manifest
