@@ -1,19 +1,31 @@
-"""Side by side: `fgram tokenize` (Spark and --engine local) against `encode_batch` alone
-on the same documents, in one run, alternated.
+"""`fgram tokenize` against `encode_batch` alone on the same documents, in one run,
+alternated; a task's peak memory; and `fgram build --tokenizer` against tokenize then
+build.
 
     python bench/bench_tokenize.py ../shared/corpora/english-dev [--rounds 2]
+        [--parts speed memory build]
 
 The corpus's Parquet token shards are decoded back to text with its tokenizer and
-written once as `.jsonl.zst` and as Parquet (`bench/out/english-text/`). The baseline
-reads nothing: the texts are in memory and `Tokenizer.encode_batch` (batches of 1024,
-the tokenizer's own threads on every core) encodes them. fgram reads, decompresses,
-parses, encodes and writes shards. Prints tokens/s, MB/s and the ratio to the
-baseline, and appends the records to bench/results.jsonl.
+written once as `.jsonl.zst` (one file, and 4), and as Parquet (`bench/out/english-text/`).
+The baseline reads nothing: the texts are in memory and `Tokenizer.encode_batch`
+(batches of 1024, the tokenizer's own threads on every core) encodes them. fgram
+reads, decompresses, parses, encodes and writes flat shards.
+
+- speed: tokens/s, MB/s and the ratio to the baseline, for Spark on 4 files (4 tasks:
+  a tokenizer thread each, and with --threads 0 a thread per core each), on 1 file (one
+  task: every core, and with --threads 1), Parquet, and --engine local.
+- memory: the peak resident memory of any task's process, over one file 1x and 4x as
+  large (a compressed file is one task): bounded by the batch, not the file.
+- build: `fgram build TABLE TEXT --tokenizer` against `fgram tokenize` + `fgram build`
+  (two commands), alternated, -S 1M.
+
+Records go to bench/results.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +33,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -75,62 +88,83 @@ def baseline(texts: list[str], tok_path: str) -> tuple[float, int]:
     return time.perf_counter() - t0, n
 
 
-def fgram(inputs: str, out: str, tok_path: str, engine: str, fmt: str) -> tuple[float, dict]:
+def run(cmd: list[str]) -> tuple[float, int]:
+    """Wall seconds of a command, and the peak resident memory of any one of its Python
+    workers (a task's process: the JVM and the driver left out), sampled every 0.1 s."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd="/tmp")
+    top, me = 0, psutil.Process(proc.pid)
+    while proc.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for p in me.children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if "python" in p.name():
+                        top = max(top, p.memory_info().rss)
+        time.sleep(0.1)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}")
+    return time.perf_counter() - t0, top
+
+
+FGRAM = [os.path.join(os.path.dirname(sys.executable), "fgram"), "-q"]
+
+
+def tokenize(inputs: str, out: str, tok_path: str, *extra: str) -> list[str]:
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [
-        os.path.join(os.path.dirname(sys.executable), "fgram"),
-        "-q",
+    return [
+        *FGRAM,
         "tokenize",
         inputs,
         "-o",
         out,
         "--tokenizer",
         tok_path,
-        "--engine",
-        engine,
         "--format",
-        fmt,
+        "bin",
         "--unit-bytes",
         "16M",
+        *extra,
     ]
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd="/tmp")
-    wall = time.perf_counter() - t0
-    with open(os.path.join(out, "manifest.json")) as f:
-        return wall, json.load(f)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("corpus")
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
-    folder = os.path.join(HERE, "out", "english-text")
-    tok_path = os.path.abspath(os.path.join(args.corpus, "..", "tokenizer.json"))
-    texts = prepare(args.corpus, folder)
+def split(texts: list[str], folder: str, parts: int, copies: int = 1) -> str:
+    """The texts as ``parts`` .jsonl.zst files (each text ``copies`` times), made once."""
+    import zstandard
+
+    if not os.path.isdir(folder):
+        os.makedirs(folder + ".tmp", exist_ok=True)
+        for i in range(parts):
+            body = "".join(json.dumps({"text": t}) + "\n" for t in texts[i::parts]).encode()
+            with open(os.path.join(folder + ".tmp", f"part-{i}.jsonl.zst"), "wb") as f:
+                f.write(zstandard.ZstdCompressor(level=3).compress(body * copies))
+        os.replace(folder + ".tmp", folder)
+    return folder
+
+
+def speed(texts, folder, tok_path, rounds) -> list[dict]:
     mb = sum(len(t.encode()) for t in texts) / 2**20
+    four = split(texts, os.path.join(folder, "jsonl-4"), 4)
+    one, par = os.path.join(folder, "jsonl"), os.path.join(folder, "parquet")
+    out = os.path.join(folder, "tokens")
+    cases = [
+        ("encode_batch alone", None),
+        ("Spark, 4 jsonl.zst", tokenize(four, out, tok_path)),
+        ("Spark, 4 jsonl.zst, --threads 0", tokenize(four, out, tok_path, "--threads", "0")),
+        ("Spark, 1 jsonl.zst (one task)", tokenize(one, out, tok_path)),
+        ("Spark, 1 jsonl.zst, --threads 1", tokenize(one, out, tok_path, "--threads", "1")),
+        ("Spark, Parquet", tokenize(par, out, tok_path)),
+        ("local, 4 jsonl.zst", tokenize(four, out, tok_path, "--engine", "local")),
+    ]
     rows = []
-    for r in range(args.rounds):
-        cases = [
-            ("encode_batch alone", None, None),
-            ("fgram, Spark, jsonl.zst", "spark", "jsonl"),
-            ("fgram, local, jsonl.zst", "local", "jsonl"),
-            ("fgram, Spark, Parquet", "spark", "parquet"),
-        ]
-        if r % 2:
-            cases = cases[::-1]
-        for name, engine, src in cases:
-            if engine is None:
+    for r in range(rounds):
+        for name, cmd in cases if r % 2 == 0 else cases[::-1]:
+            if cmd is None:
                 wall, tokens = baseline(texts, tok_path)
+                peak = psutil.Process().memory_info().rss
             else:
-                wall, m = fgram(
-                    os.path.join(folder, src),
-                    os.path.join(folder, "tokens-" + engine),
-                    tok_path,
-                    engine,
-                    "bin",
-                )
-                tokens = m["tokens"]
+                wall, peak = run(cmd)
+                with open(os.path.join(out, "manifest.json")) as f:
+                    tokens = json.load(f)["tokens"]
             rows.append(
                 {
                     "case": name,
@@ -139,23 +173,92 @@ def main() -> None:
                     "tokens": tokens,
                     "tokens_per_s": tokens / wall,
                     "mb_per_s": mb / wall,
+                    "peak_task_rss": peak,
                 }
             )
             print(
-                f"{name:28s} {wall:7.2f} s {tokens / wall / 1e6:6.2f} M tokens/s "
-                f"{mb / wall:6.1f} MB/s",
+                f"{name:34s} {wall:7.2f} s {tokens / wall / 1e6:6.2f} M tokens/s "
+                f"{mb / wall:6.1f} MB/s  task peak {peak / 2**20:5.0f} MiB",
                 flush=True,
             )
     base = {r["round"]: r["tokens_per_s"] for r in rows if r["case"] == "encode_batch alone"}
-    print("\n| case | round | wall s | M tokens/s | MB/s | ratio to encode_batch |")
-    print("|---|---|---|---|---|---|")
     for row in rows:
         row["ratio"] = row["tokens_per_s"] / base[row["round"]]
-        rate = row["tokens_per_s"] / 1e6
-        print(
-            f"| {row['case']} | {row['round']} | {row['wall']:.2f} | {rate:.2f} "
-            f"| {row['mb_per_s']:.1f} | {row['ratio']:.2f} |"
+    return rows
+
+
+def memory(texts, folder, tok_path) -> list[dict]:
+    """One task over one file (a compressed file is one task), the file 1x and 4x as big:
+    the task's peak memory follows its batch, not its file."""
+    rows = []
+    for copies in (1, 4):
+        src = split(texts, os.path.join(folder, f"jsonl-1x{copies}"), 1, copies)
+        out = os.path.join(folder, "tokens")
+        wall, peak = run(tokenize(src, out, tok_path))
+        size = os.path.getsize(os.path.join(src, "part-0.jsonl.zst"))
+        rows.append(
+            {
+                "case": f"one file, text x{copies}",
+                "wall": wall,
+                "file_bytes": size,
+                "peak_task_rss": peak,
+            }
         )
+        print(
+            f"one file x{copies} ({size / 2**20:.0f} MiB zst): {wall:.1f} s, "
+            f"task peak {peak / 2**20:.0f} MiB",
+            flush=True,
+        )
+    return rows
+
+
+def build_from_text(texts, folder, tok_path, rounds) -> list[dict]:
+    """`fgram build TABLE TEXT --tokenizer` against `fgram tokenize` then `fgram build`
+    (two commands), alternated; the ratio is one command's time over the two's."""
+    four = split(texts, os.path.join(folder, "jsonl-4"), 4)
+    tok_out, table = os.path.join(folder, "tokens"), os.path.join(folder, "table")
+    build = [*FGRAM, "build", table, "-S", "1000000", "--overwrite"]
+    rows = []
+    for r in range(rounds):
+        for how in ("two", "one") if r % 2 == 0 else ("one", "two"):
+            if how == "two":
+                wall_t, _ = run(tokenize(four, tok_out, tok_path))
+                wall_b, _ = run([*build, tok_out])
+                wall = wall_t + wall_b
+            else:
+                wall, _ = run([*build, four, "--tokenizer", tok_path])
+            rows.append({"case": f"build from text, {how} command(s)", "round": r, "wall": wall})
+            print(f"{how} command(s): {wall:.1f} s", flush=True)
+    two = sum(r["wall"] for r in rows if "two" in r["case"])
+    one = sum(r["wall"] for r in rows if "one" in r["case"])
+    print(f"one command / tokenize + build: {one / two:.3f}")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("corpus")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--parts", nargs="+", default=["speed", "memory", "build"])
+    args = ap.parse_args()
+    folder = os.path.join(HERE, "out", "english-text")
+    tok_path = os.path.abspath(os.path.join(args.corpus, "..", "tokenizer.json"))
+    texts = prepare(args.corpus, folder)
+    rows = []
+    if "speed" in args.parts:
+        rows += speed(texts, folder, tok_path, args.rounds)
+        print("\n| case | round | wall s | M tokens/s | MB/s | task peak MiB | ratio |")
+        print("|---|---|---|---|---|---|---|")
+        for row in rows:
+            print(
+                f"| {row['case']} | {row['round']} | {row['wall']:.2f} "
+                f"| {row['tokens_per_s'] / 1e6:.2f} | {row['mb_per_s']:.1f} "
+                f"| {row['peak_task_rss'] / 2**20:.0f} | {row['ratio']:.2f} |"
+            )
+    if "memory" in args.parts:
+        rows += memory(texts, folder, tok_path)
+    if "build" in args.parts:
+        rows += build_from_text(texts, folder, tok_path, args.rounds)
     with open(os.path.join(HERE, "results.jsonl"), "a") as f:
         for row in rows:
             f.write(json.dumps({"bench": "tokenize", "machine": machine(), **row}) + "\n")

@@ -57,6 +57,24 @@ def test_synth_build_show(runner, tmp_path):
     assert result(out) == select(split_flat(flat, 0), 4, 5, 50)
     res = runner.invoke(cli, ["show", str(out), "--top", "3"])
     assert res.exit_code == 0 and "cutoff count" in res.output and "top 3" in res.output
+    # the same corpus as text, built in one command, shown as words
+    text = tmp_path / "t"
+    res = runner.invoke(
+        cli, ["synth", "-o", str(text), "--tokens", "20000", "--vocab", "300", "--format", "text"]
+    )
+    assert res.exit_code == 0 and "--tokenizer" in res.output, res.output
+    tok = str(text / "tokenizer.json")
+    res = runner.invoke(cli, ["build", str(tmp_path / "o2"), str(text), "--tokenizer", tok])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["build", str(tmp_path / "o3"), str(text), "-S", "50", "-K", "4"])
+    assert "it holds text: build with --tokenizer" in _err(res)  # no --tokenizer
+    res = runner.invoke(
+        cli, ["build", str(tmp_path / "o3"), str(text), "-S", "50", "-K", "4", "--tokenizer", tok]
+    )
+    assert res.exit_code == 0 and result(tmp_path / "o3") == result(out), res.output
+    res = runner.invoke(cli, ["show", str(tmp_path / "o3"), "--top", "3"])
+    top = res.output.split("top 3:")[1]
+    assert res.exit_code == 0 and top.count("'") >= 6 and "ba" not in top.split("'")[0], top
 
 
 def test_synth_is_heavy_tailed(tmp_path):

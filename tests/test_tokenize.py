@@ -2,6 +2,7 @@
 each document, in input order, with dense ids and the documents' rows; the outputs are
 read by `fgram build` without options."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -17,10 +18,10 @@ from helpers import manifest, result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fgram.api import build
+from fgram.api import annotate, build, coverage, index
 from fgram.cli import cli
 from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
-from fgram.pipeline.errors import ConfigError, InputError
+from fgram.pipeline.errors import ConfigError, InputError, OutputError
 
 SENTENCE = "the cat sat on a mat and then the dog ran off to see a cat on the mat"
 WORDS = SENTENCE.split()
@@ -298,6 +299,15 @@ def test_a_failed_run_resumes_from_its_finished_units(tok_path, tmp_path, monkey
     assert m["resumed"] and m["units"] == 3
     assert rows_of(tmp_path / "o")["tokens"] == oracle(tok_path, docs)
     assert len(log.read_text().splitlines()) == 1  # only the unit that failed, again
+    # --resume onto the work of a run with other options is refused, and the work kept
+    monkeypatch.setattr(job, "encode", logged(True))
+    other = dataclasses.replace(cfg, output=str(tmp_path / "p"))
+    with pytest.raises(RuntimeError, match="killed"):
+        run_tokenize(other)
+    with pytest.raises(OutputError, match="cannot resume: .* had other options"):
+        run_tokenize(dataclasses.replace(other, add_special_tokens=True))
+    monkeypatch.setattr(job, "encode", real)
+    assert run_tokenize(other)["resumed"]
 
 
 def test_cli_tokenize_then_build(tok_path, tmp_path, spark):
@@ -315,6 +325,12 @@ def test_cli_tokenize_then_build(tok_path, tmp_path, spark):
     assert CliRunner().invoke(cli, ["index", str(tmp_path / "t")]).exit_code == 0
     r = CliRunner().invoke(cli, ["lookup", str(tmp_path / "t"), "--text", "the cat sat on"])
     assert r.exit_code == 0 and "'the cat" in r.output, r.output
+    text = CliRunner().invoke(
+        cli, ["coverage", str(tmp_path / "t"), str(tmp_path / "a.jsonl"), "--tokenizer", tok_path]
+    )
+    tokens = CliRunner().invoke(cli, ["coverage", str(tmp_path / "t"), str(tmp_path / "tok")])
+    assert text.exit_code == 0 and "positions:" in text.output, text.output
+    assert text.output.split("positions:")[1] == tokens.output.split("positions:")[1]
     r = CliRunner().invoke(cli, ["diff", str(tmp_path / "t"), str(tmp_path / "t")])
     assert r.exit_code == 0 and "+0 added" in r.output, r.output
     r = CliRunner().invoke(cli, [*tokenize, "--tokenizer", tok_path])  # exists already
@@ -335,6 +351,17 @@ def test_build_from_text_in_one_command_equals_tokenize_then_build(tok_path, tmp
     assert one["text"]["documents"] == 50 and one["tokenizer"] == two["tokenizer"]
     assert [i["uri"] for i in one["text"]["inputs"]] == [str(tmp_path / "a.jsonl.zst")]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl.zst", "t1", "t2", "tok"]
+    # coverage of the text: that of its token shards, and nothing left beside the table
+    index(tmp_path / "t1")
+    of_tokens = coverage(tmp_path / "t1", tmp_path / "tok", engine="local")
+    of_text = coverage(
+        tmp_path / "t1", tmp_path / "a.jsonl.zst", engine="local", tokenizer=tok_path
+    )
+    assert of_text == of_tokens and of_text["positions"] == one["text"]["tokens"] > 0
+    assert 0 < of_text["share_unmatched"] < 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl.zst", "t1", "t2", "tok"]
+    with pytest.raises(ConfigError, match="tokenize the text first"):
+        annotate(tmp_path / "t1", tmp_path / "a.jsonl.zst", tmp_path / "x", tokenizer=tok_path)
 
 
 @pytest.mark.spark
@@ -375,3 +402,40 @@ def test_text_on_s3_to_tokens_on_s3_then_a_table(tok_path, tmp_path, s3, spark):
     build(tmp_path / "t1", [remote], storage=s3.options, **opts)
     build(tmp_path / "t2", [tmp_path / "tok"], **opts)
     assert result(tmp_path / "t1") == result(tmp_path / "t2")
+
+
+def test_synth_text_is_the_synthetic_corpus_as_words(tmp_path):
+    """`fgram synth --format text`: its words, tokenized with the tokenizer.json beside
+    them, are exactly the ids of the same corpus as flat shards, so both give one table."""
+    from fgram.pipeline.synth import generate, word
+
+    assert len({word(i) for i in range(1, 20_000)}) == 19_999
+    generate(str(tmp_path / "text"), 30_000, vocab=700, seed=4, fmt="text", doc_len=64)
+    generate(str(tmp_path / "bin"), 30_000, vocab=700, seed=4, fmt="bin", doc_len=64)
+    tok = str(tmp_path / "text" / "tokenizer.json")
+    m = run(tok, [tmp_path / "text"], tmp_path / "tok", format="bin")
+    assert m["doc_sep"] == 0 and m["tokens"] == 30_000
+    flat = np.fromfile(tmp_path / "bin" / "part-00000.bin", np.uint16)
+    (shard,) = (tmp_path / "tok" / "shards").iterdir()
+    assert np.array_equal(np.fromfile(shard, np.uint16), flat)
+    opts = {"max_len": 4, "min_count": 3, "engine": "local", "size": 500}
+    one = build(tmp_path / "t1", [tmp_path / "text"], tokenizer=tok, **opts)
+    build(tmp_path / "t2", [tmp_path / "bin"], dtype="uint16", doc_sep=0, **opts)
+    assert result(tmp_path / "t1") == result(tmp_path / "t2") and one["fgrams"] == 500
+
+
+def test_a_task_s_tokenizer_threads_are_its_share_of_the_cores(monkeypatch):
+    """Tasks side by side get a thread each; fewer units than cores share the idle ones;
+    a cluster's task gets spark.task.cpus; --threads overrides."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    cfg = TokenizeConfig(["a.jsonl"], "o", "tok.json", engine="local")
+    assert [cfg.task_threads(n) for n in (1, 2, 3, 4, 40)] == [4, 2, 1, 1, 1]
+    spark_cfg = dataclasses.replace(cfg, engine="spark", master="local[2]")
+    assert [spark_cfg.task_threads(n) for n in (1, 2, 9)] == [2, 1, 1]
+    cluster = dataclasses.replace(spark_cfg, master="spark://h:7077")
+    assert cluster.task_threads(1) == 1
+    assert dataclasses.replace(cluster, conf={"spark.task.cpus": "3"}).task_threads(9) == 3
+    assert dataclasses.replace(cfg, threads=0).task_threads(1) == 0
+    assert dataclasses.replace(cfg, threads=2).task_threads(40) == 2
+    with pytest.raises(ConfigError, match="--threads"):
+        dataclasses.replace(cfg, threads=-1).validate()

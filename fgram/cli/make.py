@@ -166,7 +166,15 @@ def refresh_command(table, inputs, keep, **opts):
     help="Seed of the phrase book (default: --seed). The same book with another "
     "--seed: new text from the same distribution (new shards of a corpus).",
 )
-@shards_format("parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0.")
+@click.option(
+    "--format",
+    "fmt",
+    default="parquet",
+    show_default=True,
+    type=click.Choice(["parquet", "bin", "text"]),
+    help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0; text: "
+    "words (JSON Lines, zstd) and the tokenizer.json that gives their ids back.",
+)
 @click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing folder (its files go).")
 def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite):
@@ -174,6 +182,7 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
 
     \b
     fgram synth -o corpus --tokens 10000000 --format bin    # then: --dtype uint16 --doc-sep 0
+    fgram synth -o text --format text --vocab 5000          # then: --tokenizer text/tokenizer.json
     """
     from fgram.pipeline.storage import is_remote
     from fgram.pipeline.synth import generate
@@ -182,8 +191,8 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
         fail(f"{output}: synth writes a local folder (upload it afterwards)")
     if tokens < 1:
         fail(f"--tokens must be >= 1, got {tokens}")
-    if not 2 <= vocab <= 2**31 - 1:
-        fail(f"--vocab must be in 2..2147483647, got {vocab}")
+    if not 2 <= vocab <= (65535 if fmt == "text" else 2**31 - 1):
+        fail(f"--vocab must be in 2..{65535 if fmt == 'text' else 2**31 - 1}, got {vocab}")
     if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         if not overwrite:  # another corpus's shards would stay beside the new ones
             fail(f"{os.path.abspath(output)}: exists; pass --overwrite to replace it")
@@ -193,7 +202,10 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
     meta = generate(
         output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files, book_seed=book_seed
     )
-    hint = f" (use --dtype {meta['dtype']} --doc-sep 0)" if fmt == "bin" else ""
+    hint = {
+        "bin": f" (use --dtype {meta['dtype']} --doc-sep 0)",
+        "text": f" (use --tokenizer {os.path.join(output, 'tokenizer.json')})",
+    }.get(fmt, "")
     click.echo(f"wrote {meta['tokens']} tokens in {meta['documents']} documents to {output}{hint}")
 
 
@@ -283,6 +295,13 @@ def clean_command(folders, cache, remove):
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing output (an fgram one).")
 @click.option("--resume", is_flag=True, help="Continue an unfinished run from its finished units.")
+@click.option(
+    "--threads",
+    default=None,
+    type=click.IntRange(min=0),
+    help="The tokenizer's threads in each task (default: the task's cores, spark.task.cpus; "
+    "0: a thread per core of the machine in every task).",
+)
 @engine_option("spark, or the same tasks in local processes without a JVM.")
 @SPARK_OPTIONS[0]
 @SPARK_OPTIONS[1]

@@ -18,6 +18,7 @@ from fgram.cli.options import (
     shown,
     storage_option,
     table_tokenizer,
+    text_options,
     tokenizer_option,
 )
 from fgram.pipeline.errors import FgramError
@@ -186,14 +187,26 @@ def annotate_command(table, shards, output, overwrite, **opts):
 @click.command("coverage", short_help="How much of held-out shards a table matches.")
 @click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
+@click.option(
+    "--tokenizer",
+    "text_tokenizer",
+    default=None,
+    help="SHARDS are text (as for `fgram tokenize`): tokenize them with this "
+    "tokenizer.json (or its folder) first, into a folder of the run beside TABLE.",
+)
+@text_options
 @shard_options
-def coverage_command(table, shards, **opts):
+def coverage_command(table, shards, text_tokenizer, text_field, doc_per_line, **opts):
     """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams.
+
+    SHARDS are token shards, as for build, or text with --tokenizer.
 
     \b
     fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0
+    fgram coverage fgrams heldout/*.jsonl.zst --tokenizer tokenizer.json
     """
-    m = _annotate(table, shards, None, False, opts)
+    text = {"tokenizer": text_tokenizer, "text_field": text_field, "doc_per_line": doc_per_line}
+    m = _annotate(table, shards, None, False, {**opts, **text} if text_tokenizer else opts)
     _print_coverage(m["coverage"])
 
 

@@ -28,6 +28,7 @@ objects. Either way the output is published with the build's protocol
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -76,6 +77,9 @@ class AnnotateConfig(ReadsShards):
     conf: dict[str, str] = field(default_factory=dict)
     storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
     strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
+    tokenizer: str | None = None  # coverage: the inputs are text, tokenized with this first
+    text_field: str = "text"
+    doc_per_line: bool = False
 
 
 _INDEX: dict[tuple, FgramIndex] = {}
@@ -240,6 +244,8 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     t0 = time.time()
     if cfg.engine not in ("spark", "local"):
         raise ConfigError(f"--engine must be spark or local, got {cfg.engine!r}")
+    if cfg.tokenizer:
+        return _coverage_of_text(cfg, spark)
     cfg = cfg.tokenized()[0]  # `fgram tokenize` outputs say how to read them
     table = resolve_table(cfg.table, cfg.storage)
     index = FgramIndex.open(table, storage=cfg.storage)
@@ -259,6 +265,31 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         except BaseException:
             wf.remove_tree(staging)
             raise
+
+
+def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
+    """Coverage of text inputs: tokenized (as by `fgram tokenize`, flat shards) into a
+    folder of the run beside the table, measured, and the folder removed."""
+    from fgram.jobs.tokenize import tokenize_inputs
+    from fgram.pipeline.inputs import check_inputs
+    from fgram.pipeline.names import TEXT_FILES, is_text_file
+
+    assert cfg.tokenizer is not None
+    if cfg.output is not None:
+        raise ConfigError("annotate tags token shards: tokenize the text first (fgram tokenize)")
+    check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
+    table = resolve_table(cfg.table, cfg.storage)
+    folder = staging_for(table, runs_here(cfg), unique=True, what="text")
+    where = folder if isinstance(folder, str) else folder.uri
+    try:
+        tokens = tokenize_inputs(cfg, where, spark=spark)
+        manifest = run_annotate(
+            dataclasses.replace(cfg, inputs=[where], tokenizer=None, doc_sep=None), spark
+        )
+    finally:
+        wf.remove_tree(folder)
+    manifest["text"] = {k: tokens[k] for k in ("inputs", "documents", "tokens", "tokenizer")}
+    return manifest
 
 
 def _annotate(

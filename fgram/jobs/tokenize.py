@@ -21,6 +21,7 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fgram.jobs.build.state import fingerprint_digest
-from fgram.jobs.executors import as_task, runs_here
+from fgram.jobs.executors import as_task, guess_parallelism, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
@@ -39,24 +40,23 @@ from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
 from fgram.pipeline.failures import public_options
 from fgram.pipeline.inputs import check_inputs
 from fgram.pipeline.locks import OutputLock
+from fgram.pipeline.names import TEXT_FILES, is_text_file
 from fgram.pipeline.publish import check_output, finish, staging_for
 from fgram.pipeline.records import JsonRecord
 from fgram.pipeline.storage import Place
 from fgram.pipeline.text import (
-    TEXT_FILES,
     Skips,
     TextFile,
     TextOptions,
     TextUnit,
     count_documents,
     documents,
-    is_text_file,
     plan_text,
     plan_text_units,
 )
 from fgram.pipeline.token_shards import ShardWriter
 from fgram.pipeline.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
-from fgram.pipeline.workdir import load_json, save_json
+from fgram.pipeline.workdir import claim_staging, load_json, save_json
 from fgram.version import __version__
 
 FORMAT = 1
@@ -83,6 +83,7 @@ class TokenizeConfig:
     conf: dict[str, str] = field(default_factory=dict)
     overwrite: bool = False
     resume: bool = False
+    threads: int | None = None  # the tokenizer's threads in a task (None: the task's cores)
 
     def validate(self) -> TokenizeConfig:
         if self.format not in ("parquet", "bin"):
@@ -93,7 +94,31 @@ class TokenizeConfig:
             raise ConfigError(f"--shard-tokens must be >= 1, got {self.shard_tokens}")
         if self.doc_sep is not None and self.doc_sep < 0:
             raise ConfigError(f"--doc-sep must be >= 0, got {self.doc_sep}")
+        if self.threads is not None and self.threads < 0:
+            raise ConfigError(f"--threads must be >= 0, got {self.threads}")
         return self
+
+    def task_threads(self, units: int) -> int:
+        """The tokenizer's threads in one task of ``units``: ``threads`` when given (0: the
+        library's default, a thread per core of the machine). Else the cores a task holds
+        (``spark.task.cpus``, 1 by default), so that the tasks running side by side do not
+        oversubscribe the machine; on this machine (local mode, --engine local) the cores
+        that fewer units than cores leave idle are shared among them (one compressed file
+        is one task: it gets every core)."""
+        if self.threads is not None:
+            return self.threads
+        try:
+            per_task = max(1, int(self.conf.get("spark.task.cpus", 1)))
+        except ValueError:
+            raise ConfigError(f"spark.task.cpus must be an integer: {self.conf}") from None
+        if not runs_here(self):
+            return per_task
+        from fgram.spark.session import effective_master
+
+        cores = os.cpu_count() or 1
+        if self.engine != "local":
+            cores = guess_parallelism(effective_master(self.master))
+        return max(per_task, cores // max(1, min(units, cores)))
 
     def text_options(self) -> TextOptions:
         return TextOptions(
@@ -117,6 +142,7 @@ class Plan:
     staging: Place
     dtype: str  # bin: uint16 | uint32; parquet: int32
     doc_sep: int | None  # bin's separator
+    threads: int  # the tokenizer's threads in a task (`TokenizeConfig.task_threads`)
 
 
 @dataclass
@@ -161,7 +187,7 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
             return done
     unit = plan.units[u]
     file = plan.files[unit.file]
-    tok = tokenizer(plan.spec)
+    tok = tokenizer(plan.spec, plan.threads)
     shards = ShardWriter(
         plan.staging, u, file.uri, plan.cfg.format, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
     )
@@ -242,25 +268,10 @@ def _bases(units: list[TextUnit], counts: list[tuple[int, int]]) -> list[list[in
 
 def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]) -> dict:
     rec = cfg.record()
-    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage"):
+    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage", "threads"):
         rec.pop(key)
     rec["tokenizer"] = spec.sha256
     return {"fgram_version": __version__, "config": rec, "inputs": [f.record() for f in files]}
-
-
-def _prepare(staging: Place, fingerprint: dict, resume: bool) -> bool:
-    """Make the staging folder; keep an unfinished run's units when resuming that very run.
-    Returns whether it resumes."""
-    record = wf.join(staging, "_work", "run.json")
-    if wf.exists(record) and resume and load_json(record) == fingerprint:
-        return True
-    if wf.exists(record):
-        sys.stderr.write(f"fgram: removing an unfinished tokenize run's work in {staging}\n")
-    wf.remove_tree(staging)
-    wf.make_dirs(wf.join(staging, "_work"))
-    wf.make_dirs(wf.join(staging, "shards"))
-    save_json(record, fingerprint)
-    return False
 
 
 def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
@@ -298,7 +309,8 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
             if published.get("run_fingerprint") == digest:
                 return dict(published)  # finished already: nothing to resume
         staging = staging_for(out, runs_here(cfg))
-        resumed = _prepare(staging, fingerprint, cfg.resume)
+        resumed = claim_staging(staging, fingerprint, cfg.resume, out.uri, "tokenize run")
+        wf.make_dirs(wf.join(staging, "shards"))
         try:
             manifest = _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep)
         except BaseException as exc:
@@ -323,7 +335,7 @@ def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[s
     # the JVM starts (seconds) while the driver counts and tokenizes units itself
     starting = Starting(cfg, spark)
     ex = HeadStart(starting, cfg.master)
-    plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep)
+    plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep, cfg.task_threads(len(units)))
     PROGRESS.stage("count documents", len(units) - 1)
     counting = CountStage(plan)  # the last unit's count numbers nothing after it
     counts = ex.map(len(units) - 1, counting.run, progress=True) + [(0, 0)]
@@ -377,3 +389,26 @@ def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[s
         "skipped_records": skipped,
         "shards": done["shards"],
     }
+
+
+def tokenize_inputs(cfg: Any, output: str, resume: bool = False, spark=None) -> dict[str, Any]:
+    """Tokenize another job's text inputs into flat shards in ``output``, a folder of
+    that job's run: ``cfg`` (a build's or a coverage's config) gives the inputs, the
+    tokenizer, the text options, the engine and the storage options."""
+    return run_tokenize(
+        TokenizeConfig(
+            inputs=cfg.inputs,
+            output=output,
+            tokenizer=cfg.tokenizer,
+            format="bin",
+            text_field=cfg.text_field,
+            doc_per_line=cfg.doc_per_line,
+            overwrite=True,
+            resume=resume,
+            engine=cfg.engine,
+            master=cfg.master,
+            conf=cfg.conf,
+            storage=cfg.storage,
+        ),
+        spark,
+    )

@@ -27,11 +27,10 @@ import pyarrow.parquet as pq
 
 from .errors import ConfigError, InputError
 from .keys import MAX_TOKEN
+from .names import FLAT_EXT, PARQUET_EXT, TEXT_HINT, is_text_file, token_file
 from .reading import FLAT_DTYPES, ReadOptions, Shard, Unit, reading, short_error
 from .storage import filesystem, is_remote
 
-PARQUET_EXT = (".parquet", ".pq")
-FLAT_EXT = (".bin", ".npy")
 NPY_MAGIC = b"\x93NUMPY"
 
 
@@ -40,11 +39,6 @@ def _uri(fs: pafs.FileSystem, path: str, original: str) -> str:
         scheme = original.split("://", 1)[0]
         return f"{scheme}://{path}"
     return path
-
-
-def token_file(name: str) -> bool:
-    """Whether a file in an input folder is a token shard (by its name)."""
-    return os.path.basename(name).lower().endswith(PARQUET_EXT + FLAT_EXT)
 
 
 def discover(
@@ -134,7 +128,10 @@ def _expand(
         )
     )
     if not files:
-        raise InputError(original, f"directory holds no {what}")
+        text = known is token_file and any(
+            i.type == pafs.FileType.File and is_text_file(i.path) for i in infos
+        )
+        raise InputError(original, f"directory holds no {what}{TEXT_HINT if text else ''}")
     return [(fs, f, _uri(fs, f, original)) for f in files]
 
 
@@ -296,7 +293,8 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
         elif low.endswith(FLAT_EXT):
             shards.append(_flat_shard(fs, path, uri, info, opts))
         else:
-            raise InputError(uri, "unknown format (expected .parquet, .bin or .npy)")
+            hint = TEXT_HINT.replace("it holds", "it is") if is_text_file(path) else ""
+            raise InputError(uri, f"unknown format (expected .parquet, .bin or .npy){hint}")
     return shards
 
 

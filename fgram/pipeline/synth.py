@@ -6,6 +6,11 @@ drawn from a Zipfian vocabulary. Frequent phrases make frequent n-grams of
 every length, rare ones make the long tail, and phrase joins make the
 cross-phrase n-grams that real text has. Documents have geometric lengths.
 Everything is vectorised and generated in chunks, so 1B tokens stream to disk.
+
+As text (``fmt="text"``), token id i is a made-up word (`word`), documents are their
+words joined by spaces, written as JSON Lines in zstd, and ``tokenizer.json`` beside
+them is a Hugging Face word-level tokenizer that gives back exactly those ids: the
+text path of the same corpus.
 """
 
 from __future__ import annotations
@@ -16,6 +21,31 @@ from typing import Any
 import numpy as np
 
 CHUNK = 1 << 24
+EOS = "<|endoftext|>"  # id 0 of a text corpus's tokenizer, the separator of a flat one
+_CONSONANTS, _VOWELS = "bdfghklmnprstvz", "aeiou"
+_SYLLABLES = [c + v for c in _CONSONANTS for v in _VOWELS]
+
+
+def word(i: int) -> str:
+    """Token id i >= 1 of a text corpus as a word: its digits in base 75, a syllable each."""
+    out = []
+    while True:
+        i, digit = divmod(i, len(_SYLLABLES))
+        out.append(_SYLLABLES[digit])
+        if i == 0:
+            return "".join(reversed(out))
+
+
+def write_tokenizer(path: str, vocab: int) -> None:
+    """A word-level tokenizer.json: id 0 the end-of-text token, id i `word(i)`, id
+    ``vocab`` the unknown word (the `text` extra)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {EOS: 0, **{word(i): i for i in range(1, vocab)}, "[UNK]": vocab}
+    tok = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens([EOS])
+    tok.save(path)
 
 
 def _zipf_ranks(rng: np.random.Generator, n: int, size: int, a: float) -> np.ndarray:
@@ -87,6 +117,8 @@ def generate(
 
     if tokens < 0 or vocab < 2:
         raise ValueError("tokens must be >= 0 and vocab >= 2")
+    if fmt == "text" and vocab > 65535:
+        raise ValueError("a text corpus has at most 65535 words (--vocab)")
     os.makedirs(out_dir, exist_ok=True)
     book_seed = seed if book_seed is None else book_seed
     book = PhraseBook(vocab, book_seed)
@@ -96,13 +128,15 @@ def generate(
     dtype = np.uint16 if vocab <= 65536 else np.uint32
     doc_id, n_docs = 0, 0
     names = []
+    words = np.array(["", *(word(i) for i in range(1, vocab if fmt == "text" else 1))], object)
+    ext = {"bin": "bin", "text": "jsonl.zst"}.get(fmt, "parquet")
     for f, count in enumerate(per_file):
-        name = f"part-{f:05d}.{'bin' if fmt == 'bin' else 'parquet'}"
+        name = f"part-{f:05d}.{ext}"
         names.append(name)
         path = os.path.join(out_dir, name)
         tmp = path + ".tmp"
         writer = None
-        with open(tmp, "wb") as fh:
+        with open(tmp, "wb") as raw, _text_stream(raw, fmt) as fh:
             left = count
             while left > 0:
                 n = min(CHUNK, left)
@@ -120,6 +154,12 @@ def generate(
                     mask[sep_at] = False
                     flat[mask] = toks
                     fh.write(flat.tobytes())
+                elif fmt == "text":
+                    ends = np.cumsum(lens)
+                    texts = (
+                        " ".join(words[toks[e - n : e]]) for e, n in zip(ends, lens, strict=True)
+                    )
+                    fh.write("".join(f'{{"text": "{t}"}}\n' for t in texts).encode())
                 else:
                     arr = arrow_list(np.concatenate([[0], np.cumsum(lens)]), toks, np.int32)
                     ids = arrow_array(np.arange(doc_id, doc_id + len(lens), dtype=np.int64))
@@ -132,6 +172,8 @@ def generate(
             if writer is not None:
                 writer.close()
         os.replace(tmp, path)
+    if fmt == "text":
+        write_tokenizer(os.path.join(out_dir, "tokenizer.json"), vocab)
     meta = {
         "tokens": tokens,
         "documents": n_docs,
@@ -141,8 +183,20 @@ def generate(
         "format": fmt,
         "files": names,
         "dtype": np.dtype(dtype).name if fmt == "bin" else "int32",
+        "tokenizer": "tokenizer.json" if fmt == "text" else None,
         "doc_sep": 0 if fmt == "bin" else None,
     }
     with open(os.path.join(out_dir, "meta.json"), "w") as fh:
         json.dump(meta, fh, indent=2)
     return meta
+
+
+def _text_stream(raw: Any, fmt: str) -> Any:
+    """Where a shard's bytes go: ``raw`` itself, or a zstd stream into it (text)."""
+    import contextlib
+
+    if fmt != "text":
+        return contextlib.nullcontext(raw)
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,13 +30,10 @@ import pyarrow.parquet as pq
 
 from .errors import ConfigError, InputError
 from .inputs import discover, even_ranges, group_ranges
+from .names import TEXT_FILES, is_text_file, text_kind
 from .reading import reading
 from .storage import filesystem
 
-JSONL = (".jsonl", ".json", ".ndjson")
-TEXT = (".txt",)
-PARQUET = (".parquet", ".pq")
-COMPRESSION = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 BLOCK = 1 << 20  # bytes read at a time past a range's end, to finish its last line
 
 
@@ -70,32 +66,6 @@ class TextUnit:
     file: int  # index into the file list
     start: int  # a byte offset, or (Parquet) a row group
     stop: int
-
-
-def text_kind(name: str) -> tuple[str, str | None] | None:
-    """(kind, compression) of a file name, None for one that holds no text fgram reads."""
-    low = os.path.basename(name).lower()
-    stem, ext = os.path.splitext(low)
-    compression = COMPRESSION.get(ext)
-    if compression is not None:
-        if stem.endswith(JSONL + TEXT):
-            return ("txt" if stem.endswith(TEXT) else "jsonl"), compression
-        return ("jsonl", compression) if compression == "zstd" else None
-    if low.endswith(JSONL):
-        return "jsonl", None
-    if low.endswith(TEXT):
-        return "txt", None
-    if low.endswith(PARQUET):
-        return "parquet", None
-    return None
-
-
-TEXT_FILES = "text files (.jsonl[.gz|.zst], .parquet, .txt)"
-
-
-def is_text_file(name: str) -> bool:
-    """Whether a file in an input folder is text fgram reads (by its name)."""
-    return text_kind(name) is not None
 
 
 def plan_text(paths: list[str], opts: TextOptions) -> list[TextFile]:

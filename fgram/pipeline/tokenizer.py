@@ -104,8 +104,12 @@ def _config_eos(tok: Any, config: str) -> int | None:
     return int(found) if found is not None else None
 
 
-def tokenizer(spec: TokenizerSpec) -> Any:
-    """The spec's tokenizer, made once per process."""
+def tokenizer(spec: TokenizerSpec, threads: int = 0) -> Any:
+    """The spec's tokenizer, made once per process. ``threads`` > 0 sizes its thread pool
+    (RAYON_NUM_THREADS: read once, when a process first encodes a batch; a process that
+    encoded before keeps its pool); 0 leaves the library's default (every core)."""
+    if threads > 0:
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
     if spec.sha256 not in _LOADED:
         _LOADED.clear()
         _LOADED[spec.sha256] = _library().Tokenizer.from_str(spec.json)

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import threading
 import uuid
 from typing import Any, TypeGuard, overload
@@ -153,6 +154,37 @@ def load_json(path: Place) -> Any:
         return path.read_json()
     with open(_local(path)) as f:
         return json.load(f)
+
+
+def claim_staging(
+    staging: Place, fingerprint: Any, resume: bool, out: str, what: str = "run"
+) -> bool:
+    """Make a run's staging folder (``_work/run.json`` holds the run's ``fingerprint``),
+    or keep an unfinished run's when ``resume`` and it is this very run (same options,
+    same inputs); returns whether it resumes. ``--resume`` onto another run's work is
+    refused; leftovers without it are removed, and said to be (hours of work may go)."""
+    from .errors import OutputError
+
+    record = join(staging, "_work", "run.json")
+    if exists(record) or names(staging):
+        old = load_json(record) if exists(record) else None
+        if resume and old == fingerprint:
+            return True
+        if resume and old is not None:
+            other = "inputs" if old.get("inputs") != fingerprint.get("inputs") else "options"
+            raise OutputError(
+                f"{out}: cannot resume: the unfinished {what} there had other {other}; "
+                f"rerun without --resume to start over"
+            )
+        if old is not None:
+            sys.stderr.write(
+                f"fgram: removing an unfinished {what}'s work in "
+                f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n"
+            )
+        remove_tree(staging)
+    make_dirs(join(staging, "_work"))
+    save_json(record, fingerprint)
+    return False
 
 
 def exists(path: Place) -> bool:

@@ -59,7 +59,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     t_start = time.time()
     cfg.validate()
     if cfg.tokenizer:
-        from fgram.pipeline.text import TEXT_FILES, is_text_file
+        from fgram.pipeline.names import TEXT_FILES, is_text_file
 
         check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
         return _build_from_text(cfg, spark, t_start)
@@ -82,28 +82,13 @@ def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
     """Tokenize the text inputs into a folder of the run (``.TABLE.fgram-text``, beside
     its staging folder), then build from those shards. The folder goes once the table is
     published; a failed run keeps it for --resume."""
-    from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
+    from fgram.jobs.tokenize import tokenize_inputs
 
     out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)  # before the work
     assert cfg.tokenizer is not None
     folder = staging_for(out, runs_here(cfg), what="text")
     where = folder if isinstance(folder, str) else folder.uri
-    tokens = run_tokenize(
-        TokenizeConfig(
-            inputs=cfg.inputs,
-            output=where,
-            tokenizer=cfg.tokenizer,
-            format="bin",
-            text_field=cfg.text_field,
-            doc_per_line=cfg.doc_per_line,
-            overwrite=True,
-            resume=cfg.resume,
-            engine=cfg.engine,
-            master=cfg.master,
-            conf=cfg.conf,
-            storage=cfg.storage,
-        )
-    )
+    tokens = tokenize_inputs(cfg, where, cfg.resume)
     text = {
         key: tokens[key]
         for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")

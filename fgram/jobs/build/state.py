@@ -5,19 +5,18 @@ completed pass (for --resume)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from fgram.jobs.build.passes import Plan
 from fgram.jobs.executors import runs_here
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.errors import ConfigError, OutputError
+from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.inputs import shard_record
 from fgram.pipeline.publish import staging_for
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
-from fgram.pipeline.workdir import WorkDir, load_json, save_json
+from fgram.pipeline.workdir import WorkDir, claim_staging, load_json, save_json
 from fgram.version import __version__
 
 
@@ -60,26 +59,8 @@ def prepare_staging(
     passes and counted units are kept.
     """
     staging = work_location(cfg, out)
-    work = wf.join(staging, "_work")
-    run_record = wf.join(work, "run.json")
-    if wf.exists(run_record) or wf.names(staging):
-        old = load_json(run_record) if wf.exists(run_record) else None
-        if cfg.resume and old == fingerprint:
-            return staging, load_state(work) or BuildState.fresh(cfg)
-        if cfg.resume and old is not None:
-            what = "inputs" if old.get("inputs") != fingerprint["inputs"] else "options"
-            raise OutputError(
-                f"{out.uri}: cannot resume: the unfinished run there had other {what}; "
-                f"rerun without --resume to start over"
-            )
-        if old is not None:  # said, not done silently: it may hold hours of work
-            sys.stderr.write(
-                f"fgram: removing an unfinished run's work in "
-                f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n"
-            )
-        wf.remove_tree(staging)
-    wf.make_dirs(work)
-    save_json(run_record, fingerprint)
+    if claim_staging(staging, fingerprint, cfg.resume, out.uri):
+        return staging, load_state(wf.join(staging, "_work")) or BuildState.fresh(cfg)
     return staging, None
 
 
