@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -98,7 +97,7 @@ def run(cmd: list[str]) -> tuple[float, int]:
         with contextlib.suppress(psutil.NoSuchProcess):
             for p in me.children(recursive=True):
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    if "python" in p.name():
+                    if "python" in p.name() or "fgram" in p.name():  # not the JVM
                         top = max(top, p.memory_info().rss)
         time.sleep(0.1)
     if proc.returncode:
@@ -110,7 +109,7 @@ FGRAM = [os.path.join(os.path.dirname(sys.executable), "fgram"), "-q"]
 
 
 def tokenize(inputs: str, out: str, tok_path: str, *extra: str) -> list[str]:
-    shutil.rmtree(out, ignore_errors=True)
+    """The command (its output replaced: --overwrite)."""
     return [
         *FGRAM,
         "tokenize",
@@ -123,6 +122,7 @@ def tokenize(inputs: str, out: str, tok_path: str, *extra: str) -> list[str]:
         "bin",
         "--unit-bytes",
         "16M",
+        "--overwrite",
         *extra,
     ]
 

@@ -424,18 +424,19 @@ def test_synth_text_is_the_synthetic_corpus_as_words(tmp_path):
     assert result(tmp_path / "t1") == result(tmp_path / "t2") and one["fgrams"] == 500
 
 
-def test_a_task_s_tokenizer_threads_are_its_share_of_the_cores(monkeypatch):
-    """Tasks side by side get a thread each; fewer units than cores share the idle ones;
-    a cluster's task gets spark.task.cpus; --threads overrides."""
-    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+def test_a_task_s_tokenizer_threads_are_twice_its_share_of_the_cores(monkeypatch):
+    """Tasks side by side get two threads each; fewer units than cores share the idle
+    ones; never more than the cores; a cluster's task gets twice spark.task.cpus;
+    --threads overrides."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
     cfg = TokenizeConfig(["a.jsonl"], "o", "tok.json", engine="local")
-    assert [cfg.task_threads(n) for n in (1, 2, 3, 4, 40)] == [4, 2, 1, 1, 1]
+    assert [cfg.task_threads(n) for n in (1, 2, 3, 4, 8, 40)] == [8, 8, 4, 4, 2, 2]
     spark_cfg = dataclasses.replace(cfg, engine="spark", master="local[2]")
-    assert [spark_cfg.task_threads(n) for n in (1, 2, 9)] == [2, 1, 1]
+    assert [spark_cfg.task_threads(n) for n in (1, 2, 9)] == [2, 2, 2]
     cluster = dataclasses.replace(spark_cfg, master="spark://h:7077")
-    assert cluster.task_threads(1) == 1
-    assert dataclasses.replace(cluster, conf={"spark.task.cpus": "3"}).task_threads(9) == 3
+    assert cluster.task_threads(1) == 2
+    assert dataclasses.replace(cluster, conf={"spark.task.cpus": "3"}).task_threads(9) == 6
     assert dataclasses.replace(cfg, threads=0).task_threads(1) == 0
-    assert dataclasses.replace(cfg, threads=2).task_threads(40) == 2
+    assert dataclasses.replace(cfg, threads=1).task_threads(40) == 1
     with pytest.raises(ConfigError, match="--threads"):
         dataclasses.replace(cfg, threads=-1).validate()

@@ -299,8 +299,8 @@ def clean_command(folders, cache, remove):
     "--threads",
     default=None,
     type=click.IntRange(min=0),
-    help="The tokenizer's threads in each task (default: the task's cores, spark.task.cpus; "
-    "0: a thread per core of the machine in every task).",
+    help="The tokenizer's threads in each task (default: twice the task's share of the "
+    "cores, at most all; 0: a thread per core of the machine in every task).",
 )
 @engine_option("spark, or the same tasks in local processes without a JVM.")
 @SPARK_OPTIONS[0]
