@@ -92,7 +92,7 @@ def test_broadcast_and_join_paths_agree(spark, tmp_path):
     )
     assert {p["lookup"] for p in m1["passes"]} == {"broadcast"}
     assert {p["lookup"] for p in m2["passes"]} == {"join"}
-    assert m1["select"]["decode"] == "broadcast" and m2["select"]["decode"] == "join"
+    assert m1["select"]["decode"] == "broadcast" and m2["select"]["decode"] == "ranges"
     m3 = build(
         spark,
         [tmp_path / "a.parquet"],
@@ -103,7 +103,7 @@ def test_broadcast_and_join_paths_agree(spark, tmp_path):
         broadcast_budget=0,
         size=37,
     )
-    assert m3["select"]["decode"] == "join"
+    assert m3["select"]["decode"] == "ranges"
     assert result(tmp_path / "js") == select(docs, 5, 2, 37)
     expect = select(docs, 5, 2, None)
     assert result(tmp_path / "b") == expect

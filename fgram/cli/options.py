@@ -188,8 +188,24 @@ def build_options(fn):
                 "--broadcast-budget",
                 default="512M",
                 show_default=True,
-                help="Largest frequent set shipped whole to every task; above it, a "
-                "distributed join.",
+                help="Largest frequent set (and selection) shipped whole to every task; "
+                "above it, a distributed join (and a decode by key range).",
+            ),
+            click.option(
+                "--key-ranges",
+                default=0,
+                show_default=True,
+                type=click.IntRange(min=0),
+                help="At least this many key ranges (tasks) per pass; more bound each "
+                "task's memory on a cluster (0: by volume and cores).",
+            ),
+            click.option(
+                "--rank-rows",
+                default=4_000_000,
+                show_default=True,
+                type=click.IntRange(min=1),
+                help="Rows per rank task; a larger (count, length) group is split by its "
+                "leading tokens.",
             ),
         ]
     ):
@@ -212,6 +228,8 @@ def build_config(inputs, output, opts: dict, **extra):
         doc_sep=opts["doc_sep"],
         broadcast_budget=parse_size(opts["broadcast_budget"]),
         unit_tokens=opts["unit_tokens"],
+        key_ranges=opts["key_ranges"],
+        rank_rows=opts["rank_rows"],
         engine=opts["engine"],
         master=opts["master"],
         conf=conf_pairs(opts["conf"]),

@@ -87,6 +87,8 @@ class BuildConfig(ReadsShards):
     doc_sep: int | None = None
     broadcast_budget: int = 512 * 2**20
     unit_tokens: int = 16 * 2**20
+    key_ranges: int = 0  # at least this many key ranges (tasks) per pass; 0: by volume, cores
+    rank_rows: int = 4_000_000  # rows per rank task; a larger (count, length) group is split
     overwrite: bool = False
     resume: bool = False
     engine: str = "spark"
@@ -118,6 +120,10 @@ class BuildConfig(ReadsShards):
             raise ConfigError(f"--engine must be spark or local, got {self.engine!r}")
         if self.unit_tokens < 1:
             raise ConfigError("--unit-tokens must be >= 1")
+        if self.key_ranges < 0:
+            raise ConfigError(f"--key-ranges must be >= 0, got {self.key_ranges}")
+        if self.rank_rows < 1:
+            raise ConfigError(f"--rank-rows must be >= 1, got {self.rank_rows}")
         return self
 
     def record(self) -> dict[str, Any]:

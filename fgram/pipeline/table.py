@@ -193,11 +193,19 @@ def rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def write_ranked(
-    rows: dict[int, tuple[np.ndarray, np.ndarray]], groups: Groups, lo: int, hi: int, path: Place
+    rows: dict[int, tuple[np.ndarray, np.ndarray]],
+    groups: Groups,
+    lo: int,
+    hi: int,
+    path: Place,
+    starts: np.ndarray | None = None,
 ) -> int:
     """Number rows of whole groups (``rows``: length -> (tokens, counts)) and write the
-    ones with ids in [lo, hi) as one Parquet file, in id order. Returns how many."""
+    ones with ids in [lo, hi) as one Parquet file, in id order. Returns how many.
+    ``starts``: each group's first id here (default ``groups.start``; a task holding a
+    part of a group gives that part's first id)."""
     n = max(hi - lo, 0)
+    first_ids = groups.start[:-1] if starts is None else starts
     lengths = np.zeros(n, dtype=np.int8)
     counts = np.zeros(n, dtype=np.int64)
     placed = []
@@ -211,7 +219,7 @@ def write_ranked(
             np.asarray(cnts, np.int64),
             order,
             groups.count[mine],
-            groups.start[:-1][mine],
+            first_ids[mine],
             lo,
             hi,
             k,

@@ -19,18 +19,18 @@ Each pass k = 2..K is three small Spark jobs over files in a work folder:
 Then the select stage: the cutoff and the first id of every (count, length)
 group come from the count histograms alone; decode tasks give the selected
 f-grams their tokens (prefix tokens + last token, length by length) and
-bucket them by rank range; rank tasks sort whole groups by token ids and
-write one Parquet file of consecutive fgram_ids each. Past the broadcast
-budget, decoding and ranking run as Spark SQL joins and a global sort instead.
+bucket them by rank slot; rank tasks sort whole groups (or a lead-key range of
+a group too big for one task) by token ids and write one Parquet file of
+consecutive fgram_ids each. Past the broadcast budget the decode goes by key
+range: no task holds more than its ranges' rows.
 
-Spark carries task numbers and small per-task summaries (one row per
-f-gram only on that fallback); tokens and keys move as numpy arrays in files.
+Spark carries task numbers and small per-task summaries; tokens and keys move
+as numpy arrays in files.
 The driver never holds per-n-gram data. The output is published atomically.
 
 The modules, in the order a run uses them: `state` (staging, fingerprint,
-resume state), `passes` (count, merge, keep), `select` (decode, rank, write;
-or `select_sql`), and `driver` (the checks, the pass loop, the manifest,
-publishing).
+resume state), `passes` (count, merge, keep), `select` (decode, rank, write),
+and `driver` (the checks, the pass loop, the manifest, publishing).
 """
 
 from fgram.jobs.build.driver import run_build

@@ -1,6 +1,6 @@
 """The driver of `fgram build`: checks, then the pass loop (`passes`), the select stage
-(`select`, or `select_sql` past the broadcast budget), the manifest, and publishing
-(`publish.finish`), under one writer's lock."""
+(`select`: decoded by broadcast, or by key range past the budget), the manifest, and
+publishing (`publish.finish`), under one writer's lock."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from fgram.jobs.build.passes import (
     unit_files,
 )
 from fgram.jobs.build.select import write_table
-from fgram.jobs.build.select_sql import write_table_sql
 from fgram.jobs.build.state import (
     BuildState,
     check_work_reach,
@@ -171,7 +170,7 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableMani
                 raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
             st.top_token = count["max_token"]
         distinct = count["distinct"]
-        nparts = max(ex.parallelism, math.ceil(distinct * 12 / MERGE_BYTES))
+        nparts = max(ex.parallelism, cfg.key_ranges, math.ceil(distinct * 12 / MERGE_BYTES))
         merging = MergeStage(plan, k, nparts, floor, code)
         part_hists = merging.summary(ex.map_batched(nparts, merging.run))["hists"]
         t_merge = time.time()
@@ -220,7 +219,8 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableMani
     plan.codes = {k: KeyCode(*bits) for k, bits in st.codes.items()}
     cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
-    # the decode of length k holds every selected (k-1)-gram's tokens in each task
+    # the decode of length k holds every selected (k-1)-gram's tokens in each task;
+    # past the budget it goes by key range
     widest = max(
         (
             int(groups.size[groups.length == k].sum()) * (k - 1) * 4
@@ -229,15 +229,10 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableMani
         ),
         default=0,
     )
-    if ex.name == "local" or widest <= cfg.broadcast_budget:
-        final = "broadcast"
-        select_stages = write_table(
-            ex, plan, offsets_by_len, groups, cutoff, cut_len, selected, staging
-        )
-    else:
-        final = "join"
-        write_table_sql(ex.spark, plan, offsets_by_len, cutoff, cut_len, selected, staging)
-        select_stages = {}
+    by_range = widest > cfg.broadcast_budget
+    select_stages = write_table(
+        ex, plan, offsets_by_len, groups, cutoff, cut_len, selected, staging, by_range
+    )
     wf.remove_tree(work)
     return TableManifest(
         engine=ex.name,
@@ -249,7 +244,11 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableMani
         cutoff_count=cutoff if selected else None,
         fgrams=selected,
         by_length={str(k): n for k, n in sorted(by_len.items())},
-        select={"decode": final, "seconds": round(time.time() - t0, 3), **select_stages},
+        select={
+            "decode": "ranges" if by_range else "broadcast",
+            "seconds": round(time.time() - t0, 3),
+            **select_stages,
+        },
         seconds=round(time.time() - t_start, 3),
         table=table_record(),
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import time
 
-from fgram.jobs.build.select import rank_split
 from fgram.jobs.build.state import check_work_reach, fingerprint_digest, run_fingerprint
 from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
@@ -30,6 +29,7 @@ from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.keys import KeyCode
+from fgram.pipeline.layout import group_slots
 from fgram.pipeline.locks import OutputLock
 from fgram.pipeline.publish import finish, staging_for
 from fgram.pipeline.reading import Shard
@@ -288,7 +288,7 @@ def _refresh(
     PROGRESS.stage("select")
     cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
     groups = Groups(hists, cutoff, cut_len)
-    task_firsts = rank_split(groups, ex.parallelism, selected)
+    task_firsts = group_slots(groups, ex.parallelism, selected, cfg.rank_rows)
     out_dir = wf.join(staging, "fgrams")
     wf.make_dirs(out_dir)
     ranking = RankStage(plan, sorted(hists), groups, task_firsts, selected, out_dir)
