@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--extra", nargs="*", default=[], help="more fgram build arguments")
     ap.add_argument("--tag", default="")
-    args = ap.parse_args()
+    args, more = ap.parse_known_args()  # --extra --dtype uint16: the rest is fgram's too
+    args.extra += more
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
     cases = {"default": [], "budget 0": ["--broadcast-budget", "0"]}
     rows, digests = [], {}
