@@ -440,3 +440,27 @@ def test_a_task_s_tokenizer_threads_are_twice_its_share_of_the_cores(monkeypatch
     assert dataclasses.replace(cfg, threads=1).task_threads(40) == 1
     with pytest.raises(ConfigError, match="--threads"):
         dataclasses.replace(cfg, threads=-1).validate()
+
+
+def test_read_ahead_keeps_order_raises_in_order_and_stops_with_its_consumer():
+    import threading
+
+    from fgram.pipeline.text import read_ahead
+
+    assert list(read_ahead(iter(range(50)), depth=2)) == list(range(50))
+
+    def failing():
+        yield 1
+        yield 2
+        raise InputError("a.jsonl:3", "not JSON")
+
+    got = []
+    with pytest.raises(InputError, match="a.jsonl:3"):
+        for b in read_ahead(failing()):
+            got.append(b)
+    assert got == [1, 2]
+    before = threading.active_count()
+    it = read_ahead(iter(range(1000)), depth=1)
+    assert next(it) == 0
+    it.close()  # the consumer goes: the reader thread ends too
+    assert threading.active_count() == before

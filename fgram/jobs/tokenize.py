@@ -53,6 +53,7 @@ from fgram.pipeline.text import (
     documents,
     plan_text,
     plan_text_units,
+    read_ahead,
 )
 from fgram.pipeline.token_shards import ShardWriter
 from fgram.pipeline.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
@@ -196,7 +197,7 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
     done = UnitTokens(u, 0, 0, 0, shards.names, shards.sizes, -1, 0, 0.0)  # so far
     limit = 2 ** (8 * np.dtype(plan.dtype).itemsize)
     skips = Skips(plan.cfg.skip_bad_records)
-    for batch in documents(file, unit, plan.cfg.text_options(), line, skips):
+    for batch in read_ahead(documents(file, unit, plan.cfg.text_options(), line, skips)):
         lengths, flat = encode(tok, batch.texts, plan.cfg.add_special_tokens)
         if len(flat):
             done.max_token = max(done.max_token, int(flat.max()))

@@ -348,3 +348,47 @@ def _parquet_documents(
                     keys[at : at + batch] if keys else None,
                 )
                 place += len(chunk)
+
+
+def read_ahead(batches: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
+    """``batches`` read by a thread of their own, at most ``depth`` ahead: reading,
+    decompressing and parsing the next batch overlaps the encoding of this one (the
+    tokenizer releases the GIL). An error in the reader is raised here, in order."""
+    import queue
+    import threading
+
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        """Hand one item over; False once the consumer has gone."""
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fill() -> None:
+        try:
+            for b in batches:
+                if not put(("batch", b)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            put(("error", exc))
+
+    thread = threading.Thread(target=fill, daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
