@@ -196,8 +196,8 @@ def build_options(fn):
                 default=0,
                 show_default=True,
                 type=click.IntRange(min=0),
-                help="At least this many key ranges (tasks) per pass; more bound each "
-                "task's memory on a cluster (0: by volume and cores).",
+                help="At least this many key ranges (tasks) per pass of a build (refresh "
+                "sizes its own); more bound each task's memory (0: by volume and cores).",
             ),
             click.option(
                 "--rank-rows",
