@@ -129,12 +129,18 @@ class Cluster:
         return self
 
     def alive_workers(self) -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as r:
-                state = json.load(r)
-        except OSError:
-            return 0
-        return sum(w["state"] == "ALIVE" for w in state.get("workers", []))
+        """ALIVE workers, from the master's JSON page. A port picked free can be taken by
+        another process before the master binds it (one run got another Spark UI's HTML
+        page there); the master then binds the next one, as Spark retries ports."""
+        for port in range(self.ui, self.ui + 4):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=2) as r:
+                    state = json.load(r)
+            except (OSError, ValueError):
+                continue
+            if isinstance(state, dict) and state.get("url") == self.url:
+                return sum(w["state"] == "ALIVE" for w in state.get("workers", []))
+        return 0
 
     def kill(self, p):
         with contextlib.suppress(ProcessLookupError):
