@@ -188,6 +188,14 @@ def annotate_command(table, shards, output, overwrite, **opts):
 @click.argument("table", metavar="TABLE")
 @click.argument("shards", nargs=-1, required=True)
 @click.option(
+    "--sizes",
+    default=None,
+    help="Also the coverage of the table's first S' f-grams, for each S' of this list "
+    "(e.g. 10K,100K,1M): what a build at --size S' would match, all from one pass. "
+    "Sizes above the table's rows need a table that kept every n-gram it could.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the coverage as JSON.")
+@click.option(
     "--tokenizer",
     "text_tokenizer",
     default=None,
@@ -196,18 +204,49 @@ def annotate_command(table, shards, output, overwrite, **opts):
 )
 @text_options
 @shard_options
-def coverage_command(table, shards, text_tokenizer, text_field, doc_per_line, **opts):
-    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams.
+def coverage_command(
+    table, shards, sizes, as_json, text_tokenizer, text_field, doc_per_line, **opts
+):
+    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams,
+    and with --sizes the same for smaller tables: the curve that picks S.
 
     SHARDS are token shards, as for build, or text with --tokenizer.
 
     \b
     fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0
+    fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0 --sizes 10K,100K,1M,10M
     fgram coverage fgrams heldout/*.jsonl.zst --tokenizer tokenizer.json
     """
+    from fgram.pipeline.coverage import parse_sizes
+
     text = {"tokenizer": text_tokenizer, "text_field": text_field, "doc_per_line": doc_per_line}
-    m = _annotate(table, shards, None, False, {**opts, **text} if text_tokenizer else opts)
-    _print_coverage(m["coverage"])
+    opts = {**opts, **text} if text_tokenizer else opts
+    if sizes is not None:
+        opts["sizes"] = parse_sizes(sizes)
+    cov = _annotate(table, shards, None, False, opts)["coverage"]
+    if as_json:
+        click.echo(json.dumps(cov, indent=2))
+        return
+    _print_coverage(cov)
+    if "by_size" in cov:
+        _print_by_size(cov["by_size"])
+
+
+def _print_by_size(rows: list[dict]) -> None:
+    from fgram.pipeline.coverage import human
+
+    lengths = list(rows[0]["share_by_length"]) if rows else []
+    click.echo("  by table size (the first S f-grams):")
+    click.echo(
+        f"  {'S':>8} {'f-grams':>12} {'matched':>8} {'mean len':>8} "
+        + " ".join(f"{'len ' + n:>7}" for n in lengths)
+    )
+    for r in rows:
+        click.echo(
+            f"  {human(r['size']):>8} {r['fgrams']:>12} {1 - r['share_unmatched']:>8.2%} "
+            f"{r['mean_match_length']:>8.3f} "
+            + " ".join(f"{r['share_by_length'][n]:>7.2%}" for n in lengths)
+        )
 
 
 @click.command("embed", short_help="A model's output for every f-gram (the store).")

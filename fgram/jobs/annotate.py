@@ -14,7 +14,9 @@ tokens, and writes tags aligned with the input:
   match that starts in the previous range is still found.
 
 The manifest names the f-gram table (its manifest's fingerprint) and carries
-the coverage: positions by match length.
+the coverage: positions by match length, and with ``sizes`` the coverage of the
+table's first S' rows for each S' of them (`pipeline.coverage`: one walk down each
+match's suffix links answers them all).
 
 OUT may be on an object store. When the tasks run on this machine (local mode,
 ``--engine local``) they write into a staging folder here, uploaded when done.
@@ -41,6 +43,7 @@ from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import ReadsShards
+from fgram.pipeline.coverage import check_sizes, count_by_size, coverage_by_size, coverage_table
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.failures import public_options
 from fgram.pipeline.index import FgramIndex, manifest_fingerprint
@@ -78,6 +81,7 @@ class AnnotateConfig(ReadsShards):
     storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
     strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
     tokenizer: str | None = None  # coverage: the inputs are text, tokenized with this first
+    sizes: list[int] | None = None  # coverage of the first S' rows too, for each S' (`coverage`)
     text_field: str = "text"
     doc_per_line: bool = False
 
@@ -139,7 +143,7 @@ def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str
 @as_task
 def annotate_task(
     cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int, staging, ident: str
-) -> list[int]:
+) -> tuple[list[int], list[list[int]] | None]:
     index = _index(cfg.table, ident, cfg.storage)
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
@@ -174,7 +178,10 @@ def annotate_task(
             out = out.append_column("match_len", arrow_list(offsets, mlen))
             stem = os.path.splitext(os.path.basename(shard.uri))[0]
             write_table(out, wf.join(staging, "tags", f"{stem}.{unit.start:06d}.parquet"))
-    return np.bincount(mlen, minlength=k + 1).tolist()
+    hist = np.bincount(mlen, minlength=k + 1).tolist()
+    if cfg.sizes is None:
+        return hist, None
+    return hist, count_by_size(fid, mlen, index.suffix, cfg.sizes, k).tolist()
 
 
 def _id_type(index: FgramIndex):
@@ -218,27 +225,6 @@ def assemble_task(shard: Shard, starts: list[int], id_type: str, staging: Locati
         )
 
 
-def coverage_table(hist: list[int]) -> dict:
-    """Shares of positions by match length (the separators excluded) and the mean length."""
-    positions = sum(hist[1:])
-    by_len = {str(length): hist[length] for length in range(2, len(hist))}
-    mean = (
-        sum(length * n for length, n in enumerate(hist) if length >= 1) / positions
-        if positions
-        else 0.0
-    )
-    return {
-        "positions": positions,
-        "unmatched": hist[1] if len(hist) > 1 else 0,
-        "matched_by_length": by_len,
-        "mean_match_length": round(mean, 4),
-        "share_unmatched": round(hist[1] / positions, 6) if positions else 0.0,
-        "share_by_length": {
-            k: round(v / positions, 6) if positions else 0.0 for k, v in by_len.items()
-        },
-    }
-
-
 def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     """Tag the shards (or only measure coverage when cfg.output is None); returns the manifest."""
     t0 = time.time()
@@ -248,6 +234,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         return _coverage_of_text(cfg, spark)
     cfg = cfg.tokenized()[0]  # `fgram tokenize` outputs say how to read them
     table = resolve_table(cfg.table, cfg.storage)
+    cfg = _sizes_checked(cfg, table)
     index = FgramIndex.open(table, storage=cfg.storage)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     shards = plan_shards(cfg.inputs, cfg.read_options())
@@ -267,6 +254,17 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
             raise
 
 
+def _sizes_checked(cfg: AnnotateConfig, table: Location) -> AnnotateConfig:
+    """``cfg`` with its sizes ascending and distinct, each one the table answers
+    (`coverage.check_sizes`)."""
+    if cfg.sizes is None:
+        return cfg
+    manifest = table.child("manifest.json").read_json()
+    sizes = sorted(set(cfg.sizes))
+    check_sizes(sizes, int(manifest["fgrams"]), manifest["config"].get("size"), table.uri)
+    return dataclasses.replace(cfg, sizes=sizes)
+
+
 def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     """Coverage of text inputs: tokenized (as by `fgram tokenize`, flat shards) into a
     folder of the run beside the table, measured, and the folder removed."""
@@ -279,6 +277,7 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
         raise ConfigError("annotate tags token shards: tokenize the text first (fgram tokenize)")
     check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
     table = resolve_table(cfg.table, cfg.storage)
+    _sizes_checked(cfg, table)  # before the text is tokenized
     folder = staging_for(table, runs_here(cfg), unique=True, what="text")
     where = folder if isinstance(folder, str) else folder.uri
     try:
@@ -323,7 +322,7 @@ def _annotate(
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
     ident = index_id(index)
     tagging = AnnotateStage(cfg, shards, units, staging, ident)
-    hists = ex.map(len(units), tagging.run, progress=True)
+    results = ex.map(len(units), tagging.run, progress=True)
     if _remote(staging):
         flat = [i for i, s in enumerate(shards) if s.format == "flat"]
         starts = {i: sorted(un.start for un in units if un.shard == i) for i in flat}
@@ -335,7 +334,13 @@ def _annotate(
         ex.map(len(flat), assembling.run)
         wf.remove_tree(staging.child("_work"))
     k = index.max_len
-    hist = [sum(h[i] for h in hists) for i in range(k + 1)]
+    hist = [sum(h[i] for h, _ in results) for i in range(k + 1)]
+    coverage = coverage_table(hist)
+    if cfg.sizes is not None:
+        counts = np.zeros((k + 1, len(cfg.sizes) + 1), np.int64)
+        for _, part in results:
+            counts += np.asarray(part, np.int64)
+        coverage["by_size"] = coverage_by_size(hist, counts, cfg.sizes, index.meta["fgrams"])
     manifest = {
         "fgram_version": __version__,
         "kind": "fgram-tags",
@@ -352,7 +357,7 @@ def _annotate(
         },
         "inputs": [shard_record(s) for s in shards],
         "units": [{"shard": un.shard, "start": un.start, "stop": un.stop} for un in units],
-        "coverage": coverage_table(hist),
+        "coverage": coverage,
         "layout": {
             "parquet": "<stem>.<first row group>.parquet: input columns but "
             "the tokens, fgram_ids list<int>, match_len list<uint8>",
