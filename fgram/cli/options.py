@@ -257,27 +257,6 @@ def renamed(old: str, new: str, old_value, value):
     return old_value
 
 
-def table_tokenizer(given: str | None, manifest: dict):
-    """``--tokenizer``, else the tokenizer a table's manifest names (made from `fgram
-    tokenize` output) when its file is on this machine with the same content; else None.
-    A bad ``--tokenizer`` is a one-line error (`tokenizer.load_spec`)."""
-    from fgram.pipeline.tokenizer import load_spec, tokenizer
-
-    if given:
-        return tokenizer(load_spec(given))
-    rec = manifest.get("tokenizer") or {}
-    path = rec.get("path")
-    if not path or not os.path.isfile(path):
-        return None
-    import importlib.util
-
-    from fgram.pipeline.cache import file_sha256
-
-    if importlib.util.find_spec("tokenizers") is None or file_sha256(path) != rec.get("sha256"):
-        return None
-    return tokenizer(load_spec(path))
-
-
 def refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:
     """Like every writer: an existing TABLE/<part> is replaced only with --overwrite.
     Returns where TABLE/<part> is, as the user is shown it (a refresh folder's: in its

@@ -17,7 +17,6 @@ from fgram.cli.options import (
     shard_options,
     shown,
     storage_option,
-    table_tokenizer,
     text_options,
     tokenizer_option,
 )
@@ -65,6 +64,7 @@ def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
         f"cutoff count {rep['cutoff_count']['old']} -> {rep['cutoff_count']['new']}; "
         f"tokens {rep['tokens']['old']} -> {rep['tokens']['new']}"
     )
+    from fgram.pipeline.tokenizer import table_tokenizer
     from fgram.pipeline.versions import open_table
 
     tok = table_tokenizer(tokenizer, open_table(new, parse_storage(storage))[1])
@@ -95,6 +95,8 @@ def show_command(table, top, tokenizer, as_json, storage):
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
+    from fgram.pipeline.tokenizer import table_tokenizer
+
     tok = table_tokenizer(tokenizer, manifest)
     decode = tok.decode if tok is not None else None
     cfg = manifest["config"]
@@ -373,6 +375,7 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
 
     if (tokens is None) == (text is None):
         fail("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
+    from fgram.pipeline.tokenizer import table_tokenizer
     from fgram.pipeline.versions import open_table
 
     tok = table_tokenizer(tokenizer, open_table(table, parse_storage(storage))[1])

@@ -90,6 +90,25 @@ def load_spec(path: str) -> TokenizerSpec:
     return spec
 
 
+def table_tokenizer(given: str | None, manifest: dict[str, Any]) -> Any:
+    """The tokenizer ``given`` (a path), else the one a table's manifest names (made from
+    `fgram tokenize` output) when its file is on this machine with the same content and
+    the `text` extra is installed; else None. A bad ``given`` is a one-line error."""
+    if given:
+        return tokenizer(load_spec(given))
+    rec = manifest.get("tokenizer") or {}
+    path = rec.get("path")
+    if not path or not os.path.isfile(path):
+        return None
+    import importlib.util
+
+    from .cache import file_sha256
+
+    if importlib.util.find_spec("tokenizers") is None or file_sha256(path) != rec.get("sha256"):
+        return None
+    return tokenizer(load_spec(path))
+
+
 def _config_eos(tok: Any, config: str) -> int | None:
     if not os.path.isfile(config):
         return None
