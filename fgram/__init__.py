@@ -4,7 +4,7 @@ The public API (`fgram.api`), loaded on first use so that ``import fgram`` stays
 light (Spark's worker daemon imports it before it forks):
 
     fgram.build, fgram.refresh, fgram.index, fgram.annotate, fgram.coverage,
-    fgram.embed, fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences,
+    fgram.report, fgram.embed, fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences,
     fgram.open_table, fgram.table_dataset
 """
 
@@ -21,6 +21,7 @@ __all__ = [
     "index",
     "open_table",
     "refresh",
+    "report",
     "table_dataset",
     "training_sequences",
 ]

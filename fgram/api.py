@@ -83,6 +83,17 @@ def coverage(table, inputs, spark=None, **options) -> dict:
     )["coverage"]
 
 
+def report(table, output: str = "report.html", heldout=(), **options) -> dict:
+    """`fgram report TABLE -o OUTPUT [--heldout SHARDS]`: writes the page and its JSON;
+    returns the report's numbers, with ``written`` (their URIs). Options are
+    `ReportConfig`'s fields; the held-out shards' reading options (and the coverage's
+    engine) go in ``coverage={...}``, as `AnnotateConfig`'s fields."""
+    from fgram.jobs.report import ReportConfig, run_report
+
+    held = _paths(heldout) if heldout else []
+    return run_report(ReportConfig(table=str(table), output=str(output), heldout=held, **options))
+
+
 def embed(table, model: str, engine: str = "spark", spark=None, **options) -> dict:
     """`fgram embed TABLE --model module:factory`: the model's output for every f-gram;
     returns embeddings.json. Options are `EmbedConfig`'s fields (``dtype``: the float

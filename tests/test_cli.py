@@ -259,6 +259,7 @@ def test_help_lists_every_subcommand(runner):
         "lookup",
         "refresh",
         "diff",
+        "report",
     ):
         assert name in res.output
         sub = runner.invoke(cli, [name, "--help"])
@@ -484,7 +485,10 @@ def test_every_command_has_help_for_each_option_an_example_and_a_short_summary()
         assert "\b\n    fgram " in cmd.help, name  # an example, kept as written
         assert cmd.short_help and len(cmd.short_help) <= 55, name
         args = [p.human_readable_name for p in cmd.params if isinstance(p, click.Argument)]
-        if name in ("build", "show", "index", "annotate", "coverage", "embed", "lookup", "refresh"):
+        if name in (
+            "build", "show", "index", "annotate", "coverage", "embed", "lookup", "refresh",
+            "report",
+        ):  # fmt: skip
             assert args[0] == "TABLE", (name, args)  # the table: one name, first
             assert "TABLE" in cmd.help and not any(
                 word in cmd.help.replace("OUTPUTS", "") for word in ("OUTPUT", " OUT/", " OUT ")

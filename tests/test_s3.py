@@ -118,6 +118,34 @@ def test_index_show_diff_coverage_read_s3(tmp_path, s3, corpus):
     assert res.returncode == 0 and res.stdout == ref.stdout, res.stderr
 
 
+def test_report_of_an_s3_table_onto_s3_equals_local(tmp_path, s3, corpus):
+    """fgram report of a table on S3, its held-out shards on S3 and its page and JSON
+    written to S3: the numbers of the same report made locally."""
+    import json
+
+    uri = _indexed_tables(tmp_path, corpus, "t4")
+    page = f"s3://{corpus}/reports/t4.html"
+    args = ["--doc-sep", "0", "--engine", "local", "--sizes", "2,5,100"]
+    res = _cli("report", uri, "-o", page, "--heldout", f"s3://{corpus}/in", *args)
+    assert res.returncode == 0 and f"-> {page}" in res.stdout, res.stderr
+    ref = _cli(
+        "report", str(tmp_path / "local"), "-o", str(tmp_path / "r.html"),
+        "--heldout", str(tmp_path / "a.parquet"), "--heldout", str(tmp_path / "b.bin"), *args,
+    )  # fmt: skip
+    assert ref.returncode == 0, ref.stderr
+    mine = json.loads(locate(f"s3://{corpus}/reports/t4.json").read_bytes())
+    theirs = json.load(open(tmp_path / "r.json"))
+    same = ("by_length", "rank_frequency", "top")
+    assert {k: mine[k] for k in same} == {k: theirs[k] for k in same}
+    for a, b in zip(mine["passes"], theirs["passes"], strict=True):
+        assert {**a, "seconds": 0} == {**b, "seconds": 0}
+    assert mine["coverage"]["by_size"] == theirs["coverage"]["by_size"]
+    assert mine["source"] == uri and mine["coverage"]["positions"] == sum(map(len, DOCS))
+    assert b"data:image/png;base64," in locate(page).read_bytes()
+    again = _cli("report", uri, "-o", page)
+    assert again.returncode == 2 and f"{page}: exists; pass --overwrite" in again.stderr
+
+
 def test_index_copy_is_checked_against_its_checksum(tmp_path, s3, corpus, monkeypatch):
     uri = f"s3://{corpus}/tables/t3"
     build(None, [f"s3://{corpus}/in"], uri, max_len=3, min_count=2, doc_sep=0, engine="local")

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from fgram.cli import make, use
+from fgram.cli import make, report, use
 from fgram.cli.options import Interrupted, fail
 from fgram.pipeline.errors import FgramError
 from fgram.version import __version__
@@ -75,6 +75,7 @@ for command in (
     use.index_command,
     use.annotate_command,
     use.coverage_command,
+    report.report_command,
     use.embed_command,
     use.lookup_command,
 ):
