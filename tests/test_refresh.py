@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -92,6 +93,21 @@ def test_refresh_refuses_a_plain_build_output_and_prune_keeps_current(spark, tmp
     assert vs.prune(root, 2) == ["20260102T000000Z-b"]
     assert vs.list_versions(root) == ["20260101T000000Z-a", "20260103T000000Z-c"]
     assert os.path.realpath(os.path.join(root, "current")).endswith("20260101T000000Z-a")
+
+
+def test_version_ids_sort_after_the_newest_one_even_within_a_millisecond(monkeypatch):
+    import time
+
+    ids = [vs.new_version_id()]
+    for _ in range(200):  # many within one millisecond: each after the one before
+        ids.append(vs.new_version_id(after=ids[-1]))
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert re.fullmatch(r"\d{8}T\d{9}Z-[0-9a-f]{6}", ids[0])
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.5)  # a clock behind the newest
+    assert vs.new_version_id(after="20991231T235959999Z-aaaaaa") > "20991231T235959999Z-ffffff"
+    old = "20231114T221320Z-ffffff"  # the older format, to the second, of that second
+    assert vs.new_version_id(after=old).startswith("20231114T221321000Z-")
+    assert vs.new_version_id(after="20231114T221319Z-000000").startswith("20231114T221320500Z-")
 
 
 def test_every_command_takes_a_refresh_folder(runner, tmp_path):

@@ -11,7 +11,8 @@ opens the root sees either the old table or the new one, never a mix.
 - On an object store, where nothing renames, ``current`` is a small object
   holding ``versions/<id>``, switched by one PUT (an object is replaced whole).
 
-Version ids sort by time (``20261130T030512Z-1a2b3c``). The functions take a
+Version ids sort by time (``20261130T030512345Z-1a2b3c``: UTC to the millisecond),
+each after the one before it (`new_version_id`). The functions take a
 root as a local path (and then give local paths back) or a `storage.Location`.
 """
 
@@ -30,8 +31,25 @@ CURRENT = "current"
 VERSIONS = "versions"
 
 
-def new_version_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+def new_version_id(after: str | None = None) -> str:
+    """A new version's id: the UTC time to the millisecond and a random suffix, sorting
+    after ``after`` (the newest version's id) even when made within its millisecond, or
+    on a clock behind it: then its time is a millisecond past ``after``'s."""
+    ms = int(time.time() * 1000)
+    if after:
+        ms = max(ms, _id_milliseconds(after) + 1)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ms // 1000)) + f"{ms % 1000:03d}Z"
+    return f"{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def _id_milliseconds(vid: str) -> int:
+    """The latest millisecond that an id (this format, or the older one to the second,
+    ``20261130T030512Z-...``) may stand for."""
+    import calendar
+
+    stamp = vid.split("-", 1)[0]
+    seconds = calendar.timegm(time.strptime(stamp[:15], "%Y%m%dT%H%M%S"))
+    return seconds * 1000 + (int(stamp[15:18]) if len(stamp) == 19 else 999)
 
 
 def is_finished(path: Place) -> bool:

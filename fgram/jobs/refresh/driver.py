@@ -94,7 +94,7 @@ def _run_locked(
             old_store = StoreRecord.from_json(load_json(wf.join(vpath, "store.json")))
             if old_store is not None and old_store.options != store_options(cfg, code):
                 old_store = None  # other options: start the store afresh
-    vid = vs.new_version_id()
+    vid = vs.new_version_id(after=max(vs.list_versions(root), default=None))
     out = vs.version_path(root, vid)
     staging = _staging(cfg, root, vid)
     wf.remove_tree(staging)
