@@ -132,6 +132,9 @@ def build_report(cfg: ReportConfig) -> dict[str, Any]:
     PROGRESS.stage("report: the table")
     out.update(kind="refresh" if refresh else "table")
     out.update(rp.table_report(loc, manifest, cfg.top, cfg.points, decode))
+    if tok is not None:  # the tokenizer the f-grams are shown as text with
+        shown = cfg.tokenizer or (manifest.get("tokenizer") or {}).get("path", "")
+        out["table"]["text_by"] = os.path.basename(shown)
     if refresh:
         PROGRESS.stage("report: versions")
         out["versions"] = rp.versions_report(root, cfg.diffs)

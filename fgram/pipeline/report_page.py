@@ -170,19 +170,23 @@ def _coverage_plot(rows: list[dict[str, Any]], table_rows: int | None) -> bytes:
 
 def _versions_plot(versions: list[dict[str, Any]]) -> bytes:
     def draw(fig: Any) -> None:
-        ax = fig.subplots()
+        left, right = fig.subplots(1, 2)
         names = [v["version"][:16] for v in versions]
         added = [v.get("diff", {}).get("added", 0) for v in versions]
         removed = [-v.get("diff", {}).get("removed", 0) for v in versions]
-        ax.bar(names, added, color="#55a868", label="added")
-        ax.bar(names, removed, color="#c44e52", label="removed")
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_ylabel("f-grams vs the version before")
-        ax.set_title("versions: what each refresh changed")
-        ax.tick_params(axis="x", labelsize=7, rotation=20)
-        ax.legend(fontsize=8)
+        left.bar(names, added, color="#55a868", label="added")
+        left.bar(names, removed, color="#c44e52", label="removed")
+        left.axhline(0, color="black", lw=0.8)
+        left.set_ylabel("f-grams vs the version before")
+        left.set_title("what each refresh changed")
+        left.legend(fontsize=8)
+        right.bar(names, [v["tokens"] for v in versions], color="#4c72b0")
+        right.set_ylabel("tokens")
+        right.set_title("corpus per version")
+        for ax in (left, right):
+            ax.tick_params(axis="x", labelsize=7, rotation=25)
 
-    return _png(draw, (7.5, 3.2))
+    return _png(draw, (9, 3.4))
 
 
 def _match_plot(match_lengths: dict[str, int]) -> bytes:
@@ -301,7 +305,9 @@ def _summary(t: dict[str, Any]) -> str:
     body = "".join(f'<div class="card"><b>{v}</b><span>{_e(k)}</span></div>' for k, v in cards)
     extra = f"{_e(t['path'])}: {_n(t['inputs'])} input files, engine {_e(t['engine'])}"
     if t.get("tokenizer"):
-        extra += f", tokenizer {_e(t['tokenizer'])}"
+        extra += f", tokenized with {_e(t['tokenizer'])}"
+    if t.get("text_by"):
+        extra += f"; f-grams shown as text by {_e(t['text_by'])}"
     return (
         f'<section id="summary"><h2>Table</h2><div class="cards">{body}</div>'
         f'<p class="muted">{extra}</p></section>'
