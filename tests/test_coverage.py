@@ -96,7 +96,6 @@ def test_one_walk_answers_every_size(docs, held, k, sizes):
         )
 
 
-@pytest.mark.slow
 @settings(max_examples=12, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     docs=docs_st,
