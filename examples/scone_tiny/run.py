@@ -1,0 +1,730 @@
+"""SCONE at a small scale, end to end, on a CPU: fgram's outputs train a GPT with f-gram
+embeddings and serve it from the f-gram store; a baseline GPT without them is trained
+the same way. See README.md beside this file.
+
+    python examples/scone_tiny/run.py                # the measured run (about 2 hours here)
+    python examples/scone_tiny/run.py --smoke        # every step on a tiny corpus, seconds
+
+Every step writes under --out and is skipped when its output is there (delete a step's
+folder to redo it): data, tokenizer, shards, the choice of S, the table, tags, then per
+model and seed a run folder, the embeddings, the evaluations and results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(REPO, "..", "shared", "corpora", "english-dev")
+EOS = "<|endoftext|>"
+GRID = "1K,2K,5K,10K,20K,50K,100K,200K,500K,1M,2M"
+
+
+def read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def log(msg: str) -> None:
+    print(f"[scone_tiny {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fgram(*args: str, env: dict | None = None) -> str:
+    """The `fgram` command, as a user runs it; its output, or the run stops."""
+    exe = os.path.join(os.path.dirname(sys.executable), "fgram")
+    out = subprocess.run(
+        [exe, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
+    if out.returncode:
+        sys.exit(f"fgram {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+# ---- 1. data: text, split by document ---------------------------------------------
+
+
+def write_jsonl_zst(path: str, texts: list[str]) -> None:
+    import zstandard
+
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as raw, zstandard.ZstdCompressor(level=3).stream_writer(raw) as fh:
+        for t in texts:
+            fh.write((json.dumps({"text": t}, ensure_ascii=False) + "\n").encode())
+    os.replace(tmp, path)
+
+
+def split_of(n: int, seed: int = 0) -> np.ndarray:
+    """Each document's split, by a seeded draw: 0 train, 1 dev (5%, inside train: only
+    for choosing S), 2 validation (5%)."""
+    u = np.random.default_rng(seed).random(n)
+    return np.where(u < 0.05, 2, np.where(u < 0.10, 1, 0))
+
+
+def make_data(args, out: str) -> None:
+    folder = os.path.join(out, "data")
+    if os.path.exists(os.path.join(folder, "val.jsonl.zst")):
+        return
+    os.makedirs(folder, exist_ok=True)
+    if args.smoke:
+        from fgram.pipeline.synth import generate
+
+        generate(os.path.join(folder, "gen"), 60_000, vocab=300, seed=1, fmt="text", files=1)
+        import zstandard
+
+        with zstandard.open(os.path.join(folder, "gen", "part-00000.jsonl.zst"), "rt") as fh:
+            texts = [json.loads(line)["text"] for line in fh]
+    else:
+        from tokenizers import Tokenizer
+
+        if not os.path.exists(os.path.join(args.corpus, "tokens.bin")):
+            sys.exit(f"{args.corpus}: no tokens.bin here (the english-dev corpus; --corpus)")
+        olmo = Tokenizer.from_file(os.path.join(args.corpus, "..", "tokenizer.json"))
+        ids = np.fromfile(os.path.join(args.corpus, "tokens.bin"), dtype=np.uint16)
+        ends = np.flatnonzero(ids == 0)
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        texts = olmo.decode_batch([ids[s:e].tolist() for s, e in zip(starts, ends, strict=True)])
+    which = split_of(len(texts))
+    for name, code in (("train", 0), ("dev", 1), ("val", 2)):
+        write_jsonl_zst(
+            os.path.join(folder, f"{name}.jsonl.zst"),
+            [t for t, w in zip(texts, which, strict=True) if w == code],
+        )
+    log(
+        f"data: {len(texts)} documents -> train {np.sum(which == 0)}, dev {np.sum(which == 1)}, "
+        f"val {np.sum(which == 2)}"
+    )
+
+
+# ---- 2. a BPE tokenizer trained on the train text --------------------------------
+
+
+def make_tokenizer(args, out: str) -> str:
+    path = os.path.join(out, "tokenizer", "tokenizer.json")
+    if os.path.exists(path):
+        return path
+    import zstandard
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    def texts():
+        for name in ("train", "dev"):  # the training text (dev is part of it)
+            with zstandard.open(os.path.join(out, "data", f"{name}.jsonl.zst"), "rt") as fh:
+                for line in fh:
+                    yield json.loads(line)["text"]
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=args.vocab,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts(), trainer)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tok.save(path)
+    with open(os.path.join(os.path.dirname(path), "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": EOS}, f)
+    log(f"tokenizer: BPE, {tok.get_vocab_size()} tokens")
+    return path
+
+
+# ---- 3. fgram: tokenize, choose S, build, index, annotate -------------------------
+
+
+def engine(args) -> list[str]:
+    return ["--engine", "local"] if args.smoke else []
+
+
+def run_fgram(args, out: str, tok: str) -> dict:
+    shards = os.path.join(out, "shards")
+    for name in ("train", "dev", "val"):
+        if not os.path.exists(os.path.join(shards, name, "_SUCCESS")):
+            fgram(
+                "tokenize",
+                os.path.join(out, "data", f"{name}.jsonl.zst"),
+                "-o",
+                os.path.join(shards, name),
+                "--tokenizer",
+                tok,
+                "--format",
+                "bin",
+                *engine(args),
+            )
+    train = [os.path.join(shards, "train"), os.path.join(shards, "dev")]
+    choice = os.path.join(out, "choose_s.json")
+    if not os.path.exists(choice):
+        # S from the coverage of the dev text by a table of the rest of train: every
+        # size of the grid from one table (fgram coverage --sizes), never the validation
+        probe = os.path.join(out, "choose_s")
+        fgram("build", probe, train[0], "-K", str(args.max_len), "--overwrite", *engine(args))
+        fgram("index", probe, "--overwrite")
+        grid = args.grid
+        curve = json.loads(
+            fgram("coverage", probe, train[1], "--sizes", grid, "--json", *engine(args))
+        )["by_size"]
+        fgram(
+            "report",
+            probe,
+            "-o",
+            os.path.join(out, "choose_s.html"),
+            "--heldout",
+            train[1],
+            "--sizes",
+            grid,
+            "--tokenizer",
+            tok,
+            "--overwrite",
+            *engine(args),
+        )
+        size = args.size or pick_size(curve, args.min_gain)
+        with open(choice, "w") as f:
+            json.dump({"size": size, "rule": rule(args), "curve": curve}, f, indent=2)
+    size = read_json(choice)["size"]
+    table = os.path.join(out, "fgrams")
+    if not os.path.exists(os.path.join(table, "index", "index.json")):
+        fgram(
+            "build",
+            table,
+            *train,
+            "-K",
+            str(args.max_len),
+            "-S",
+            str(size),
+            "--overwrite",
+            *engine(args),
+        )
+        fgram("index", table, "--overwrite")
+        fgram(
+            "report",
+            table,
+            "-o",
+            os.path.join(out, "fgrams.html"),
+            "--tokenizer",
+            tok,
+            "--overwrite",
+        )
+    tags = {}
+    for name in ("train", "dev", "val"):  # a tags folder each: their shards' names are alike
+        tags[name] = os.path.join(out, "tags", name)
+        if not os.path.exists(os.path.join(tags[name], "_SUCCESS")):
+            fgram(
+                "annotate",
+                table,
+                os.path.join(shards, name),
+                "-o",
+                tags[name],
+                "--overwrite",
+                *engine(args),
+            )
+    log(f"fgram: S = {size}, table and tags ready")
+    return {"table": table, "tags": tags, "size": size}
+
+
+def rule(args) -> str:
+    return (
+        f"the smallest S of the grid past which doubling S adds less than {args.min_gain:g} "
+        "points of matched dev positions"
+    )
+
+
+def pick_size(curve: list[dict], min_gain: float) -> int:
+    """The smallest size after which the matched share grows by less than ``min_gain``
+    percentage points per doubling of S (the knee of the coverage curve)."""
+    matched = [(c["size"], 100 * (1 - c["share_unmatched"])) for c in curve]
+    for (s0, m0), (s1, m1) in itertools.pairwise(matched):
+        if (m1 - m0) / max(np.log2(s1 / s0), 1e-9) < min_gain:
+            return s0
+    return matched[-1][0]
+
+
+# ---- 4. windows, models, training ---------------------------------------------------
+
+
+def windows(tags: str, seq_len: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens [n, seq_len + 1], f-gram ids [n, seq_len + 1]) from `training_sequences`."""
+    from fgram import training_sequences
+
+    toks, fids = [], []
+    for t, f, _ in training_sequences(tags, seq_len=seq_len + 1):
+        toks.append(t.astype(np.int32))
+        fids.append(f.astype(np.int32))
+        if limit and len(toks) >= limit:
+            break
+    return np.stack(toks), np.stack(fids)
+
+
+def fgram_arrays(table: str, max_len: int):
+    """Every f-gram's tokens [S, K] (right-padded with 0) and length [S], by id."""
+    import pyarrow.compute as pc
+
+    from fgram import open_table, table_dataset
+
+    loc, manifest = open_table(table)
+    t = table_dataset(loc, manifest).to_table(columns=["fgram_id", "tokens"]).sort_by("fgram_id")
+    lengths = pc.list_value_length(t.column("tokens")).to_numpy().astype(np.int64)
+    flat = pc.list_flatten(t.column("tokens")).to_numpy().astype(np.int64)
+    out = np.zeros((len(lengths), max_len), np.int64)
+    out[np.arange(max_len)[None, :] < lengths[:, None]] = flat
+    return out, lengths
+
+
+def model_config(args, vocab: int):
+    from scone_model import Config
+
+    if args.smoke:
+        return Config(
+            vocab=vocab,
+            seq_len=args.seq_len,
+            layers=1,
+            dim=64,
+            heads=2,
+            fgram_layers=1,
+            max_len=args.max_len,
+        )
+    return Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len)
+
+
+def make_model(kind: str, cfg, fg):
+    import torch
+    from scone_model import GPT, Scone
+
+    if kind == "baseline":
+        return GPT(cfg)
+    return Scone(cfg, torch.from_numpy(fg[0]), torch.from_numpy(fg[1]))
+
+
+def loss_of(model, toks: np.ndarray, fids: np.ndarray, batch: int = 32) -> float:
+    """Mean next-token loss over windows, the f-gram rows from the f-gram model."""
+    import torch
+    import torch.nn.functional as F
+
+    total, n = 0.0, 0
+    model.eval()
+    with torch.inference_mode():
+        for s in range(0, len(toks), batch):
+            t = torch.from_numpy(toks[s : s + batch]).long()
+            f = torch.from_numpy(fids[s : s + batch]).long()
+            logits = model(t[:, :-1], f[:, :-1])
+            total += F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), t[:, 1:].reshape(-1), reduction="sum"
+            ).item()
+            n += t[:, 1:].numel()
+    model.train()
+    return total / n
+
+
+def train(args, kind: str, seed: int, data: dict, fg, folder: str) -> dict:
+    """Train one model; its checkpoint, curve and time in ``folder``."""
+    import torch
+    import torch.nn.functional as F
+    from scone_model import save
+
+    done = os.path.join(folder, "train.json")
+    if os.path.exists(done):
+        return read_json(done)
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(seed)  # the same initial main model for both kinds at a seed
+    cfg = model_config(args, data["vocab"])
+    model = make_model(kind, cfg, fg)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warm = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return args.lr * (step + 1) / warm
+        return args.lr * 0.5 * (1 + np.cos(np.pi * (step - warm) / max(args.steps - warm, 1)))
+
+    order = np.random.default_rng(seed).permutation(len(data["train"][0]))  # same for both kinds
+    tr_t, tr_f = data["train"]
+    curve, t_train = [], 0.0
+    probe = (data["val"][0][: args.probe], data["val"][1][: args.probe])
+    for step in range(args.steps):
+        if step % args.eval_every == 0:
+            curve.append({"step": step, "val_loss": loss_of(model, *probe)})
+        t0 = time.time()
+        pick = order[(step * args.batch + np.arange(args.batch)) % len(order)]
+        t = torch.from_numpy(tr_t[pick]).long()
+        f = torch.from_numpy(tr_f[pick]).long()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        logits = model(t[:, :-1], f[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        t_train += time.time() - t0
+        if step % 50 == 0:
+            log(f"{kind} seed {seed}: step {step} train loss {loss.item():.3f}")
+    curve.append({"step": args.steps, "val_loss": loss_of(model, *probe)})
+    save(model, os.path.join(folder, "model.pt"))
+    main_params = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("fgram."))
+    rec = {
+        "kind": kind,
+        "seed": seed,
+        "steps": args.steps,
+        "tokens": args.steps * args.batch * args.seq_len,
+        "train_seconds": round(t_train, 1),
+        "curve": curve,
+        "params_main": main_params,
+        "params_fgram_model": sum(p.numel() for p in model.parameters()) - main_params,
+        "inference_flops_per_token": model.flops_per_token(),
+    }
+    with open(done, "w") as f:
+        json.dump(rec, f, indent=2)
+    log(f"{kind} seed {seed}: trained in {t_train:.0f} s")
+    return rec
+
+
+# ---- 5. inference from the store ----------------------------------------------------
+
+
+def store_inputs(model, store, toks: np.ndarray):
+    """Input embeddings of windows [n, T] from `FgramStore.embed_sequence`: the stored
+    row where a position matches, the token embedding elsewhere."""
+    import torch
+
+    n, w = toks.shape
+    rows, _, unmatched = store.embed_sequence(toks.reshape(-1), doc_starts=np.arange(n) * w)
+    emb = model.tok(torch.from_numpy(toks).long())
+    stored = torch.from_numpy(rows.astype(np.float32)).view(n, w, -1)
+    return torch.where(torch.from_numpy(unmatched).view(n, w, 1), emb, stored)
+
+
+def store_loss(model, store, toks: np.ndarray, batch: int = 32) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    total, n = 0.0, 0
+    with torch.inference_mode():
+        for s in range(0, len(toks), batch):
+            t = toks[s : s + batch]
+            logits = model.logits(store_inputs(model, store, t[:, :-1]))
+            target = torch.from_numpy(t[:, 1:]).long()
+            total += F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum"
+            ).item()
+            n += target.numel()
+    return total / n
+
+
+def greedy(model, store, prompt: np.ndarray, new: int) -> tuple[list[int], float, float]:
+    """Greedy decoding a token at a time: each input row from `FgramStore.step` (the
+    token embedding where nothing matches), a KV cache in the model. Returns the
+    tokens, and the seconds of the lookups and of everything."""
+    import torch
+
+    caches = [{} for _ in model.blocks]
+    state = store.start(1)
+    out = [int(t) for t in prompt]
+    t_lookup, t0 = 0.0, time.time()
+    with torch.inference_mode():
+        inputs = []
+        for tok in prompt:  # the prompt's rows, one step each (the state follows it)
+            a = time.time()
+            row, _, unmatched = store.step(state, [int(tok)])
+            t_lookup += time.time() - a
+            emb = model.tok(torch.tensor([int(tok)]))
+            inputs.append(emb if unmatched[0] else torch.from_numpy(row.astype(np.float32)))
+        logits = model.logits(torch.cat(inputs)[None], 0, caches)
+        for i in range(new):
+            nxt = int(logits[0, -1].argmax())
+            out.append(nxt)
+            a = time.time()
+            row, _, unmatched = store.step(state, [nxt])
+            t_lookup += time.time() - a
+            emb = (
+                model.tok(torch.tensor([nxt]))
+                if unmatched[0]
+                else torch.from_numpy(row.astype(np.float32))
+            )
+            if len(prompt) + i + 1 >= model.cfg.seq_len:
+                break
+            logits = model.logits(emb[None], len(prompt) + i, caches)
+    return out, t_lookup, time.time() - t0
+
+
+def evaluate(args, out: str, fg_info: dict, data: dict, rec: dict, folder: str, tok) -> dict:
+    """Validation loss on every window: by the f-gram model (the training path), and for
+    SCONE from the store that `fgram embed` fills with the trained f-gram model."""
+    import torch
+    from scone_model import load
+
+    done = os.path.join(folder, "eval.json")
+    if os.path.exists(done):
+        return read_json(done)
+    fg = data["fgrams"]
+    model = load(os.path.join(folder, "model.pt"), torch.from_numpy(fg[0]), torch.from_numpy(fg[1]))
+    val_t, val_f = data["val"]
+    res = {"val_loss": loss_of(model, val_t, val_f), "val_windows": len(val_t)}
+    if rec["kind"] == "scone":
+        from fgram import FgramStore
+
+        env = {
+            "SCONE_TINY_CHECKPOINT": os.path.join(folder, "model.pt"),
+            "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        }
+        t0 = time.time()
+        fgram(
+            "embed",
+            fg_info["table"],
+            "--model",
+            "scone_model:fgram_model",
+            "--engine",
+            "local",
+            "--float",
+            "float16",
+            "--overwrite",
+            env=env,
+        )
+        res["embed_seconds"] = round(time.time() - t0, 1)
+        store = FgramStore.open(fg_info["table"], mode="ram")
+        res["store_val_loss"] = store_loss(model, store, val_t)
+        # the stored rows against the f-gram model's, on the validation windows' f-grams
+        ids = np.unique(val_f[val_f >= 0])[:4096]
+        with torch.inference_mode():
+            exact = model.fgram(torch.from_numpy(fg[0][ids]), torch.from_numpy(fg[1][ids]))
+        res["row_max_abs_diff"] = float(
+            np.abs(store.rows(ids).astype(np.float32) - exact.numpy()).max()
+        )
+        res["row_max_abs"] = float(exact.abs().max())
+        samples, lookup, total, made = [], 0.0, 0.0, 0
+        for w in range(args.samples):
+            prompt = val_t[w * 7 % len(val_t), :32]
+            toks, t_l, t_all = greedy(model, store, prompt, args.new_tokens)
+            lookup, total, made = lookup + t_l, total + t_all, made + len(toks)
+            samples.append(
+                {
+                    "prompt": tok.decode([int(x) for x in prompt]),
+                    "continuation": tok.decode(toks[len(prompt) :]),
+                }
+            )
+        res["decode"] = {
+            "tokens": made,
+            "seconds_per_token": total / made,
+            "lookup_share": lookup / total,
+            "samples": samples,
+        }
+    with open(done, "w") as f:
+        json.dump(res, f, indent=2)
+    log(
+        f"{rec['kind']} seed {rec['seed']}: val loss {res['val_loss']:.4f}"
+        + (f", from the store {res['store_val_loss']:.4f}" if "store_val_loss" in res else "")
+    )
+    return res
+
+
+# ---- 6. results ---------------------------------------------------------------------
+
+
+def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict]) -> dict:
+    import math
+
+    tags = read_json(os.path.join(fg_info["tags"]["val"], "manifest.json"))["coverage"]
+    by_kind: dict = {}
+    for r in runs:
+        by_kind.setdefault(r["kind"], []).append(r)
+    table = {}
+    for kind, rs in by_kind.items():
+        ppl = [math.exp(r["eval"]["val_loss"]) for r in rs]
+        row = {
+            "ppl": ppl,
+            "ppl_mean": float(np.mean(ppl)),
+            "ppl_spread": float(np.ptp(ppl)),
+            "train_seconds": [r["train_seconds"] for r in rs],
+            "params_main": rs[0]["params_main"],
+            "params_fgram_model": rs[0]["params_fgram_model"],
+            "inference_flops_per_token": rs[0]["inference_flops_per_token"],
+        }
+        if kind == "scone":
+            row["store_ppl"] = [math.exp(r["eval"]["store_val_loss"]) for r in rs]
+            row["lookup_share"] = [r["eval"]["decode"]["lookup_share"] for r in rs]
+            row["seconds_per_token"] = [r["eval"]["decode"]["seconds_per_token"] for r in rs]
+        table[kind] = row
+    res = {
+        "size": fg_info["size"],
+        "choose_s": read_json(os.path.join(out, "choose_s.json"))["rule"],
+        "table_rows": int(len(data["fgrams"][1])),
+        "max_len": args.max_len,
+        "seq_len": args.seq_len,
+        "train_tokens_per_run": args.steps * args.batch * args.seq_len,
+        "val_coverage": 1 - tags["share_unmatched"],
+        "val_mean_match_length": tags["mean_match_length"],
+        "models": table,
+        "runs": runs,
+    }
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    plot(runs, os.path.join(out, "loss.png"))
+    if set(table) == {"baseline", "scone"}:
+        with open(os.path.join(out, "results.md"), "w") as f:
+            f.write(markdown(res))
+    return res
+
+
+def markdown(res: dict) -> str:
+    """The results as the README shows them."""
+    import math
+
+    m = res["models"]
+    lines = [
+        "| | baseline | SCONE |",
+        "|---|---|---|",
+        "| validation perplexity, per seed | "
+        + " | ".join(", ".join(f"{p:.2f}" for p in m[k]["ppl"]) for k in ("baseline", "scone"))
+        + " |",
+        "| mean (spread: max - min) | "
+        + " | ".join(
+            f"{m[k]['ppl_mean']:.2f} ({m[k]['ppl_spread']:.2f})" for k in ("baseline", "scone")
+        )
+        + " |",
+        "| SCONE from the store (`FgramStore.embed_sequence`), per seed | | "
+        + ", ".join(f"{p:.4f}" for p in m["scone"]["store_ppl"])
+        + " (training path: "
+        + ", ".join(f"{p:.4f}" for p in m["scone"]["ppl"])
+        + ") |",
+        f"| main model parameters | {m['baseline']['params_main']:,} | "
+        f"{m['scone']['params_main']:,} |",
+        f"| f-gram model parameters (training only) | 0 | {m['scone']['params_fgram_model']:,} |",
+        f"| f-gram table rows (inference: stored, float16) | 0 | {res['table_rows']:,} |",
+        f"| inference FLOPs per token (main model, context {res.get('seq_len', 256)}) | "
+        f"{m['baseline']['inference_flops_per_token'] / 1e6:.2f}M | "
+        f"{m['scone']['inference_flops_per_token'] / 1e6:.2f}M |",
+        "| training time per run (s) | "
+        + " | ".join(
+            ", ".join(f"{t:.0f}" for t in m[k]["train_seconds"]) for k in ("baseline", "scone")
+        )
+        + " |",
+        f"| training tokens per run | {res['train_tokens_per_run']:,} | "
+        f"{res['train_tokens_per_run']:,} |",
+        f"| validation positions matched, mean match length (1: none) | | "
+        f"{100 * res['val_coverage']:.1f}%, {res['val_mean_match_length']:.2f} |",
+        "| greedy decoding: ms per token, the lookup's share | | "
+        + ", ".join(
+            f"{1000 * s:.2f} ms, {100 * share:.1f}%"
+            for s, share in zip(
+                m["scone"]["seconds_per_token"], m["scone"]["lookup_share"], strict=True
+            )
+        )
+        + " |",
+    ]
+    gap = math.log(m["baseline"]["ppl_mean"] / m["scone"]["ppl_mean"])
+    lines.append(f"\nMean validation loss gap (baseline - SCONE): {gap:.4f} nats.\n")
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[dict], path: str) -> None:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return
+    fig = Figure(figsize=(7, 4), dpi=110, layout="constrained")
+    ax = fig.subplots()
+    colors = {"baseline": "#4c72b0", "scone": "#c44e52"}
+    for r in runs:
+        steps = [c["step"] for c in r["curve"]]
+        ax.plot(
+            steps,
+            [c["val_loss"] for c in r["curve"]],
+            color=colors[r["kind"]],
+            ls="-" if r["seed"] == runs[0]["seed"] else "--",
+            label=f"{r['kind']} seed {r['seed']}",
+        )
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (probe windows)")
+    ax.set_title("baseline GPT vs SCONE (same main model)")
+    ax.legend()
+    fig.savefig(path)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--smoke", action="store_true", help="a tiny generated corpus, seconds")
+    ap.add_argument(
+        "--corpus", default=CORPUS, help="english-dev (tokens.bin; its tokenizer beside)"
+    )
+    ap.add_argument("--out", default=os.path.join(HERE, "out"))
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--kinds", default="baseline,scone")
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--max-len", type=int, default=4, help="K")
+    ap.add_argument("--size", type=int, default=None, help="S (default: chosen by the rule)")
+    ap.add_argument("--grid", default=GRID, help="the sizes S the choice looks at")
+    ap.add_argument(
+        "--min-gain",
+        type=float,
+        default=1.0,
+        help="points of matched dev positions per doubling of S, the rule's floor",
+    )
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--probe", type=int, default=64, help="validation windows of the curve")
+    ap.add_argument("--samples", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    ap.add_argument("--prepare-only", action="store_true", help="stop once the tags are made")
+    args = ap.parse_args()
+    if args.smoke:
+        args.out = (
+            args.out if args.out != os.path.join(HERE, "out") else os.path.join(HERE, "out-smoke")
+        )
+        args.vocab, args.max_len, args.seq_len, args.batch = 400, 3, 32, 8
+        args.steps, args.eval_every, args.probe = 12, 4, 8
+        args.grid, args.samples, args.new_tokens = "10,20,50,100,200,500,1K", 1, 8
+    import torch
+    from tokenizers import Tokenizer
+
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    sys.path.insert(0, HERE)
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    make_data(args, out)
+    tok_path = make_tokenizer(args, out)
+    fg_info = run_fgram(args, out, tok_path)
+    if args.prepare_only:
+        return
+    parts = [windows(fg_info["tags"][name], args.seq_len) for name in ("train", "dev")]
+    data = {
+        "train": (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])),
+        "val": windows(fg_info["tags"]["val"], args.seq_len),
+        "fgrams": fgram_arrays(fg_info["table"], args.max_len),
+        "vocab": Tokenizer.from_file(tok_path).get_vocab_size(),
+    }
+    log(
+        f"windows: train {len(data['train'][0])}, val {len(data['val'][0])} of "
+        f"{args.seq_len + 1} tokens; {len(data['fgrams'][1])} f-grams"
+    )
+    tok = Tokenizer.from_file(tok_path)
+    runs = []
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        for kind in args.kinds.split(","):
+            folder = os.path.join(out, "runs", f"{kind}-seed{seed}")
+            rec = train(args, kind, seed, data, data["fgrams"], folder)
+            rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok)
+            runs.append(rec)
+    res = summarize(args, out, fg_info, data, runs)
+    for kind, row in res["models"].items():
+        log(
+            f"{kind}: validation perplexity {row['ppl_mean']:.2f} (spread {row['ppl_spread']:.2f})"
+            + (f", from the store {np.mean(row['store_ppl']):.2f}" if "store_ppl" in row else "")
+        )
+    log(f"results: {os.path.join(out, 'results.json')}")
+
+
+if __name__ == "__main__":
+    main()

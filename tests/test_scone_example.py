@@ -1,0 +1,124 @@
+"""The plumbing a SCONE model rests on, end to end on a small generated corpus with a
+numpy f-gram model (no torch): the tags a training loop reads, the store that inference
+reads, and decoding a token at a time; then the example's own smoke run (with torch)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import build
+
+import fgram
+from fgram import FgramIndex, FgramStore, training_sequences
+from fgram.pipeline.embed import to_stored
+from fgram.pipeline.models import hashed
+from fgram.pipeline.synth import generate
+
+SEQ = 64
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A table of a training corpus, its index and embeddings (a numpy model, float16),
+    and the tags of a validation corpus of the same phrases (flat shards, separator 0)."""
+    d = tmp_path_factory.mktemp("scone")
+    generate(str(d / "train"), 120_000, vocab=400, seed=1, fmt="bin")
+    generate(str(d / "val"), 20_000, vocab=400, seed=2, book_seed=1, fmt="bin")
+    build(None, [d / "train"], d / "t", doc_sep=0, max_len=4, size=3000, engine="local")
+    fgram.index(d / "t")
+    fgram.embed(d / "t", "fgram.pipeline.models:hashed", engine="local", dtype="float16")
+    fgram.annotate(d / "t", [d / "val"], d / "tags", doc_sep=0, engine="local")
+    return d
+
+
+def _windows(tags):
+    return list(training_sequences(tags, seq_len=SEQ))
+
+
+def _table_tokens(table) -> dict[int, list[int]]:
+    loc, manifest = fgram.open_table(table)
+    t = fgram.table_dataset(loc, manifest).to_table(columns=["fgram_id", "tokens"])
+    return dict(zip(t.column("fgram_id").to_pylist(), t.column("tokens").to_pylist()))
+
+
+def test_training_windows_carry_the_ids_that_match_gives(made):
+    """Each window's f-gram ids and lengths are `FgramIndex.match` of its tokens alone
+    (documents start after each separator; a separator gets id -1, length 0)."""
+    index = FgramIndex.open(str(made / "t"))
+    windows = _windows(made / "tags")
+    assert len(windows) > 100
+    matched = 0
+    for tokens, fids, mlen in windows:
+        sep = np.flatnonzero(tokens == 0)
+        starts = np.union1d([0], sep + 1)
+        want_f, want_m = index.match(tokens, doc_starts=starts[starts < len(tokens)])
+        want_f[sep], want_m[sep] = -1, 0
+        assert fids.tolist() == want_f.tolist() and mlen.tolist() == want_m.tolist()
+        assert (mlen[: index.max_len - 1] <= np.arange(1, index.max_len)).all()  # in the window
+        matched += int((fids >= 0).sum())
+    assert matched > len(windows) * SEQ // 4
+
+
+def test_store_rows_are_the_models_output_for_the_window_f_grams(made):
+    """`FgramStore.embed_sequence` of a validation window: at every position the row of
+    the window's own f-gram id (the tags'), which is the model's output for that
+    f-gram's tokens, stored as float16; the token's own embedding where nothing matches."""
+    store = FgramStore.open(str(made / "t"))
+    tokens_of = _table_tokens(made / "t")
+    model = hashed()
+    for tokens, fids, mlen in _windows(made / "tags")[:20]:
+        rows, lengths, unmatched = store.embed_sequence(tokens)
+        assert unmatched.tolist() == (fids < 0).tolist()
+        hit = np.flatnonzero(fids >= 0)
+        assert (lengths[hit] == mlen[hit]).all()
+        grams = [tokens_of[int(f)] for f in fids[hit]]
+        assert all(g == tokens[i - len(g) + 1 : i + 1].tolist() for g, i in zip(grams, hit))
+        padded = np.zeros((len(grams), 4), np.int32)
+        for j, g in enumerate(grams):
+            padded[j, : len(g)] = g
+        want = to_stored(model(padded, np.array([len(g) for g in grams])), "float16")
+        assert np.array_equal(rows[hit], want)
+        assert not rows[unmatched].any()
+
+
+def test_decoding_a_token_at_a_time_agrees_with_the_whole_sequence(made):
+    """`FgramStore.step`, fed a window token by token (a batch of windows side by side),
+    gives the rows and lengths `embed_sequence` gives the window at once."""
+    store = FgramStore.open(str(made / "t"))
+    windows = [w[0] for w in _windows(made / "tags")[:8]]
+    batch = np.stack(windows)
+    state = store.start(batch=len(batch))
+    whole = [store.embed_sequence(w) for w in windows]
+    for i in range(SEQ):
+        rows, lengths, unmatched = store.step(state, batch[:, i])
+        for b, (w_rows, w_len, w_un) in enumerate(whole):
+            assert np.array_equal(rows[b], w_rows[i]) and lengths[b] == w_len[i]
+            assert unmatched[b] == w_un[i]
+    assert any((w[1] > 1).any() for w in whole)
+
+
+def test_the_example_smoke_run(tmp_path):
+    """examples/scone_tiny --smoke: every step on a tiny corpus; the validation loss
+    from the store equals the training path's within float16 rounding of the rows."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    out = subprocess.run(
+        [sys.executable, os.path.join(REPO, "examples", "scone_tiny", "run.py"), "--smoke",
+         "--out", str(tmp_path / "out"), "--threads", "1"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    res = json.load(open(tmp_path / "out" / "results.json"))
+    assert set(res["models"]) == {"baseline", "scone"}
+    scone = res["models"]["scone"]
+    for ppl, store in zip(scone["ppl"], scone["store_ppl"], strict=True):
+        assert store == pytest.approx(ppl, rel=2e-3)
+    assert 0 < res["val_coverage"] <= 1 and res["val_mean_match_length"] > 1
+    base = res["models"]["baseline"]
+    assert base["inference_flops_per_token"] == scone["inference_flops_per_token"]
+    assert base["params_main"] == scone["params_main"] and scone["params_fgram_model"] > 0
+    assert os.path.exists(tmp_path / "out" / "loss.png")
