@@ -124,38 +124,52 @@ def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_pat
     assert set(os.listdir(store.objects_dir(root))) == named
 
 
-def test_old_units_are_scanned_at_their_rare_bigrams_or_whole_without_them(tmp_path):
-    """A unit's positions of bigrams without an id, kept with its partials, are all a
-    3-gram scan visits; a store without them (an older one) scans whole units: the
-    same table either way."""
+def test_old_units_are_scanned_at_their_windows_without_id_or_whole_without_them(tmp_path):
+    """A unit's positions of (k-1)-grams without an id, kept with its partials, are all a
+    k-gram scan visits; a store without them scans whole units, an older store's
+    (bigram positions only) scans whole units past k = 3: the same table every way."""
     import json
 
     rng = np.random.default_rng(5)
-    old = [rng.integers(1, 31, 50).tolist() for _ in range(40)]  # most bigrams rare
-    new = [[1, 2, 3, 4, 5, 6, 7, 8] * 3] * 10
+    book = [rng.integers(1, 31, 6).tolist() for _ in range(4)]
+    old = [
+        [t for i in rng.integers(0, 4, 6) for t in book[i]] + rng.integers(1, 31, 4).tolist()
+        for _ in range(40)
+    ]
+    new = [d[-4:] * 6 for d in old[:10]]  # the old documents' random tails, now frequent
     a = write_bin(str(tmp_path / "a.bin"), old, sep=0)
     b = write_bin(str(tmp_path / "b.bin"), new, sep=0)
-    tables, grams = {}, {}
-    for strip in (False, True):
-        root = tmp_path / f"out{strip}"
-        first = _refresh(root, [a], unit=300, max_len=4, min_count=4, size=80)
+    tables, grams, at_rare = {}, {}, {}
+    for kind in ("every length", "bigrams (older store)", "none"):
+        root = tmp_path / kind.split()[0]
+        first = _refresh(root, [a], unit=300, max_len=4, min_count=4)
+        units = first["manifest"]["passes"][0]["new_units"]
         store_json = os.path.join(vs.version_path(str(root), first["version"]), "store.json")
         store = load_json(store_json)
-        rare = store["shards"][next(iter(store["shards"]))]["rare"]
-        assert len(rare) == first["manifest"]["passes"][0]["new_units"] > 1
-        if strip:
-            for e in store["shards"].values():
+        rare = [r for e in store["shards"].values() for r in e["rare"]]
+        assert sorted(r[3] for r in rare) == [2] * units + [3] * units and units > 1
+        for e in store["shards"].values():
+            if kind == "none":
                 del e["rare"]
-            with open(store_json, "w") as f:
-                json.dump(store, f)
-        m = _refresh(root, [a, b], unit=300, max_len=4, min_count=4, size=80)["manifest"]
-        p3 = m["passes"][1]
-        assert p3["scanned_units"] == len(rare) and p3["scanned_grams"] > 0
-        assert p3["scanned_at_rare"] == (0 if strip else len(rare))
-        tables[strip] = result(root / "current")
-        grams[strip] = [p["scanned_grams"] for p in m["passes"]]
-    assert grams[False] == grams[True]
-    assert tables[False] == tables[True] == select(old + new, 4, 4, 80)
+            elif kind.startswith("bigrams"):
+                e["rare"] = [r[:3] for r in e["rare"] if r[3] == 2]
+        with open(store_json, "w") as f:
+            json.dump(store, f)
+        m = _refresh(root, [a, b], unit=300, max_len=4, min_count=4)["manifest"]
+        p3, p4 = m["passes"][1], m["passes"][2]
+        assert p3["scanned_units"] == p4["scanned_units"] == units
+        assert p3["scanned_grams"] > 0 and p4["scanned_grams"] > 0
+        at_rare[kind] = (p3["scanned_at_rare"], p4["scanned_at_rare"])
+        tables[kind] = result(root / "current")
+        grams[kind] = [p["scanned_grams"] for p in m["passes"]]
+    assert at_rare == {
+        "every length": (units, units),
+        "bigrams (older store)": (units, 0),
+        "none": (0, 0),
+    }
+    assert grams["every length"] == grams["bigrams (older store)"] == grams["none"]
+    want = select(old + new, 4, 4, None)
+    assert tables["every length"] == tables["bigrams (older store)"] == tables["none"] == want
 
 
 def test_a_refresh_that_only_adds_starts_at_the_current_cutoff(tmp_path):
@@ -297,24 +311,42 @@ def test_scan_unit_counts_exactly_the_grams_with_a_new_side(docs, k, seed):
             s.tokens, s.limit, k, scans.window_set(new_rows), tables, old_size, starts
         )
         assert dict(zip(keys3.tolist(), got3.tolist())) == want
-    if k == 3:  # only at the bigrams that had no id before the new ones: the same counts
-        t = s.tokens.tolist()
-        before = [
-            ids.get((a, b), old_size) < old_size if INVALID not in (a, b) else False
-            for a, b in zip(t, t[1:])
-        ] + [False]
-        at = np.array(
-            [ids[(a, b)] if old else INVALID for (a, b), old in zip(zip(t, t[1:] + [0]), before)],
-            np.uint32,
-        )
-        rare = tasks.rare_bigrams(s.tokens, at)
-        assert len(rare) == sum(
-            1 for a, b, old in zip(t, t[1:], before) if not old and INVALID not in (a, b)
-        )
-        keys2, got2 = scans.scan_unit(
-            s.tokens, s.limit, k, scans.window_set(new_rows), tables, old_size, rare
-        )
-        assert dict(zip(keys2.tolist(), got2.tolist())) == want
+    # only at the (k-1)-grams that had no id before the new ones: the same counts
+    t = s.tokens.tolist()
+    w = k - 1
+    at = np.full(len(t), INVALID, np.uint32)
+    for p in range(len(t) - w + 1):
+        window = tuple(t[p : p + w])
+        if INVALID not in window and ids.get(window, old_size) < old_size:
+            at[p] = ids[window]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tasks, "RARE_SHARE", 1.0)
+        rare = tasks.rare_windows(s.tokens, at, w)
+    assert rare is not None
+    assert rare.tolist() == [
+        p for p in range(len(t) - w + 1) if at[p] == INVALID and INVALID not in t[p : p + w]
+    ]
+    keys2, got2 = scans.scan_unit(
+        s.tokens, s.limit, k, scans.window_set(new_rows), tables, old_size, rare
+    )
+    assert dict(zip(keys2.tolist(), got2.tolist())) == want
+    # a flat file's raw values, its separator a boundary: the same counts
+    raw = np.where(s.tokens == INVALID, 99, s.tokens).astype(np.uint16)
+    keys_raw, got_raw = scans.scan_unit(
+        raw, s.limit, k, scans.window_set(new_rows), tables, old_size, rare, sep=99
+    )
+    assert dict(zip(keys_raw.tolist(), got_raw.tolist())) == want
+    keys_raw, got_raw = scans.scan_unit(
+        raw, s.limit, k, scans.window_set(new_rows), tables, old_size, None, sep=99
+    )  # every window
+    assert dict(zip(keys_raw.tolist(), got_raw.tolist())) == want
+    # every window without an id: kept unless that is over RARE_SHARE of them
+    every = tasks.rare_windows(s.tokens, np.full(len(t), INVALID, np.uint32), w)
+    valid = [p for p in range(len(t) - w + 1) if INVALID not in t[p : p + w]]
+    if len(valid) > tasks.RARE_SHARE * max(len(t) - w + 1, 0):
+        assert every is None
+    else:
+        assert every is not None and every.tolist() == valid
 
 
 @given(

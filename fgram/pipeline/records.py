@@ -88,7 +88,7 @@ class PassRecord(JsonRecord):
     # a refresh's
     new_units: int | None = optional()
     scanned_units: int | None = optional()  # old units scanned for newly frequent grams
-    scanned_at_rare: int | None = optional()  # ... only at bigrams without an id before
+    scanned_at_rare: int | None = optional()  # ... only at windows without an id before
     scanned_at_anchors: int | None = optional()  # ... only at windows with an anchor
     scanned_grams: int | None = optional()
     ids_added: int | None = optional()

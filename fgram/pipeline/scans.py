@@ -69,6 +69,7 @@ def scan_unit(
     tables: list[IdTable],
     old_size: int,
     starts: np.ndarray | None = None,
+    sep: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Counts, in one unit of a kept shard, of the candidate k-grams it was never
     counted for: those whose (k-1)-prefix or (k-1)-suffix got its id in this refresh
@@ -77,19 +78,25 @@ def scan_unit(
     One compiled pass marks the windows that hash into the set (only those at
     ``starts`` when given: a superset of where the set's windows occur); only
     the few marked positions are then checked exactly by chained id lookups
-    (``tables`` = T_2..T_{k-1}). Returns sorted (keys, counts)."""
+    (``tables`` = T_2..T_{k-1}). Returns sorted (keys, counts).
+
+    ``sep``: ``tokens`` are a flat file's raw values (a memory map: with ``starts``,
+    only the pages of their windows are read), ``sep`` their separator (None: a
+    stream's tokens, INVALID at boundaries)."""
     w = k - 1
     n_pos = len(tokens) - k + 1
     if n_pos <= 0 or len(tables) < w - 1:
         return EMPTY_KEYS, EMPTY_COUNTS
-    tokens = np.ascontiguousarray(tokens, np.uint32)
+    if sep is None:
+        tokens = np.ascontiguousarray(tokens, np.uint32)
+    tab, bits = new_set
     if starts is None:
         marked = np.zeros(len(tokens) - w + 1, bool)
-        windows_in_set(tokens, w, new_set[0], new_set[1], marked)
+        windows_in_set(tokens, w, tab, bits, marked, -1 if sep is None else sep)
         hits = np.flatnonzero(marked)
     else:
         marked = np.zeros(len(starts), bool)
-        windows_at_in_set(tokens, w, starts, new_set[0], new_set[1], marked)
+        windows_at_in_set(tokens, w, starts, tab, bits, marked, -1 if sep is None else sep)
         hits = starts[marked].astype(np.int64)
     # a k-gram at p has its prefix window at p or its suffix window at p + 1
     pos = np.union1d(hits, hits - 1)
@@ -97,7 +104,10 @@ def scan_unit(
     if not len(pos):
         return EMPTY_KEYS, EMPTY_COUNTS
     span = pos[:, None] + np.arange(k)
-    grams = tokens[span]
+    raw = np.asarray(tokens[span])
+    grams = raw.astype(np.uint32)
+    if sep is not None:
+        grams[raw == sep] = INVALID
     a = chain_ids(grams[:, :w], tables)
     b = chain_ids(grams[:, 1:], tables)
     ok = (a != INVALID) & (b != INVALID) & ((a >= old_size) | (b >= old_size))
@@ -137,13 +147,14 @@ def fill_set(tab: U64s, hashes: U64s) -> None:
 
 
 @compiled(cache=True, nogil=True)
-def windows_in_set(tokens: U32s, w: int, tab: U64s, bits: U64s, out: Array) -> None:
+def windows_in_set(tokens: Array, w: int, tab: U64s, bits: U64s, out: Array, sep: int = -1) -> None:
     """out[i] = whether the window tokens[i:i+w] (boundary-free) hashes into the set:
     a superset of the windows equal to one of the set's rows (callers verify).
 
     The window hash is rolled (one multiply per token); ``bits``, a cache-sized
     bitmap of the set's hashes (a power of two of uint64 words), is tested
-    first, so that most windows never probe the table."""
+    first, so that most windows never probe the table. ``sep``: a raw value that
+    is a boundary too (`windows_at_in_set`)."""
     mask = np.uint64(len(tab) - 1)
     bmask = np.uint64(len(bits) * 64 - 1)
     top = np.uint64(1)
@@ -153,14 +164,14 @@ def windows_in_set(tokens: U32s, w: int, tab: U64s, bits: U64s, out: Array) -> N
     run = 0
     out[:] = False
     for i in range(len(tokens)):
-        t = tokens[i]
-        if t == INVALID:
+        t = np.uint64(tokens[i])
+        if t == INVALID or np.int64(t) == sep:
             run = 0
             h = np.uint64(0)
             continue
         if run >= w:
             h -= top * (np.uint64(tokens[i - w]) + np.uint64(1))
-        h = h * MULT + np.uint64(t) + np.uint64(1)
+        h = h * MULT + t + np.uint64(1)
         run += 1
         if run >= w and _in_set(mix1(h) >> np.uint64(1), tab, mask, bits, bmask):
             out[i - w + 1] = True
@@ -182,26 +193,59 @@ def _in_set(x: np.uint64, tab: U64s, mask: np.uint64, bits: U64s, bmask: np.uint
 
 @compiled(cache=True, nogil=True)
 def windows_at_in_set(
-    tokens: U32s, w: int, starts: Array, tab: U64s, bits: U64s, out: Array
+    tokens: Array, w: int, starts: Array, tab: U64s, bits: U64s, out: Array, sep: int = -1
 ) -> None:
     """`windows_in_set` for the windows at ``starts`` only: out[j] = whether window
-    starts[j] (boundary-free, within tokens) hashes into the set."""
+    starts[j] (boundary-free, within tokens) hashes into the set. ``tokens``: a
+    stream's (INVALID at boundaries), or a flat file's raw values, whose separator
+    value ``sep`` is a boundary too."""
     mask = np.uint64(len(tab) - 1)
     bmask = np.uint64(len(bits) * 64 - 1)
+    top = np.uint64(1)
+    for _ in range(w - 1):
+        top *= MULT
+    h = np.uint64(0)
+    last = np.int64(-2)  # the previous start, when its window was whole
     for j in range(len(starts)):
         p = np.int64(starts[j])
         out[j] = False
         if p + w > len(tokens):
             continue
-        h = np.uint64(0)
         whole = True
-        for i in range(p, p + w):
-            if tokens[i] == INVALID:
+        if p == last + 1:  # the next window of a whole one: roll its hash on a token
+            t = np.uint64(tokens[p + w - 1])
+            if t == INVALID or np.int64(t) == sep:
                 whole = False
-                break
-            h = h * MULT + np.uint64(tokens[i]) + np.uint64(1)
+            else:
+                h -= top * (np.uint64(tokens[p - 1]) + np.uint64(1))
+                h = h * MULT + t + np.uint64(1)
+        else:
+            h = np.uint64(0)
+            for i in range(p, p + w):
+                t = np.uint64(tokens[i])
+                if t == INVALID or np.int64(t) == sep:
+                    whole = False
+                    break
+                h = h * MULT + t + np.uint64(1)
+        last = p if whole else np.int64(-2)
         if whole:
             out[j] = _in_set(mix1(h) >> np.uint64(1), tab, mask, bits, bmask)
+
+
+@compiled(cache=True, nogil=True)
+def windows_without_id(tokens: U32s, ids: U32s, w: int, out: Array, most: int) -> int:
+    """Writes to ``out`` the starts p of the separator-free windows tokens[p:p+w] whose
+    ids[p] is INVALID, in order; returns how many, or -1 once over ``most``."""
+    run = 0
+    m = 0
+    for i in range(len(tokens)):
+        run = run + 1 if tokens[i] != INVALID else 0
+        if run >= w and ids[i - w + 1] == INVALID:
+            if m == most:
+                return -1
+            out[m] = i - w + 1
+            m += 1
+    return m
 
 
 @compiled(cache=True)

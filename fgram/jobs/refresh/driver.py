@@ -70,6 +70,15 @@ def _staging(cfg: BuildConfig, root, vid: str):
     return staging_for(root.child(vs.VERSIONS, ".next"), here=True)
 
 
+def rare_by_unit(entry: ShardEntry) -> dict[tuple[int, int], dict[int, str]]:
+    """A kept shard's objects of positions without id: (start, stop) of a unit -> {w:
+    its w-gram positions}; an entry of three values (an older store's) is of bigrams."""
+    out: dict[tuple[int, int], dict[int, str]] = {}
+    for start, stop, name, *w in entry.rare or []:
+        out.setdefault((start, stop), {})[w[0] if w else 2] = name
+    return out
+
+
 def _run_locked(
     cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool, tokenizer=None
 ) -> dict:
@@ -162,7 +171,7 @@ def _refresh(
     kept_shards = [shards[i] for i in kept_idx]
     new_shards = [shards[i] for i in new_idx]
     kept_units = plan_units(kept_shards, cfg.unit_tokens)
-    rare = [{(a, b): name for a, b, name in old_shards[digests[i]].rare or []} for i in kept_idx]
+    rare = [rare_by_unit(old_shards[digests[i]]) for i in kept_idx]
     plan = RPlan(
         cfg,
         root,
@@ -173,7 +182,7 @@ def _refresh(
         kept_shards,
         kept_units,
         {k: lv.table for k, lv in old_levels.items() if lv.table},
-        [rare[u.shard].get((u.start, u.stop)) for u in kept_units],
+        [rare[u.shard].get((u.start, u.stop), {}) for u in kept_units],
     )
     warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
@@ -212,7 +221,7 @@ def _refresh(
             e = new_entries[digests[new_idx[unit.shard]]]
             e.partials.setdefault(k, []).append(s.run)
             if s.rare:
-                e.rare = [*(e.rare or []), [unit.start, unit.stop, s.rare]]
+                e.rare = [*(e.rare or []), [unit.start, unit.stop, s.rare, k - 1]]
             if k == 2:
                 e.totals["documents"] += s.documents
                 e.totals["tokens"] += s.tokens

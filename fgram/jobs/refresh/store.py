@@ -46,7 +46,9 @@ class ShardEntry(JsonRecord):
     record: dict  # `inputs.shard_record`
     totals: dict[str, int]  # documents, tokens
     partials: dict[int, list[dict]] = field(default_factory=dict)  # length -> its runs
-    rare: list[list] | None = optional()  # [start, stop, object] per unit: bigrams without id
+    # [start, stop, object, w] per unit and window length w: where its w-grams had no id
+    # when it was counted (an older store's [start, stop, object]: w = 2)
+    rare: list[list] | None = optional()
 
     @classmethod
     def restore(cls, values: dict) -> dict:

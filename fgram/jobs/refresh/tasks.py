@@ -22,7 +22,7 @@ from fgram.pipeline.merging import part_range
 from fgram.pipeline.reading import Shard, Unit, read_unit
 from fgram.pipeline.records import JsonRecord, int_keys
 from fgram.pipeline.selection import histogram
-from fgram.pipeline.storage import Location, Place
+from fgram.pipeline.storage import Location, Place, filesystem
 from fgram.pipeline.table import Groups, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
 
@@ -40,13 +40,14 @@ class RPlan:
     kept_shards: list[Shard]
     kept_units: list[Unit]
     tables: dict  # length -> {"size", "chunks": [{"keys", "ids", "tokens", "n"}]} (current)
-    kept_rare: list  # per kept unit: its rare-bigram positions' object (or None)
+    kept_rare: list  # per kept unit: {w: the object of its positions of w-grams without id}
 
 
 @dataclass
 class UnitCount(JsonRecord):
     """What counting a new unit gives: its partial counts (a run in the store), and for
-    k = 3 where its bigrams have no id (``rare``, an object of the store)."""
+    k >= 3 where its (k-1)-grams have no id (``rare``, an object of the store; None
+    where that is most of the unit: a later scan reads it whole)."""
 
     FORMAT = 1
 
@@ -67,7 +68,7 @@ class UnitScan(JsonRecord):
 
     unit: int
     run: dict | None  # None: none found
-    at_rare: bool  # only at the bigrams that had no id before
+    at_rare: bool  # only at the (k-1)-grams that had no id when the unit was counted
     at_anchors: bool  # only at windows holding an anchor token
     seconds: float
 
@@ -162,7 +163,8 @@ def count_task(plan: RPlan, k: int, u: int) -> UnitCount:
             read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"),
         )
         prev = ids_at(id_table(plan, k - 1).lookup(uniq), prev_order, len(tokens), SCRATCH)
-    rare = put(plan.root, rare_bigrams(tokens, prev)) if k == 3 else None
+    at = rare_windows(tokens, prev, k - 1) if k >= 3 else None
+    rare = put(plan.root, at) if at is not None else None
     last = k == cfg.max_len
     uniq, counts, order, counted = unit_table(
         prev, tokens, k, stream.limit, want_order=not last, code=plan.code, scratch=SCRATCH
@@ -185,13 +187,39 @@ def count_task(plan: RPlan, k: int, u: int) -> UnitCount:
     )
 
 
-def rare_bigrams(tokens: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Where a unit's bigrams have no id (``ids``: bigram ids by position): the only
-    places where a bigram can occur that gets an id later (id tables only grow), so
-    a later refresh scans just these for new bigram ids, not the whole unit."""
-    t = tokens
-    at = np.flatnonzero((ids[: len(t) - 1] == INVALID) & (t[:-1] != INVALID) & (t[1:] != INVALID))
-    return at.astype(np.uint32 if len(t) <= 2**32 else np.int64)  # 4 bytes unless huge units
+RARE_SHARE = 0.5  # past this share of a unit's windows, a scan rolls over all of them
+
+
+def rare_windows(tokens: np.ndarray, ids: np.ndarray, w: int) -> np.ndarray | None:
+    """Where a unit's w-grams have no id (``ids``: w-gram ids by position), among the
+    windows without a separator: the only places where a w-gram that gets an id later
+    can occur (id tables only grow), so a later refresh scans just these for new
+    w-gram ids, not the whole unit. None when they are over `RARE_SHARE` of the
+    windows (testing each would cost more than rolling over all)."""
+    n = len(tokens) - w + 1
+    if n <= 0:
+        return np.zeros(0, np.uint32)
+    out = np.empty(n, np.uint32 if len(tokens) <= 2**32 else np.int64)  # 4 bytes unless huge
+    m = scans.windows_without_id(tokens, ids, w, out, int(RARE_SHARE * n))
+    return None if m < 0 else out[:m].copy()
+
+
+def _raw_values(plan: RPlan, unit: Unit) -> np.ndarray | None:
+    """A kept unit's raw values (and the overlap its longest n-grams need) as a memory
+    map, when its shard is a flat file on this machine (no copy, no conversion; a
+    scan at given starts reads only their pages). None otherwise (read as a stream)."""
+    import pyarrow.fs as pafs
+
+    shard = plan.kept_shards[unit.shard]
+    if shard.format != "flat":
+        return None
+    fs, path = filesystem(shard.uri, plan.cfg.storage)
+    stop = min(unit.stop + plan.cfg.max_len - 1, shard.n_items)
+    if not isinstance(fs, pafs.LocalFileSystem) or stop <= unit.start:
+        return None
+    dt = np.dtype(shard.dtype)
+    offset = shard.offset + unit.start * dt.itemsize
+    return np.memmap(path, dtype=dt, mode="r", offset=offset, shape=(stop - unit.start,))
 
 
 @as_task
@@ -200,21 +228,33 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> UnitScan:
     t0 = time.time()
     unit = plan.kept_units[u]
     rows = load_array(wf.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
-    stream = _read(plan, plan.kept_shards, unit)
     tables = [id_table(plan, j) for j in range(2, k)]
-    rare = plan.kept_rare[u] if k == 3 else None
-    starts = (
-        get(plan.root, rare) if rare is not None else scans.anchored_starts(stream.tokens, rows)
-    )
-    keys, counts = scans.scan_unit(
-        stream.tokens, stream.limit, k, scans.window_set(rows), tables, old_size, starts
-    )
+    rare = plan.kept_rare[u].get(k - 1)
+    raw = _raw_values(plan, unit)
+    anchored = False
+    if raw is not None:  # a flat file here: its values, not a stream (at rare windows,
+        # only their pages are read; else every window, without a copy)
+        sep = -1 if plan.cfg.doc_sep is None else plan.cfg.doc_sep
+        starts = get(plan.root, rare) if rare is not None else scans.anchored_starts(raw, rows)
+        anchored = rare is None and starts is not None
+        keys, counts = scans.scan_unit(
+            raw, unit.stop - unit.start, k, scans.window_set(rows), tables, old_size, starts, sep
+        )
+    else:
+        stream = _read(plan, plan.kept_shards, unit)
+        starts = (
+            get(plan.root, rare) if rare is not None else scans.anchored_starts(stream.tokens, rows)
+        )
+        anchored = rare is None and starts is not None
+        keys, counts = scans.scan_unit(
+            stream.tokens, stream.limit, k, scans.window_set(rows), tables, old_size, starts
+        )
     run = put_run(plan.root, keys, counts) if len(keys) else None
     return UnitScan(
         unit=u,
         run=run,
         at_rare=rare is not None,
-        at_anchors=rare is None and starts is not None,
+        at_anchors=anchored,
         seconds=time.time() - t0,
     )
 
@@ -277,7 +317,9 @@ def merge_task(
 @as_task
 def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> TableUpdate:
     """Append length k's newly frequent k-grams to T_k; write the rows an old shard
-    must be scanned for at length k+1 (new ids that occur in old shards)."""
+    must be scanned for at length k+1 (new ids that occur in old shards). The longest
+    length has no id table: nothing is counted after it, and its rows are its keys'
+    prefixes in T_{k-1} and their last tokens."""
     wd = WorkDir(plan.work)
     keys: list[np.ndarray] = []
     count_parts: list[np.ndarray] = []
@@ -290,6 +332,10 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> TableUpdate:
         fresh_parts.append(load_array(wd.merged(k, p, "fresh"), mmap=False)[keep])
     frequent = np.concatenate(keys)
     counts, fresh = np.concatenate(count_parts), np.concatenate(fresh_parts)
+    if k == plan.cfg.max_len:  # no k+1: the rank tasks make rows from the keys alone
+        save_array(wd.decoded(k, 0, "freq_keys"), frequent)
+        save_array(wd.decoded(k, 0, "freq_counts"), counts)
+        return TableUpdate(table=None, old_size=0, added=0, scan_rows=0)
     table = id_table(plan, k)
     old_size = table.size
     known = table.lookup(frequent)
@@ -336,6 +382,11 @@ def rank_task(
     for k in lengths:
         counts = load_array(wd.decoded(k, 0, "freq_counts"))
         mask = groups.rows_in(counts, k, g0, g1)
-        ids = load_array(wd.decoded(k, 0, "freq_ids"))[mask]
-        rows[k] = (id_table(plan, k).tokens()[ids], np.asarray(counts[mask]))
+        if k == plan.cfg.max_len:  # no id table: T_{k-1}'s rows of the prefixes, last tokens
+            first, last = plan.code.decode(load_array(wd.decoded(k, 0, "freq_keys"))[mask])
+            head = first[:, None] if k == 2 else id_table(plan, k - 1).tokens()[first]
+            tokens = np.concatenate([head.astype(np.uint32), last[:, None].astype(np.uint32)], 1)
+        else:
+            tokens = id_table(plan, k).tokens()[load_array(wd.decoded(k, 0, "freq_ids"))[mask]]
+        rows[k] = (tokens, np.asarray(counts[mask]))
     return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
