@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6: the cost of an incremental `fgram refresh` after 5% new shards land, next to a full
+# The cost of an incremental `fgram refresh` after 5% new shards land, next to a full
 # `fgram build` of the same input list, in one run (Spark local mode, K=5, S=10M, 500M tokens).
 # Two kinds of new shard: text from another phrase book (new topics: few old n-grams become
 # frequent) and new text from the corpus's own phrase book (same distribution: many n-grams

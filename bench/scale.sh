@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale curves for issue 3: time and peak memory vs corpus size and vs S (K=5, Spark local mode).
+# Scale curves: time and peak memory vs corpus size and vs S (K=5, Spark local mode).
 # Appends records to bench/results.jsonl (tagged "scale"); plot with bench/plot_scale.py.
 set -euo pipefail
 cd "$(dirname "$0")"
