@@ -100,7 +100,7 @@ class SeaweedS3:
             "-s3.port.lance=0",
             "-s3.autoCreateBucket=false",
             f"-filer.localSocket={os.path.join(self.root, 'filer.sock')}",
-            "-volume.max=0",
+            "-volume.max=1000",  # not from the free disk: a full one would refuse late tests
             "-master.volumeSizeLimitMB=512",
             *(f"-{name}={port}" for name, port in self.ports.items()),
         ]
