@@ -152,9 +152,7 @@ class IdTable:
         none) as a new chunk (keys, ids, tokens), ids after the existing ones.
         ``prefix``: T_{k-1} (None for k = 2: prefixes are tokens)."""
         new_keys = frequent[absent]
-        first, last = self.code.decode(new_keys)
-        rows = first[:, None].astype(np.uint32) if prefix is None else prefix.tokens()[first]
-        rows = np.concatenate([rows, last[:, None].astype(np.uint32)], axis=1)
+        rows = key_rows(self.code, new_keys, prefix)
         ids = np.arange(self.size, self.size + len(new_keys), dtype=np.uint32)
         return new_keys, ids, rows
 
@@ -164,6 +162,14 @@ class IdTable:
         ids = np.concatenate([c[1] for c in self.chunks])
         order = np.argsort(keys)
         return keys[order], ids[order], self.tokens()
+
+
+def key_rows(code: KeyCode, keys: np.ndarray, prefix: IdTable | None) -> np.ndarray:
+    """The token rows of k-gram keys: their prefixes' rows in ``prefix`` (T_{k-1}; None
+    for k = 2: prefixes are tokens) and their last tokens."""
+    first, last = code.decode(keys)
+    rows = first[:, None].astype(np.uint32) if prefix is None else prefix.tokens()[first]
+    return np.concatenate([rows, last[:, None].astype(np.uint32)], axis=1)
 
 
 def chain_ids(windows: np.ndarray, tables: list[IdTable]) -> np.ndarray:

@@ -90,13 +90,14 @@ def scan_unit(
     if sep is None:
         tokens = np.ascontiguousarray(tokens, np.uint32)
     tab, bits = new_set
+    boundary = -1 if sep is None else sep  # -1: no raw value (INVALID is one anyway)
     if starts is None:
         marked = np.zeros(len(tokens) - w + 1, bool)
-        windows_in_set(tokens, w, tab, bits, marked, -1 if sep is None else sep)
+        windows_in_set(tokens, w, tab, bits, marked, boundary)
         hits = np.flatnonzero(marked)
     else:
         marked = np.zeros(len(starts), bool)
-        windows_at_in_set(tokens, w, starts, tab, bits, marked, -1 if sep is None else sep)
+        windows_at_in_set(tokens, w, starts, tab, bits, marked, boundary)
         hits = starts[marked].astype(np.int64)
     # a k-gram at p has its prefix window at p or its suffix window at p + 1
     pos = np.union1d(hits, hits - 1)

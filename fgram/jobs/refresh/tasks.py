@@ -22,7 +22,7 @@ from fgram.pipeline.merging import part_range
 from fgram.pipeline.reading import Shard, Unit, read_unit
 from fgram.pipeline.records import JsonRecord, int_keys
 from fgram.pipeline.selection import histogram
-from fgram.pipeline.storage import Location, Place, filesystem
+from fgram.pipeline.storage import Location, Place, locate
 from fgram.pipeline.table import Groups, write_ranked
 from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
 
@@ -208,18 +208,14 @@ def _raw_values(plan: RPlan, unit: Unit) -> np.ndarray | None:
     """A kept unit's raw values (and the overlap its longest n-grams need) as a memory
     map, when its shard is a flat file on this machine (no copy, no conversion; a
     scan at given starts reads only their pages). None otherwise (read as a stream)."""
-    import pyarrow.fs as pafs
-
     shard = plan.kept_shards[unit.shard]
-    if shard.format != "flat":
-        return None
-    fs, path = filesystem(shard.uri, plan.cfg.storage)
+    where = locate(shard.uri, plan.cfg.storage)
     stop = min(unit.stop + plan.cfg.max_len - 1, shard.n_items)
-    if not isinstance(fs, pafs.LocalFileSystem) or stop <= unit.start:
+    if shard.format != "flat" or not where.local or stop <= unit.start:
         return None
     dt = np.dtype(shard.dtype)
     offset = shard.offset + unit.start * dt.itemsize
-    return np.memmap(path, dtype=dt, mode="r", offset=offset, shape=(stop - unit.start,))
+    return np.memmap(where.path, dtype=dt, mode="r", offset=offset, shape=(stop - unit.start,))
 
 
 @as_task
@@ -231,30 +227,23 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> UnitScan:
     tables = [id_table(plan, j) for j in range(2, k)]
     rare = plan.kept_rare[u].get(k - 1)
     raw = _raw_values(plan, unit)
-    anchored = False
     if raw is not None:  # a flat file here: its values, not a stream (at rare windows,
         # only their pages are read; else every window, without a copy)
+        tokens, limit = raw, unit.stop - unit.start
         sep = -1 if plan.cfg.doc_sep is None else plan.cfg.doc_sep
-        starts = get(plan.root, rare) if rare is not None else scans.anchored_starts(raw, rows)
-        anchored = rare is None and starts is not None
-        keys, counts = scans.scan_unit(
-            raw, unit.stop - unit.start, k, scans.window_set(rows), tables, old_size, starts, sep
-        )
     else:
         stream = _read(plan, plan.kept_shards, unit)
-        starts = (
-            get(plan.root, rare) if rare is not None else scans.anchored_starts(stream.tokens, rows)
-        )
-        anchored = rare is None and starts is not None
-        keys, counts = scans.scan_unit(
-            stream.tokens, stream.limit, k, scans.window_set(rows), tables, old_size, starts
-        )
+        tokens, limit, sep = stream.tokens, stream.limit, None
+    starts = get(plan.root, rare) if rare is not None else scans.anchored_starts(tokens, rows)
+    keys, counts = scans.scan_unit(
+        tokens, limit, k, scans.window_set(rows), tables, old_size, starts, sep
+    )
     run = put_run(plan.root, keys, counts) if len(keys) else None
     return UnitScan(
         unit=u,
         run=run,
         at_rare=rare is not None,
-        at_anchors=anchored,
+        at_anchors=rare is None and starts is not None,
         seconds=time.time() - t0,
     )
 
@@ -383,9 +372,8 @@ def rank_task(
         counts = load_array(wd.decoded(k, 0, "freq_counts"))
         mask = groups.rows_in(counts, k, g0, g1)
         if k == plan.cfg.max_len:  # no id table: T_{k-1}'s rows of the prefixes, last tokens
-            first, last = plan.code.decode(load_array(wd.decoded(k, 0, "freq_keys"))[mask])
-            head = first[:, None] if k == 2 else id_table(plan, k - 1).tokens()[first]
-            tokens = np.concatenate([head.astype(np.uint32), last[:, None].astype(np.uint32)], 1)
+            keys = load_array(wd.decoded(k, 0, "freq_keys"))[mask]
+            tokens = pt.key_rows(plan.code, keys, id_table(plan, k - 1) if k > 2 else None)
         else:
             tokens = id_table(plan, k).tokens()[load_array(wd.decoded(k, 0, "freq_ids"))[mask]]
         rows[k] = (tokens, np.asarray(counts[mask]))
