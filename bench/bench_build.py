@@ -78,7 +78,7 @@ def main() -> None:
     if args.generate:
         corpus = os.path.join(args.work, f"synth-{args.generate}-{args.vocab}")
         if not os.path.exists(os.path.join(corpus, "meta.json")):
-            from fgram.pipeline.synth import generate
+            from fgram.pipeline.formats.synth import generate
 
             generate(corpus, args.generate, vocab=args.vocab, fmt="bin")
         args.doc_sep = 0

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from fgram.pipeline.index import FgramIndex, write_index
+from fgram.pipeline.tables.index import FgramIndex, write_index
 
 
 def main() -> None:

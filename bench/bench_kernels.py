@@ -23,9 +23,9 @@ import time
 
 import numpy as np
 
-from fgram.pipeline.counting import ids_at, unit_table
-from fgram.pipeline.keys import INVALID, SENTINEL, WIDE, KeyCode, ngram_keys
-from fgram.pipeline.scratch import Scratch
+from fgram.pipeline.kernels.counting import ids_at, unit_table
+from fgram.pipeline.kernels.keys import INVALID, SENTINEL, WIDE, KeyCode, ngram_keys
+from fgram.pipeline.kernels.scratch import Scratch
 
 _U32 = np.uint64(32)
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -126,7 +126,7 @@ def main() -> None:
     if args.corpus:
         raw = np.fromfile(args.corpus, dtype=np.uint16, count=args.tokens)
     else:
-        from fgram.pipeline.synth import PhraseBook
+        from fgram.pipeline.formats.synth import PhraseBook
 
         raw = PhraseBook(50_000, 0).sample(np.random.default_rng(1), args.tokens).astype(np.uint16)
     tok = raw.astype(np.uint32)

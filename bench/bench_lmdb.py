@@ -23,7 +23,7 @@ import lmdb
 import numpy as np
 import pyarrow.dataset as ds
 
-from fgram.pipeline.embed import FgramStore
+from fgram.pipeline.tables.embed import FgramStore
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_store import arguments, contexts, evict  # noqa: E402

@@ -24,8 +24,9 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from fgram.pipeline import table as tb
-from fgram.pipeline.selection import selection
+from fgram.pipeline.formats import table as tb
+from fgram.pipeline.kernels.ranking import Groups
+from fgram.pipeline.kernels.selection import selection
 
 
 def load_rows(path: str, seed: int = 0) -> dict:
@@ -59,7 +60,7 @@ def main() -> None:
     }
     size = a.size or sum(len(c) for _, c in rows.values())
     cutoff, cut_len, selected, _ = selection(hists, size)
-    groups = tb.Groups(hists, cutoff, cut_len)
+    groups = Groups(hists, cutoff, cut_len)
     firsts = groups.split(a.tasks, selected)
     impls = {"this": tb.write_ranked}
     if a.against:

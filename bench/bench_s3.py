@@ -86,8 +86,8 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="fgram-s3-", dir=args.work)
     server = SeaweedS3(root).start()
     os.environ.update(server.env)
-    from fgram.pipeline.storage import locate
-    from fgram.pipeline.versions import open_table, table_dataset
+    from fgram.pipeline.io.storage import locate
+    from fgram.pipeline.tables.versions import open_table, table_dataset
 
     try:
         bucket = server.bucket()
@@ -163,8 +163,8 @@ def main() -> None:
 
 
 def bench_refresh(args, server, bucket, fgram: str, opts: list[str], upload_s: float) -> None:
-    from fgram.pipeline.storage import locate
-    from fgram.pipeline.versions import open_table, table_dataset
+    from fgram.pipeline.io.storage import locate
+    from fgram.pipeline.tables.versions import open_table, table_dataset
 
     for f in sorted(glob.glob(os.path.join(args.refresh, "*.bin"))):
         locate(f"s3://{bucket}/new/{os.path.basename(f)}").upload(f)

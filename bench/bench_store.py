@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from fgram.pipeline.embed import FgramStore
+from fgram.pipeline.tables.embed import FgramStore
 
 
 def evict(path: str) -> None:

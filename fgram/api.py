@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 # the readers, re-exported (the names `fgram/__init__.py` lists)
-from fgram.pipeline.embed import FgramStore as FgramStore
-from fgram.pipeline.index import FgramIndex as FgramIndex
-from fgram.pipeline.index import write_index
-from fgram.pipeline.tags import training_sequences as training_sequences
-from fgram.pipeline.versions import open_table as open_table
-from fgram.pipeline.versions import table_dataset as table_dataset
+from fgram.pipeline.tables.embed import FgramStore as FgramStore
+from fgram.pipeline.tables.index import FgramIndex as FgramIndex
+from fgram.pipeline.tables.index import write_index
+from fgram.pipeline.tables.tags import training_sequences as training_sequences
+from fgram.pipeline.tables.versions import open_table as open_table
+from fgram.pipeline.tables.versions import table_dataset as table_dataset
 
 
 def _paths(inputs: str | Iterable[str]) -> list[str]:

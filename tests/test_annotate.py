@@ -15,8 +15,8 @@ from test_index import oracle_match
 from fgram.cli import cli
 from fgram.jobs.annotate import AnnotateConfig, run_annotate
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.index import write_index
-from fgram.pipeline.tags import training_sequences
+from fgram.pipeline.tables.index import write_index
+from fgram.pipeline.tables.tags import training_sequences
 
 HSET = settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 docs_st = st.lists(st.lists(st.integers(1, 4), max_size=30), min_size=1, max_size=8)
@@ -147,7 +147,7 @@ def test_spark_annotate_stale_and_cli(spark, tmp_path):
 def test_a_rewritten_index_at_the_same_path_is_read_afresh(spark, tmp_path):
     """Workers keep the index between tasks; after the table and its index are rewritten
     in place (same path, same process), annotate reads the new one."""
-    from fgram.pipeline.index import FgramIndex
+    from fgram.pipeline.tables.index import FgramIndex
 
     a = [[1, 2, 3, 1, 2, 3, 1, 2, 3]] * 3
     b = [[4, 5, 6, 4, 5, 6, 4, 5, 6]] * 3

@@ -479,8 +479,8 @@ def test_count_task_returns_its_marker_when_done(tmp_path):
     """A unit with a completion marker is not read again (head start, reruns)."""
     from fgram.jobs.build import passes as job
     from fgram.pipeline.config import BuildConfig
-    from fgram.pipeline.inputs import plan_shards, plan_units
-    from fgram.pipeline.keys import KeyCode
+    from fgram.pipeline.formats.inputs import plan_shards, plan_units
+    from fgram.pipeline.kernels.keys import KeyCode
 
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2]], sep=0)
     cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)
@@ -497,9 +497,9 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     run left meanwhile, and fails without one (never counts from missing ids)."""
     from fgram.jobs.build import passes as job
     from fgram.pipeline.config import BuildConfig
-    from fgram.pipeline.inputs import plan_shards, plan_units
-    from fgram.pipeline.keys import KeyCode
-    from fgram.pipeline.workdir import WorkDir, load_array, save_array
+    from fgram.pipeline.formats.inputs import plan_shards, plan_units
+    from fgram.pipeline.io.workdir import WorkDir, load_array, save_array
+    from fgram.pipeline.kernels.keys import KeyCode
 
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 1, 2]], sep=0)
     cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)

@@ -78,7 +78,7 @@ def test_synth_build_show(runner, tmp_path):
 
 
 def test_synth_is_heavy_tailed(tmp_path):
-    from fgram.pipeline.synth import generate
+    from fgram.pipeline.formats.synth import generate
 
     generate(str(tmp_path), 200_000, vocab=5000, fmt="bin")
     flat = np.fromfile(tmp_path / "part-00000.bin", dtype=np.uint16)
@@ -95,7 +95,7 @@ def test_synth_is_heavy_tailed(tmp_path):
 
 
 def test_synth_book_seed_draws_new_text_from_the_same_phrases(tmp_path):
-    from fgram.pipeline.synth import generate
+    from fgram.pipeline.formats.synth import generate
 
     def top_4grams(seed, book_seed):
         d = tmp_path / f"{seed}-{book_seed}"
@@ -131,7 +131,7 @@ def test_overwrite_never_replaces_what_fgram_did_not_write(runner, tmp_path):
     """--overwrite replaces an fgram output or an empty folder, never a corpus (say, given
     in the table's place); a TABLE that is an input says the table comes first."""
     from fgram.pipeline.errors import OutputError
-    from fgram.pipeline.publish import check_output
+    from fgram.pipeline.io.publish import check_output
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -295,7 +295,7 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
     from s3server import objects
     from test_s3 import remote_result
 
-    from fgram.pipeline.storage import locate
+    from fgram.pipeline.io.storage import locate
 
     src, docs = corpus
     bucket = s3.bucket()
@@ -348,9 +348,9 @@ def _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path):
 
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
     from fgram.jobs.embed import EmbedConfig, run_embed
-    from fgram.pipeline.embed import FgramStore
-    from fgram.pipeline.index import write_index
-    from fgram.pipeline.tags import training_sequences
+    from fgram.pipeline.tables.embed import FgramStore
+    from fgram.pipeline.tables.index import write_index
+    from fgram.pipeline.tables.tags import training_sequences
 
     env = {k: v for k, v in _env().items() if not k.startswith("AWS_")}
 

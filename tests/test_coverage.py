@@ -12,7 +12,8 @@ from test_index import oracle_match
 
 import fgram
 from fgram.cli import cli
-from fgram.pipeline.coverage import (
+from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.tables.coverage import (
     count_by_size,
     coverage_by_size,
     coverage_table,
@@ -20,8 +21,7 @@ from fgram.pipeline.coverage import (
     human,
     parse_sizes,
 )
-from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.index import write_index
+from fgram.pipeline.tables.index import write_index
 
 docs_st = st.lists(st.lists(st.integers(1, 5), max_size=40), min_size=1, max_size=8)
 
@@ -135,7 +135,7 @@ def test_coverage_by_size_equals_oracle(tmp_path_factory, docs, held, k, size, s
 def test_each_size_built_separately(tmp_path, spark):
     """One build at S with --sizes against a build and a coverage run at each S' (Spark
     and the CLI), on a generated corpus."""
-    from fgram.pipeline.synth import generate
+    from fgram.pipeline.formats.synth import generate
 
     generate(str(tmp_path / "c"), 60_000, vocab=300, seed=3, fmt="bin")
     generate(str(tmp_path / "h"), 20_000, vocab=300, seed=4, book_seed=3, fmt="bin")

@@ -17,9 +17,9 @@ from test_index import oracle_match
 
 from fgram.cli import cli
 from fgram.jobs.embed import EmbedConfig, run_embed
-from fgram.pipeline.embed import FgramStore, from_stored, to_stored
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.index import write_index
+from fgram.pipeline.tables.embed import FgramStore, from_stored, to_stored
+from fgram.pipeline.tables.index import write_index
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ECHO = "fgram.pipeline.models:echo"
@@ -197,13 +197,13 @@ def test_stale_table_and_bad_input_refused(tmp_path):
 
 def test_torch_reference_model_rows_at_their_ids(tmp_path):
     torch = pytest.importorskip("torch")
-    from fgram.pipeline.torch_models import FgramTransformer, TorchModel, reference
+    from fgram.pipeline.models.torch import FgramTransformer, TorchModel, reference
 
     out = small_table(tmp_path)
     meta = run_embed(
         EmbedConfig(
             table=str(out),
-            model="fgram.pipeline.torch_models:reference",
+            model="fgram.pipeline.models.torch:reference",
             device="cpu",
             dtype="float32",
             batch=3,

@@ -11,8 +11,8 @@ from helpers import said
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fgram.pipeline.guards import LONG_DOCUMENT, check_flat
-from fgram.pipeline.inputs import flat_blocks
+from fgram.pipeline.formats.flat import flat_blocks
+from fgram.pipeline.formats.guards import LONG_DOCUMENT, check_flat
 
 FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
 

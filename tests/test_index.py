@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from fgram.cli import cli
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.index import FgramIndex, HashTable, write_index
-from fgram.pipeline.keys import mix
+from fgram.pipeline.kernels.keys import mix
+from fgram.pipeline.tables.index import FgramIndex, HashTable, write_index
 
 
 def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len: int):

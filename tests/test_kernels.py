@@ -6,9 +6,10 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fgram.pipeline.counting import ids_at, unit_table
-from fgram.pipeline.keys import INVALID, WIDE, KeyCode, mix, ngram_keys, unmix
-from fgram.pipeline.merging import (
+from fgram.pipeline.formats.reading import stream_from_lists
+from fgram.pipeline.kernels.counting import ids_at, unit_table
+from fgram.pipeline.kernels.keys import INVALID, WIDE, KeyCode, mix, ngram_keys, unmix
+from fgram.pipeline.kernels.merging import (
     ids_in,
     key_slice,
     lookup_sorted,
@@ -17,8 +18,7 @@ from fgram.pipeline.merging import (
     part_bounds,
     part_range,
 )
-from fgram.pipeline.reading import stream_from_lists
-from fgram.pipeline.selection import histogram, kth_largest
+from fgram.pipeline.kernels.selection import histogram, kth_largest
 
 u64 = st.integers(min_value=0, max_value=2**64 - 1)
 
@@ -125,7 +125,7 @@ def test_estimated_buckets_and_their_fallback(monkeypatch):
     """Buckets sized from a sample of positions are used when nothing overflows them; a
     corpus periodic in the sample step (the sample sees one bigram) overfills a bucket and
     the unit is counted again with exact sizes. Both give the brute-force table."""
-    from fgram.pipeline import counting as cc
+    from fgram.pipeline.kernels import counting as cc
 
     exact_counts = []  # histograms of every position (step 1)
     real = cc.candidate_histogram
@@ -250,7 +250,7 @@ def test_key_ranges_partition_the_keys():
     target=st.integers(1, 20),
 )
 def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len, target):
-    from fgram.pipeline.table import Groups
+    from fgram.pipeline.kernels.ranking import Groups
 
     hists: dict = {}
     for c, k in rows:
@@ -272,7 +272,7 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
 @given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(), seed=st.integers(0, 2**16))
 def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
     """Against a lexsort of every column: wide and narrow tokens, ties on leading tokens."""
-    from fgram.pipeline.table import rank_order
+    from fgram.pipeline.kernels.ranking import rank_order
 
     rng = np.random.default_rng(seed)
     top = 3 if small else 2**31 - 1
@@ -285,7 +285,7 @@ def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
 @given(counts=st.lists(st.one_of(st.integers(1, 40), st.integers(1, 2**40)), max_size=60))
 def test_dense_rank_desc_equals_the_rank_among_distinct_counts(counts):
     """A count table over a narrow range, np.unique over a wide one: the same ranks."""
-    from fgram.pipeline.table import dense_rank_desc
+    from fgram.pipeline.kernels.ranking import dense_rank_desc
 
     c = np.array(counts, np.int64)
     distinct = sorted(set(counts), reverse=True)
@@ -300,7 +300,7 @@ def test_dense_rank_desc_equals_the_rank_among_distinct_counts(counts):
     cut=st.integers(0, 2000),
 )
 def test_groups_split_cuts_near_equal_shares(sizes, tasks, cut):
-    from fgram.pipeline.table import Groups
+    from fgram.pipeline.kernels.ranking import Groups
 
     hists = {2: {c + 1: n for c, n in enumerate(sizes)}}
     groups = Groups(hists, 0, 0)
@@ -325,8 +325,9 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
     fit one sort word."""
     import pyarrow.parquet as pq
 
-    from fgram.pipeline.selection import selection
-    from fgram.pipeline.table import Groups, write_ranked
+    from fgram.pipeline.formats.table import write_ranked
+    from fgram.pipeline.kernels.ranking import Groups
+    from fgram.pipeline.kernels.selection import selection
 
     rows = {}
     for k in range(2, 7):
@@ -358,11 +359,10 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
 
 @given(n=st.integers(0, 10_000), unit=st.integers(1, 3000))
 def test_flat_shards_split_into_the_fewest_units_of_equal_size(n, unit):
-    from types import SimpleNamespace
+    from fgram.pipeline.formats.inputs import plan_units
+    from fgram.pipeline.formats.reading import Shard
 
-    from fgram.pipeline.inputs import plan_units
-
-    units = plan_units([SimpleNamespace(format="flat", n_items=n)], unit)
+    units = plan_units([Shard("a.bin", "flat", 2 * n, None, "<u2", n_items=n)], unit)
     sizes = [u.stop - u.start for u in units]
     assert len(units) == -(-n // unit)
     assert [u.start for u in units] == ([0] if units else []) + [u.stop for u in units[:-1]]

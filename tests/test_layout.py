@@ -1,7 +1,8 @@
 """The layout's rules, read from the source (every import, function-level ones included):
-`fgram.pipeline` never imports Spark; no module imports another module's private
+`fgram.pipeline` never imports Spark; its folders import only those below them (kernels
+< io < formats < tables, config < report); no module imports another module's private
 (`_underscored`) names or reads them through a module it imported; the import graph of
-`fgram` has no cycle."""
+`fgram` has no cycle; no module is over 450 lines."""
 
 import ast
 import os
@@ -134,3 +135,65 @@ def test_tests_use_public_names_only():
         if name.endswith(".py"):
             private += _imports(f"tests.{name[:-3]}", os.path.join(here, name), known)[2]
     assert private == []
+
+
+# fgram.pipeline's parts, lowest first: a part imports only from parts below it (and
+# itself). errors and records serve every part; models are standalone.
+LAYERS = {
+    "errors": 0,
+    "records": 0,
+    "models": 0,
+    "kernels": 1,
+    "io": 2,
+    "formats": 3,
+    "tables": 4,
+    "config": 4,
+    "report": 5,
+}
+
+
+def _part(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["fgram", "pipeline"] else None
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of graph (module -> modules it imports) that go up the layers."""
+    return sorted(
+        f"{m} imports {dep}"
+        for m, inner in graph.items()
+        if _part(m) is not None
+        for dep in inner
+        if (_part(dep) is not None and _part(dep) != _part(m))
+        and LAYERS[_part(dep)] >= LAYERS[_part(m)]
+        or dep.startswith(("fgram.jobs", "fgram.cli", "fgram.spark"))
+    )
+
+
+def test_the_library_imports_downward_only():
+    graph = {m: inner for m, (inner, _, _) in _graph().items()}
+    assert {_part(m) for m in graph} - {None} == set(LAYERS)  # every part has its place
+    assert _upward(graph) == []
+
+
+def test_the_rule_sees_upward_imports():
+    kernel, index = "fgram.pipeline.kernels.counting", "fgram.pipeline.tables.index"
+    graph = {kernel: {index}, index: {kernel, "fgram.jobs.annotate"}}
+    assert _upward(graph) == [
+        f"{kernel} imports {index}",
+        f"{index} imports fgram.jobs.annotate",
+    ]
+
+
+def test_the_library_has_a_handful_of_top_level_modules():
+    top = sorted(n for n in os.listdir(os.path.join(ROOT, "pipeline")) if n.endswith(".py"))
+    assert top == ["__init__.py", "config.py", "errors.py", "records.py"]
+
+
+def test_modules_are_short():
+    long_files = []
+    for mod, path in _modules().items():
+        source = open(path).read()
+        if source.count("\n") > 450:
+            long_files.append(mod)
+    assert long_files == []

@@ -11,9 +11,9 @@ from fgram.jobs.build.passes import RangeMerge, UnitCount
 from fgram.jobs.build.state import STATE_FORMAT, BuildState
 from fgram.jobs.refresh import tasks as rtasks
 from fgram.jobs.refresh.store import StoreRecord
-from fgram.pipeline import versions as vs
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.records import PassRecord, TableManifest
+from fgram.pipeline.tables import versions as vs
 
 
 def through_json(record):

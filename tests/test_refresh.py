@@ -11,9 +11,9 @@ from helpers import build, result, write_bin
 from oracle import count_ngrams, select, split_flat
 
 from fgram.cli import cli
-from fgram.pipeline import versions as vs
-from fgram.pipeline.diff import diff_tables
 from fgram.pipeline.errors import OutputError
+from fgram.pipeline.tables import versions as vs
+from fgram.pipeline.tables.diff import diff_tables
 
 pytestmark = pytest.mark.spark
 
@@ -113,7 +113,7 @@ def test_version_ids_sort_after_the_newest_one_even_within_a_millisecond(monkeyp
 def test_every_command_takes_a_refresh_folder(runner, tmp_path):
     """show, index, coverage, lookup (before and after embed), embed, annotate and
     training_sequences take OUT, a refresh folder, for its current version."""
-    from fgram.pipeline.tags import training_sequences
+    from fgram.pipeline.tables.tags import training_sequences
 
     a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
     out = str(tmp_path / "t")

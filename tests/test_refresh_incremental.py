@@ -13,14 +13,14 @@ from oracle import count_ngrams, select
 
 from fgram.jobs.refresh import driver, run_refresh, store, tasks
 from fgram.jobs.refresh import stages as rstages
-from fgram.pipeline import partials as pt
-from fgram.pipeline import scans
-from fgram.pipeline import versions as vs
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.keys import INVALID, WIDE
-from fgram.pipeline.reading import stream_from_lists
-from fgram.pipeline.workdir import load_json
+from fgram.pipeline.formats.reading import stream_from_lists
+from fgram.pipeline.io.workdir import load_json
+from fgram.pipeline.kernels import partials as pt
+from fgram.pipeline.kernels import scans
+from fgram.pipeline.kernels.keys import INVALID, WIDE
+from fgram.pipeline.tables import versions as vs
 
 shard_st = st.lists(st.lists(st.integers(1, 5), max_size=25), min_size=1, max_size=6)
 

@@ -19,10 +19,10 @@ from test_coverage import oracle_coverage
 
 import fgram
 from fgram.cli import cli
-from fgram.pipeline.diff import diff_tables
 from fgram.pipeline.errors import ConfigError, InputError
-from fgram.pipeline.index import write_index
-from fgram.pipeline.report import rank_points
+from fgram.pipeline.report.numbers import rank_points
+from fgram.pipeline.tables.diff import diff_tables
+from fgram.pipeline.tables.index import write_index
 
 K, MIN_COUNT, SIZE = 4, 2, 60
 SIZES = [5, 20, 40, 60]
@@ -164,7 +164,7 @@ def test_report_of_text_heldout_decodes_and_tokenizes(tmp_path):
     """A table built from text: its top f-grams shown as text, and held-out text
     tokenized with the table's tokenizer for the curve (equal to the same text's
     coverage as token shards)."""
-    from fgram.pipeline.synth import generate, word
+    from fgram.pipeline.formats.synth import generate, word
 
     generate(str(tmp_path / "c"), 30_000, vocab=200, seed=1, fmt="text")
     generate(str(tmp_path / "h"), 5_000, vocab=200, seed=2, book_seed=1, fmt="text")

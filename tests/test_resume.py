@@ -16,7 +16,7 @@ from helpers import build, result, said, wait_for_files, write_bin
 from oracle import select, split_flat
 
 from fgram.pipeline.errors import LockedError, OutputError
-from fgram.pipeline.publish import lock_path, staging_path
+from fgram.pipeline.io.publish import lock_path, staging_path
 
 pytestmark = pytest.mark.spark
 
@@ -193,7 +193,7 @@ def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
 
     from fgram.jobs.build import state as job
     from fgram.pipeline.config import BuildConfig
-    from fgram.pipeline.inputs import plan_shards
+    from fgram.pipeline.formats.inputs import plan_shards
 
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2]] * 3
     if fmt == "bin":

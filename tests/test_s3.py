@@ -17,13 +17,13 @@ from helpers import build, result, said, wait_for_files, write_bin, write_parque
 from oracle import select
 from s3server import SECRET, SeaweedS3, objects
 
-from fgram.pipeline import publish
 from fgram.pipeline.errors import LockedError
-from fgram.pipeline.index import FgramIndex, write_index
-from fgram.pipeline.locks import LeaseLock
-from fgram.pipeline.publish import staging_path
-from fgram.pipeline.storage import locate
-from fgram.pipeline.versions import open_table, table_dataset
+from fgram.pipeline.io import publish
+from fgram.pipeline.io.locks import LeaseLock
+from fgram.pipeline.io.publish import staging_path
+from fgram.pipeline.io.storage import locate
+from fgram.pipeline.tables.index import FgramIndex, write_index
+from fgram.pipeline.tables.versions import open_table, table_dataset
 
 FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
 DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [], [7], [1, 2, 3, 4, 1, 2]]
@@ -513,8 +513,8 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
     """Versions, store and `current` on S3: each version equals the oracle; the pointer
     object switches; old versions and unreferenced store objects are deleted there."""
     from fgram.jobs.refresh import run_refresh, store
-    from fgram.pipeline import versions as vs
     from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.tables import versions as vs
 
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
     bucket = s3.bucket()
@@ -605,7 +605,7 @@ def test_annotate_to_s3_equals_local_and_training_sequences_read_it(
     import pyarrow.parquet as pq
 
     import fgram.jobs.annotate as an
-    from fgram.pipeline.tags import tag_file, training_sequences
+    from fgram.pipeline.tables.tags import tag_file, training_sequences
 
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
     table = f"s3://{corpus}/tables/ann-{staged}"
@@ -654,7 +654,7 @@ def test_embed_to_s3_and_the_store_reads_it(tmp_path, s3, corpus, monkeypatch, s
     a cluster's way, then streamed into one matrix object); FgramStore and lookup read it
     (ram, or a checked copy in the cache); the same bytes as a local table's."""
     import fgram.jobs.embed as em
-    from fgram.pipeline.embed import FgramStore
+    from fgram.pipeline.tables.embed import FgramStore
 
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
     uri = _indexed_tables(tmp_path, corpus, f"emb-{staged}")

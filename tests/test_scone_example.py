@@ -13,9 +13,9 @@ from helpers import build
 
 import fgram
 from fgram import FgramIndex, FgramStore, training_sequences
-from fgram.pipeline.embed import to_stored
+from fgram.pipeline.formats.synth import generate
 from fgram.pipeline.models import hashed
-from fgram.pipeline.synth import generate
+from fgram.pipeline.tables.embed import to_stored
 
 SEQ = 64
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

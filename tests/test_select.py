@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import select
 
-from fgram.pipeline.layout import Layout, boundaries, lead_key, sample
-from fgram.pipeline.table import Groups
+from fgram.pipeline.kernels.layout import Layout, boundaries, lead_key, sample
+from fgram.pipeline.kernels.ranking import Groups
 
 SETTINGS = settings(
     max_examples=8,

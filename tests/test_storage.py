@@ -7,9 +7,9 @@ import pytest
 from fgram.jobs.build.state import check_work_reach
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError, StorageUnavailable
-from fgram.pipeline.failures import explain, failure, parse_options, public_options, redact
-from fgram.pipeline.publish import data_files, generation_name
-from fgram.pipeline.storage import is_remote, locate
+from fgram.pipeline.io.failures import explain, failure, parse_options, public_options, redact
+from fgram.pipeline.io.publish import data_files, generation_name
+from fgram.pipeline.io.storage import is_remote, locate
 
 
 def test_plain_paths_and_file_uris_are_local(tmp_path):

@@ -368,7 +368,7 @@ def test_build_from_text_in_one_command_equals_tokenize_then_build(tok_path, tmp
 def test_text_on_s3_to_tokens_on_s3_then_a_table(tok_path, tmp_path, s3, spark):
     """Byte ranges and a zstd stream read from an object store, shards written to one, and
     `fgram build` reading them there: the table the same files give on this disk."""
-    from fgram.pipeline.storage import locate
+    from fgram.pipeline.io.storage import locate
 
     bucket = s3.bucket()
     rng = np.random.default_rng(3)
@@ -407,7 +407,7 @@ def test_text_on_s3_to_tokens_on_s3_then_a_table(tok_path, tmp_path, s3, spark):
 def test_synth_text_is_the_synthetic_corpus_as_words(tmp_path):
     """`fgram synth --format text`: its words, tokenized with the tokenizer.json beside
     them, are exactly the ids of the same corpus as flat shards, so both give one table."""
-    from fgram.pipeline.synth import generate, word
+    from fgram.pipeline.formats.synth import generate, word
 
     assert len({word(i) for i in range(1, 20_000)}) == 19_999
     generate(str(tmp_path / "text"), 30_000, vocab=700, seed=4, fmt="text", doc_len=64)
@@ -445,7 +445,7 @@ def test_a_task_s_tokenizer_threads_are_twice_its_share_of_the_cores(monkeypatch
 def test_read_ahead_keeps_order_raises_in_order_and_stops_with_its_consumer():
     import threading
 
-    from fgram.pipeline.text import read_ahead
+    from fgram.pipeline.formats.text import read_ahead
 
     assert list(read_ahead(iter(range(50)), depth=2)) == list(range(50))
 

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from fgram.pipeline.scratch import Scratch
-from fgram.pipeline.workdir import Sweeper, read_into, save_array
+from fgram.pipeline.io.workdir import Sweeper, read_into, save_array
+from fgram.pipeline.kernels.scratch import Scratch
 
 
 def test_read_into_reuses_the_buffer(tmp_path):

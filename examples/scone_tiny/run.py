@@ -75,7 +75,7 @@ def make_data(args, out: str) -> None:
         return
     os.makedirs(folder, exist_ok=True)
     if args.smoke:
-        from fgram.pipeline.synth import generate
+        from fgram.pipeline.formats.synth import generate
 
         generate(os.path.join(folder, "gen"), 60_000, vocab=300, seed=1, fmt="text", files=1)
         import zstandard

@@ -172,7 +172,7 @@ def load(path: str, fgram_tokens=None, fgram_lengths=None) -> GPT:
 def fgram_model(device: str = "cpu"):
     """``fgram embed --model scone_model:fgram_model``: the f-gram model of the
     checkpoint ``$SCONE_TINY_CHECKPOINT``, as fgram's model interface."""
-    from fgram.pipeline.torch_models import TorchModel
+    from fgram.pipeline.models.torch import TorchModel
 
     path = os.environ.get("SCONE_TINY_CHECKPOINT")
     if not path:

@@ -96,8 +96,8 @@ def build_command(
 def _table_first(table: str) -> None:
     """TABLE, the first argument, names no input: a shard or a corpus folder there means
     the arguments are in the old order (or the table was left out)."""
-    from fgram.pipeline.publish import foreign_output
-    from fgram.pipeline.storage import is_remote
+    from fgram.pipeline.io.publish import foreign_output
+    from fgram.pipeline.io.storage import is_remote
 
     if not is_remote(table) and foreign_output(table):
         fail(
@@ -184,8 +184,8 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
     fgram synth -o corpus --tokens 10000000 --format bin    # then: --dtype uint16 --doc-sep 0
     fgram synth -o text --format text --vocab 5000          # then: --tokenizer text/tokenizer.json
     """
-    from fgram.pipeline.storage import is_remote
-    from fgram.pipeline.synth import generate
+    from fgram.pipeline.formats.synth import generate
+    from fgram.pipeline.io.storage import is_remote
 
     if is_remote(output):
         fail(f"{output}: synth writes a local folder (upload it afterwards)")
@@ -228,7 +228,7 @@ def clean_command(folders, cache, remove):
     fgram clean                     # the cache
     fgram clean ~/runs --remove     # and leftovers beside the outputs in ~/runs
     """
-    from fgram.pipeline import clean
+    from fgram.pipeline.io import clean
 
     entries = (clean.cache_entries() if cache else []) + clean.leftovers(list(folders))
     for e in entries:
@@ -319,7 +319,7 @@ def tokenize_command(inputs, fmt, unit_bytes, conf, storage, **opts):
     fgram tokenize s3://corpus/text -o s3://corpus/tokens --tokenizer tok/ --format bin
     """
     from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
-    from fgram.pipeline.cache import parse_size
+    from fgram.pipeline.io.cache import parse_size
 
     m = run_tokenize(
         TokenizeConfig(

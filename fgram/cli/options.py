@@ -45,14 +45,14 @@ def storage_option(fn):
 
 
 def parse_storage(values) -> dict[str, str]:
-    from fgram.pipeline.failures import parse_options
+    from fgram.pipeline.io.failures import parse_options
 
     return parse_options(values)
 
 
 def shown(loc_or_path) -> str:
     """How an output is named to the user: its URI, or its absolute path."""
-    from fgram.pipeline.storage import is_remote
+    from fgram.pipeline.io.storage import is_remote
 
     text = str(getattr(loc_or_path, "uri", loc_or_path))
     return text if is_remote(text) else os.path.abspath(text)
@@ -214,8 +214,8 @@ def build_options(fn):
 
 
 def build_config(inputs, output, opts: dict, **extra):
-    from fgram.pipeline.cache import parse_size
     from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.io.cache import parse_size
 
     return BuildConfig(
         inputs=list(inputs),
@@ -261,7 +261,7 @@ def refuse_existing(table: str, part: str, storage, overwrite: bool) -> str:
     """Like every writer: an existing TABLE/<part> is replaced only with --overwrite.
     Returns where TABLE/<part> is, as the user is shown it (a refresh folder's: in its
     current version)."""
-    from fgram.pipeline.versions import resolve_table
+    from fgram.pipeline.tables.versions import resolve_table
 
     where = resolve_table(table, parse_storage(storage)).child(part)
     there = where.exists()

@@ -65,7 +65,7 @@ def report_command(
     """
     from fgram.cli.options import shown
     from fgram.jobs.report import ReportConfig, run_report
-    from fgram.pipeline.coverage import parse_sizes
+    from fgram.pipeline.tables.coverage import parse_sizes
 
     coverage = {**opts, "conf": conf_pairs(opts["conf"])}
     rep = run_report(
@@ -82,7 +82,7 @@ def report_command(
             coverage=coverage,
         )
     )
-    from fgram.pipeline.report_page import PLOTS_MISSING, plots_available
+    from fgram.pipeline.report.plots import PLOTS_MISSING, plots_available
 
     if not plots_available():
         click.echo(f"fgram: warning: {PLOTS_MISSING}", err=True)

@@ -47,7 +47,7 @@ def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
     fgram diff fgrams-june fgrams --top 20
     fgram diff TABLE/versions/<id> TABLE --json
     """
-    from fgram.pipeline.diff import diff_tables
+    from fgram.pipeline.tables.diff import diff_tables
 
     top = renamed("--show", "--top", old_show, top)
     rep = diff_tables(old, new, show=top, storage=parse_storage(storage))
@@ -64,8 +64,8 @@ def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
         f"cutoff count {rep['cutoff_count']['old']} -> {rep['cutoff_count']['new']}; "
         f"tokens {rep['tokens']['old']} -> {rep['tokens']['new']}"
     )
-    from fgram.pipeline.tokenizer import table_tokenizer
-    from fgram.pipeline.versions import open_table
+    from fgram.pipeline.formats.tokenizer import table_tokenizer
+    from fgram.pipeline.tables.versions import open_table
 
     tok = table_tokenizer(tokenizer, open_table(new, parse_storage(storage))[1])
     for name in ("added", "removed"):
@@ -89,13 +89,13 @@ def show_command(table, top, tokenizer, as_json, storage):
     \b
     fgram show fgrams --top 20 --tokenizer tokenizer.json
     """
-    from fgram.pipeline.versions import open_table, table_dataset
+    from fgram.pipeline.tables.versions import open_table, table_dataset
 
     loc, manifest = open_table(table, parse_storage(storage))
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
-    from fgram.pipeline.tokenizer import table_tokenizer
+    from fgram.pipeline.formats.tokenizer import table_tokenizer
 
     tok = table_tokenizer(tokenizer, manifest)
     decode = tok.decode if tok is not None else None
@@ -138,7 +138,7 @@ def index_command(table, overwrite, storage):
     \b
     fgram index fgrams
     """
-    from fgram.pipeline.index import write_index
+    from fgram.pipeline.tables.index import write_index
 
     where = refuse_existing(table, "index", storage, overwrite)
     meta = write_index(table, parse_storage(storage))
@@ -219,7 +219,7 @@ def coverage_command(
     fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0 --sizes 10K,100K,1M,10M
     fgram coverage fgrams heldout/*.jsonl.zst --tokenizer tokenizer.json
     """
-    from fgram.pipeline.coverage import parse_sizes
+    from fgram.pipeline.tables.coverage import parse_sizes
 
     text = {"tokenizer": text_tokenizer, "text_field": text_field, "doc_per_line": doc_per_line}
     opts = {**opts, **text} if text_tokenizer else opts
@@ -235,7 +235,7 @@ def coverage_command(
 
 
 def _print_by_size(rows: list[dict]) -> None:
-    from fgram.pipeline.coverage import human
+    from fgram.pipeline.tables.coverage import human
 
     lengths = list(rows[0]["share_by_length"]) if rows else []
     click.echo("  by table size (the first S f-grams):")
@@ -370,13 +370,13 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
     fgram lookup fgrams --tokens 464,3290,286
     fgram lookup fgrams --text "the cat sat" --tokenizer tokenizer.json
     """
-    from fgram.pipeline.embed import FgramStore
-    from fgram.pipeline.index import FgramIndex
+    from fgram.pipeline.tables.embed import FgramStore
+    from fgram.pipeline.tables.index import FgramIndex
 
     if (tokens is None) == (text is None):
         fail("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
-    from fgram.pipeline.tokenizer import table_tokenizer
-    from fgram.pipeline.versions import open_table
+    from fgram.pipeline.formats.tokenizer import table_tokenizer
+    from fgram.pipeline.tables.versions import open_table
 
     tok = table_tokenizer(tokenizer, open_table(table, parse_storage(storage))[1])
     if text is not None:

@@ -2,16 +2,10 @@
 
 One task per unit of input (the units of `fgram build`). Each task opens the
 f-gram index (memory-mapped, shared by the tasks of a machine), matches its
-tokens, and writes tags aligned with the input:
-
-- Parquet input: one Parquet file per unit, ``<stem>.<unit>.parquet``, rows in
-  the input's order, with the input's other columns (keys such as doc_id),
-  ``fgram_ids`` list<int32> (int64 when the table has 2**31 or more f-grams)
-  and ``match_len`` list<uint8>.
-- Flat input: ``<name>.fgid.npy`` and ``<name>.mlen.npy``, indexed exactly like
-  the tokens: a separator position holds fgram id -1 and length 0. Each task
-  fills its token range of the two arrays, reading K-1 tokens before it so a
-  match that starts in the previous range is still found.
+tokens, and writes tags aligned with the input where its shard's format puts them
+(`ShardFormat.tag` and `write_tags`: a Parquet file per unit with the input's other
+columns; a flat file's two ``.npy`` arrays indexed like its tokens), reading K-1
+tokens before a unit where a match may start in the previous one.
 
 The manifest names the f-gram table (its manifest's fingerprint) and carries
 the coverage: positions by match length, and with ``sizes`` the coverage of the
@@ -21,11 +15,10 @@ match's suffix links answers them all).
 OUT may be on an object store. When the tasks run on this machine (local mode,
 ``--engine local``) they write into a staging folder here, uploaded when done.
 On a cluster they write into a staging prefix on the store beside OUT: a
-Parquet file per unit as one object, a flat shard's tags as one object per
-unit, which a task per shard then streams into that shard's two ``.npy``
-objects. Either way the output is published with the build's protocol
-(`publish.finish`): files under names of their own generation, the manifest
-(which lists them) last but `_SUCCESS`.
+unit's tags as objects, which a task per shard of a format that joins them
+(``assembles``: flat files) then streams into that shard's files. Either way the
+output is published with the build's protocol (`publish.finish`): files under names
+of their own generation, the manifest (which lists them) last but `_SUCCESS`.
 """
 
 from __future__ import annotations
@@ -41,27 +34,24 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import ReadsShards
-from fgram.pipeline.coverage import check_sizes, count_by_size, coverage_by_size, coverage_table
 from fgram.pipeline.errors import ConfigError, FgramError
-from fgram.pipeline.failures import public_options
-from fgram.pipeline.index import FgramIndex, manifest_fingerprint
-from fgram.pipeline.inputs import plan_shards, plan_units, shard_record, tokens_of
-from fgram.pipeline.locks import OutputLock
-from fgram.pipeline.publish import check_output, finish, staging_for
-from fgram.pipeline.reading import (
-    Shard,
-    Unit,
-    check_range,
-    list_column,
-    read_flat_range,
-    read_row_groups,
-    reading,
+from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record, tokens_of
+from fgram.pipeline.formats.reading import Shard, Unit
+from fgram.pipeline.formats.registry import FORMATS, format_of
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.failures import public_options
+from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.publish import check_output, finish, staging_for
+from fgram.pipeline.io.storage import Location
+from fgram.pipeline.tables.coverage import (
+    check_sizes,
+    count_by_size,
+    coverage_by_size,
+    coverage_table,
 )
-from fgram.pipeline.storage import Location
-from fgram.pipeline.table import arrow_list, write_table
-from fgram.pipeline.versions import resolve_table
+from fgram.pipeline.tables.index import FgramIndex, manifest_fingerprint
+from fgram.pipeline.tables.versions import resolve_table
 from fgram.version import __version__
 
 
@@ -110,34 +100,8 @@ def _index(table: str, ident: str, storage: dict | None = None) -> FgramIndex:
     return _INDEX[table, ident]
 
 
-def sidecar(folder, shard: Shard, what: str):
-    return wf.join(folder, f"{os.path.basename(shard.uri)}.{what}.npy")
-
-
-def _part(staging, shard: Shard, start: int, what: str):
-    """A flat shard's tags of the unit at ``start``, before `assemble_task` joins them."""
-    return wf.join(
-        staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy"
-    )
-
-
 def _remote(folder) -> bool:
     return isinstance(folder, Location) and not folder.local
-
-
-def match_flat(index: FgramIndex, raw: np.ndarray, doc_sep: int | None, uri: str):
-    """Tags of a flat token range: separators get id -1 and length 0."""
-    if doc_sep is None:
-        check_range(raw, uri)
-        return index.match(raw)
-    sep = np.flatnonzero(raw == doc_sep)
-    if len(sep) < len(raw):
-        check_range(np.delete(raw, sep), uri)
-    starts = np.unique(np.concatenate([sep, sep + 1]))
-    fid, mlen = index.match(raw, doc_starts=starts[starts < len(raw)])
-    fid[sep] = -1
-    mlen[sep] = 0
-    return fid, mlen
 
 
 @as_task
@@ -147,45 +111,19 @@ def annotate_task(
     index = _index(cfg.table, ident, cfg.storage)
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
-    if shard.format == "flat":
-        lo = max(unit.start - (k - 1), 0)
-        raw = read_flat_range(shard, lo, unit.stop, storage=cfg.storage)
-        fid, mlen = match_flat(index, raw, cfg.doc_sep, shard.uri)
-        fid, mlen = fid[unit.start - lo :], mlen[unit.start - lo :]
-        if _remote(staging):
-            wf.save_array(_part(staging, shard, unit.start, "fgid"), fid.astype(_id_type(index)))
-            wf.save_array(_part(staging, shard, unit.start, "mlen"), mlen)
-        elif staging is not None:
-            folder = os.path.join(staging, "tags")
-            ids = np.load(sidecar(folder, shard, "fgid"), mmap_mode="r+")
-            lens = np.load(sidecar(folder, shard, "mlen"), mmap_mode="r+")
-            ids[unit.start : unit.stop] = fid
-            lens[unit.start : unit.stop] = mlen
-            ids.flush()
-            lens.flush()
-            del ids, lens
-    else:
-        with reading(shard.uri):
-            table = read_row_groups(shard, unit, None, cfg.storage)
-            lengths, values = list_column(table, cfg.column, shard.uri)
-        check_range(values, shard.uri)
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        fid, mlen = index.match(values, doc_starts=starts[lengths > 0])
-        if staging is not None:
-            offsets = np.concatenate([[0], np.cumsum(lengths)])
-            out = table.drop_columns([cfg.column])
-            out = out.append_column("fgram_ids", arrow_list(offsets, fid, _id_type(index)))
-            out = out.append_column("match_len", arrow_list(offsets, mlen))
-            stem = os.path.splitext(os.path.basename(shard.uri))[0]
-            write_table(out, wf.join(staging, "tags", f"{stem}.{unit.start:06d}.parquet"))
+    fmt = format_of(shard)
+    tagged = fmt.tag(shard, unit, cfg.read_options(), k - 1, index.match)
+    if staging is not None:
+        fmt.write_tags(tagged, shard, unit, staging, _id_type(index))
+    fid, mlen = tagged.fid, tagged.mlen
     hist = np.bincount(mlen, minlength=k + 1).tolist()
     if cfg.sizes is None:
         return hist, None
     return hist, count_by_size(fid, mlen, index.suffix, cfg.sizes, k).tolist()
 
 
-def _id_type(index: FgramIndex):
-    return np.int32 if index.meta["fgrams"] < 2**31 else np.int64
+def _id_type(index: FgramIndex) -> np.dtype:
+    return np.dtype(np.int32 if index.meta["fgrams"] < 2**31 else np.int64)
 
 
 @as_task
@@ -202,26 +140,18 @@ class AnnotateStage(Stage, name="annotate", call=annotate_task, index="u"):
 
 @dataclass(frozen=True)
 class AssembleStage(Stage, name="assemble"):
-    """Join a flat shard's per-unit tag objects into its two files, a shard per task."""
+    """Join a shard's per-unit tag objects on a store into its files, a shard per task
+    (formats that ``assemble``: flat files)."""
 
-    shards: list[Shard]  # the flat shards
-    starts: list[list[int]]  # each one's units' first tokens
+    shards: list[Shard]
+    starts: list[list[int]]  # each one's units' first positions
     id_type: str
     staging: Location
 
     def run(self, task: int) -> None:
-        assemble_task(self.shards[task], self.starts[task], self.id_type, self.staging)
-
-
-def assemble_task(shard: Shard, starts: list[int], id_type: str, staging: Location) -> None:
-    """Stream a flat shard's per-unit tag objects, in order, into its two ``.npy``
-    objects (one upload each)."""
-    for what, dtype in (("fgid", id_type), ("mlen", np.uint8)):
-        wf.concat_arrays(
-            sidecar(staging.child("tags"), shard, what),
-            [_part(staging, shard, start, what) for start in starts],
-            dtype,
-            (shard.n_items,),
+        shard = self.shards[task]
+        format_of(shard).assemble_tags(
+            shard, self.starts[task], np.dtype(self.id_type), self.staging
         )
 
 
@@ -269,8 +199,8 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     """Coverage of text inputs: tokenized (as by `fgram tokenize`, flat shards) into a
     folder of the run beside the table, measured, and the folder removed."""
     from fgram.jobs.tokenize import tokenize_inputs
-    from fgram.pipeline.inputs import check_inputs
-    from fgram.pipeline.names import TEXT_FILES, is_text_file
+    from fgram.pipeline.formats.inputs import check_inputs
+    from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 
     assert cfg.tokenizer is not None
     if cfg.output is not None:
@@ -306,32 +236,19 @@ def _annotate(
         folder = os.path.join(staging, "tags")
         os.makedirs(folder)
         for shard in shards:
-            if shard.format == "flat":
-                np.lib.format.open_memmap(
-                    sidecar(folder, shard, "fgid"),
-                    mode="w+",
-                    dtype=_id_type(index),
-                    shape=(shard.n_items,),
-                )
-                np.lib.format.open_memmap(
-                    sidecar(folder, shard, "mlen"),
-                    mode="w+",
-                    dtype=np.uint8,
-                    shape=(shard.n_items,),
-                )
+            format_of(shard).prepare_tags(folder, shard, _id_type(index))
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
     ident = index_id(index)
     tagging = AnnotateStage(cfg, shards, units, staging, ident)
     results = ex.map(len(units), tagging.run, progress=True)
     if _remote(staging):
-        flat = [i for i, s in enumerate(shards) if s.format == "flat"]
-        starts = {i: sorted(un.start for un in units if un.shard == i) for i in flat}
-        PROGRESS.stage("assemble flat tags", len(flat), unit="shards")
-        id_type = np.dtype(_id_type(index)).str
+        joined = [i for i, s in enumerate(shards) if format_of(s).assembles]
+        starts = {i: sorted(un.start for un in units if un.shard == i) for i in joined}
+        PROGRESS.stage("assemble flat tags", len(joined), unit="shards")
         assembling = AssembleStage(
-            [shards[i] for i in flat], [starts[i] for i in flat], id_type, staging
+            [shards[i] for i in joined], [starts[i] for i in joined], _id_type(index).str, staging
         )
-        ex.map(len(flat), assembling.run)
+        ex.map(len(joined), assembling.run)
         wf.remove_tree(staging.child("_work"))
     k = index.max_len
     hist = [sum(h[i] for h, _ in results) for i in range(k + 1)]
@@ -358,12 +275,7 @@ def _annotate(
         "inputs": [shard_record(s) for s in shards],
         "units": [{"shard": un.shard, "start": un.start, "stop": un.stop} for un in units],
         "coverage": coverage,
-        "layout": {
-            "parquet": "<stem>.<first row group>.parquet: input columns but "
-            "the tokens, fgram_ids list<int>, match_len list<uint8>",
-            "flat": "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; "
-            "separators: id -1, length 0",
-        },
+        "layout": {f.name: f.tag_layout for f in FORMATS},
         "seconds": round(time.time() - t0, 3),
     }
     if staging is not None:

@@ -37,15 +37,15 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
-from fgram.pipeline import workdir as wf
-from fgram.pipeline.cache import file_sha256
-from fgram.pipeline.embed import load_model, storage_dtype, to_stored
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.index import manifest_fingerprint, publish_parts
-from fgram.pipeline.publish import commit_generation, generation_name, staging_path
-from fgram.pipeline.storage import Location, json_bytes
-from fgram.pipeline.versions import open_table, table_dataset
-from fgram.pipeline.workdir import load_json, save_json
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.cache import file_sha256
+from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
+from fgram.pipeline.io.storage import Location, json_bytes
+from fgram.pipeline.io.workdir import load_json, save_json
+from fgram.pipeline.tables.embed import load_model, storage_dtype, to_stored
+from fgram.pipeline.tables.index import manifest_fingerprint, publish_parts
+from fgram.pipeline.tables.versions import open_table, table_dataset
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
-from fgram.pipeline.storage import object_store_used
+from fgram.pipeline.io.storage import object_store_used
 
 
 def as_task(fn):

@@ -9,7 +9,7 @@ import time
 
 from fgram.jobs.executors import Executor, as_task, guess_parallelism, make_executor, reraise
 from fgram.jobs.progress import PROGRESS
-from fgram.pipeline.warmup import warm_up
+from fgram.pipeline.kernels.warmup import warm_up
 
 
 @as_task

@@ -4,7 +4,7 @@ reference) and the compiled kernels."""
 
 import importlib
 
-from fgram.pipeline.warmup import warm_up
+from fgram.pipeline.kernels.warmup import warm_up
 
 for _module in ("fgram.jobs.annotate", "fgram.jobs.build", "fgram.jobs.refresh"):
     importlib.import_module(_module)

@@ -18,8 +18,8 @@ from typing import Any
 
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.errors import ConfigError, InputError, OutputError
-from fgram.pipeline.publish import as_location
-from fgram.pipeline.storage import Location, json_bytes
+from fgram.pipeline.io.publish import as_location
+from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.version import __version__
 
 
@@ -72,8 +72,8 @@ def _check_outputs(cfg: ReportConfig) -> tuple[Location, Location]:
 def _heldout_text(paths: list[str], storage: dict[str, str]) -> bool:
     """Whether the held-out inputs are text to tokenize: JSON Lines or .txt files by their
     names (Parquet is read as token shards; tokenize Parquet text first)."""
-    from fgram.pipeline.inputs import discover
-    from fgram.pipeline.names import TEXT_FILES, is_text_file, text_kind
+    from fgram.pipeline.formats.inputs import discover
+    from fgram.pipeline.formats.names import TEXT_FILES, is_text_file, text_kind
 
     try:
         files = discover(paths, storage, known=is_text_file, what=TEXT_FILES)
@@ -86,7 +86,7 @@ def _heldout_text(paths: list[str], storage: dict[str, str]) -> bool:
 def _coverage(cfg: ReportConfig, manifest: dict[str, Any]) -> dict[str, Any]:
     """The coverage-vs-S curve over the held-out inputs (`fgram coverage --sizes`)."""
     from fgram.jobs.annotate import AnnotateConfig, run_annotate
-    from fgram.pipeline.coverage import default_sizes
+    from fgram.pipeline.tables.coverage import default_sizes
 
     sizes = cfg.sizes if cfg.sizes is not None else default_sizes(int(manifest["fgrams"]))
     options = dict(cfg.coverage)
@@ -106,9 +106,9 @@ def _coverage(cfg: ReportConfig, manifest: dict[str, Any]) -> dict[str, Any]:
 
 def build_report(cfg: ReportConfig) -> dict[str, Any]:
     """The report's numbers (what ``report.json`` holds)."""
-    from fgram.pipeline import report as rp
-    from fgram.pipeline.tokenizer import table_tokenizer
-    from fgram.pipeline.versions import current, open_table
+    from fgram.pipeline.formats.tokenizer import table_tokenizer
+    from fgram.pipeline.report import numbers as rp
+    from fgram.pipeline.tables.versions import current, open_table
 
     root = as_location(cfg.table, cfg.storage)
     loc, manifest = open_table(root)
@@ -145,7 +145,8 @@ def build_report(cfg: ReportConfig) -> dict[str, Any]:
 
 def run_report(cfg: ReportConfig) -> dict[str, Any]:
     """Write the page and its JSON; returns the report, with ``written``: their URIs."""
-    from fgram.pipeline.report_page import make_plots, render
+    from fgram.pipeline.report.page import render
+    from fgram.pipeline.report.plots import make_plots
 
     cfg.validate()
     page, numbers = _check_outputs(cfg)

@@ -34,17 +34,11 @@ from fgram.jobs.executors import as_task, guess_parallelism, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import TOKENS_KIND
 from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
-from fgram.pipeline.failures import public_options
-from fgram.pipeline.inputs import check_inputs
-from fgram.pipeline.locks import OutputLock
-from fgram.pipeline.names import TEXT_FILES, is_text_file
-from fgram.pipeline.publish import check_output, finish, staging_for
-from fgram.pipeline.records import JsonRecord
-from fgram.pipeline.storage import Place
-from fgram.pipeline.text import (
+from fgram.pipeline.formats.inputs import check_inputs
+from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
+from fgram.pipeline.formats.text import (
     Skips,
     TextFile,
     TextOptions,
@@ -55,9 +49,15 @@ from fgram.pipeline.text import (
     plan_text_units,
     read_ahead,
 )
-from fgram.pipeline.token_shards import ShardWriter
-from fgram.pipeline.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
-from fgram.pipeline.workdir import claim_staging, load_json, save_json
+from fgram.pipeline.formats.token_shards import ShardWriter
+from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.failures import public_options
+from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.publish import check_output, finish, staging_for
+from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
+from fgram.pipeline.records import JsonRecord
 from fgram.version import __version__
 
 FORMAT = 1

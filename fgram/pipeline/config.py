@@ -7,10 +7,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from .errors import ConfigError
-from .failures import public_options
-from .reading import FLAT_DTYPES, ReadOptions
-from .storage import is_remote
+from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.formats.reading import FLAT_DTYPES, ReadOptions
+from fgram.pipeline.io.failures import public_options
+from fgram.pipeline.io.storage import is_remote
 
 TOKENS_KIND = "fgram-tokens"  # the manifest of `fgram tokenize`'s output
 C = TypeVar("C", bound="ReadsShards")
@@ -32,7 +32,7 @@ class ReadsShards:
         """The options read from the manifests of `fgram tokenize` outputs among the inputs
         (their dtype, separator and column), and their tokenizer; (self, None) when no
         input is one. A separator given that differs from theirs is refused."""
-        from .storage import locate
+        from fgram.pipeline.io.storage import locate
 
         found: dict[str, dict[str, Any]] = {}
         for path in self.inputs:

@@ -178,7 +178,7 @@ def _tidy(folder: str, keep: int) -> None:
     that are gone (killed before their JVM exited), and all but the ``keep`` most
     recently used archives (~180 MB each; one per JDK and Spark install, so each new
     virtual environment adds one)."""
-    from fgram.pipeline.locks import process_alive
+    from fgram.pipeline.io.locks import process_alive
 
     doomed, archives = [], []
     for name in os.listdir(folder):

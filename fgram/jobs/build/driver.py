@@ -33,19 +33,26 @@ from fgram.jobs.build.state import (
 from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
-from fgram.pipeline.inputs import check_inputs, plan_shards, plan_units, shard_record, tokens_of
-from fgram.pipeline.keys import INVALID, KeyCode
-from fgram.pipeline.locks import OutputLock
-from fgram.pipeline.publish import check_output, finish, staging_for
+from fgram.pipeline.formats.inputs import (
+    check_inputs,
+    plan_shards,
+    plan_units,
+    shard_record,
+    tokens_of,
+)
+from fgram.pipeline.formats.table import table_record
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.publish import check_output, finish, staging_for
+from fgram.pipeline.io.storage import Location
+from fgram.pipeline.io.workdir import Sweeper
+from fgram.pipeline.kernels.keys import INVALID, KeyCode
+from fgram.pipeline.kernels.ranking import Groups
+from fgram.pipeline.kernels.selection import add_length, selection
+from fgram.pipeline.kernels.warmup import warm_up
 from fgram.pipeline.records import PassRecord, TableManifest
-from fgram.pipeline.selection import add_length, selection
-from fgram.pipeline.storage import Location
-from fgram.pipeline.table import Groups, table_record
-from fgram.pipeline.warmup import warm_up
-from fgram.pipeline.workdir import Sweeper
 
 
 def run_build(cfg: BuildConfig, spark=None) -> dict:
@@ -58,7 +65,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     t_start = time.time()
     cfg.validate()
     if cfg.tokenizer:
-        from fgram.pipeline.names import TEXT_FILES, is_text_file
+        from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 
         check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
         return _build_from_text(cfg, spark, t_start)

@@ -12,18 +12,26 @@ import numpy as np
 
 from fgram.jobs.executors import as_task
 from fgram.jobs.stages import Stage
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.counting import ids_at, unit_table
 from fgram.pipeline.errors import InputError, OutputError
-from fgram.pipeline.keys import MAX_TOKEN, KeyCode
-from fgram.pipeline.merging import ids_in, key_slice, merge_counts_bucketed, part_range
-from fgram.pipeline.reading import Shard, Unit, read_unit
+from fgram.pipeline.formats.reading import Shard, Unit
+from fgram.pipeline.formats.registry import format_of, read_unit
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.workdir import (
+    WorkDir,
+    load_array,
+    load_json,
+    read_into,
+    save_array,
+    save_json,
+)
+from fgram.pipeline.kernels.counting import ids_at, unit_table
+from fgram.pipeline.kernels.keys import KeyCode
+from fgram.pipeline.kernels.merging import ids_in, key_slice, merge_counts_bucketed, part_range
+from fgram.pipeline.kernels.scratch import Scratch
+from fgram.pipeline.kernels.selection import histogram
 from fgram.pipeline.records import JsonRecord, int_keys
-from fgram.pipeline.scratch import Scratch
-from fgram.pipeline.selection import histogram
-from fgram.pipeline.storage import Place
-from fgram.pipeline.workdir import WorkDir, load_array, load_json, read_into, save_array, save_json
 
 MERGE_BYTES = 64 * 2**20  # target volume of one merge task
 
@@ -104,13 +112,7 @@ def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.nda
 
 def token_ceiling(shards: list[Shard]) -> int:
     """The largest token id the shards' types allow (pass 2's key code, before any is read)."""
-    top = 0
-    for s in shards:
-        if s.format == "flat":
-            top = max(top, min(int(np.iinfo(np.dtype(s.dtype)).max), MAX_TOKEN))
-        else:
-            top = MAX_TOKEN
-    return top
+    return max((format_of(s).top_token(s) for s in shards), default=0)
 
 
 def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) -> KeyCode:

@@ -23,11 +23,12 @@ import numpy as np
 from fgram.jobs.build.passes import Plan, candidates
 from fgram.jobs.executors import as_task
 from fgram.jobs.stages import Stage
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.layout import Layout, boundaries, lead_key, sample
-from fgram.pipeline.table import Groups, bucket_order, write_ranked
-from fgram.pipeline.workdir import WorkDir, load_array, save_array
+from fgram.pipeline.formats.table import write_ranked
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.workdir import WorkDir, load_array, save_array
+from fgram.pipeline.kernels.layout import Layout, boundaries, lead_key, sample
+from fgram.pipeline.kernels.ranking import Groups, bucket_order
 
 Samples = list[tuple[int, int, np.ndarray]]  # (split slot, rows, sample of their lead keys)
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 from fgram.jobs.build.passes import Plan
 from fgram.jobs.executors import runs_here
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.inputs import shard_record
-from fgram.pipeline.publish import staging_for
+from fgram.pipeline.formats.inputs import shard_record
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.publish import staging_for
+from fgram.pipeline.io.storage import Location, check_bucket, is_remote, locate
+from fgram.pipeline.io.workdir import WorkDir, claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
-from fgram.pipeline.storage import Location, check_bucket, is_remote, locate
-from fgram.pipeline.workdir import WorkDir, claim_staging, load_json, save_json
 from fgram.version import __version__
 
 

@@ -23,22 +23,23 @@ from fgram.jobs.refresh.store import (
     store_options,
 )
 from fgram.jobs.refresh.tasks import RPlan, release_driver
-from fgram.pipeline import versions as vs
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
-from fgram.pipeline.inputs import plan_shards, plan_units, shard_record
-from fgram.pipeline.keys import KeyCode
-from fgram.pipeline.layout import group_slots
-from fgram.pipeline.locks import OutputLock
-from fgram.pipeline.publish import finish, staging_for
-from fgram.pipeline.reading import Shard
+from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
+from fgram.pipeline.formats.reading import Shard
+from fgram.pipeline.formats.table import table_record
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.publish import finish, staging_for
+from fgram.pipeline.io.storage import check_bucket, locate
+from fgram.pipeline.io.workdir import load_json, save_json
+from fgram.pipeline.kernels.keys import KeyCode
+from fgram.pipeline.kernels.layout import group_slots
+from fgram.pipeline.kernels.ranking import Groups
+from fgram.pipeline.kernels.selection import add_length, selection
+from fgram.pipeline.kernels.warmup import warm_up
 from fgram.pipeline.records import PassRecord, TableManifest
-from fgram.pipeline.selection import add_length, selection
-from fgram.pipeline.storage import check_bucket, locate
-from fgram.pipeline.table import Groups, table_record
-from fgram.pipeline.warmup import warm_up
-from fgram.pipeline.workdir import load_json, save_json
+from fgram.pipeline.tables import versions as vs
 
 MERGE_BYTES = 256 * 2**20  # base volume read by one merge task
 COMPACT = 0.25  # rewrite a length's base when its delta outgrows this share of it

@@ -19,8 +19,8 @@ from fgram.jobs.refresh.tasks import (
     table_task,
 )
 from fgram.jobs.stages import Stage
-from fgram.pipeline.storage import Location
-from fgram.pipeline.table import Groups
+from fgram.pipeline.io.storage import Location
+from fgram.pipeline.kernels.ranking import Groups
 
 
 @dataclass(frozen=True)

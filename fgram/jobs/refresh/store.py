@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fgram.pipeline import versions as vs
-from fgram.pipeline import workdir as wf
-from fgram.pipeline.cache import cache_dir, keep_copy, local_path
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.inputs import shard_record
-from fgram.pipeline.keys import KeyCode
-from fgram.pipeline.reading import Shard
+from fgram.pipeline.formats.inputs import shard_record
+from fgram.pipeline.formats.reading import Shard
+from fgram.pipeline.formats.registry import format_of
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.cache import cache_dir, keep_copy, local_path
+from fgram.pipeline.io.storage import Location
+from fgram.pipeline.io.workdir import load_array, load_json, save_array
+from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.records import JsonRecord, int_keys, optional
-from fgram.pipeline.storage import Location
-from fgram.pipeline.workdir import load_array, load_json, save_array
+from fgram.pipeline.tables import versions as vs
 from fgram.version import __version__
 
 STORE_FORMAT = 3  # 3: the store's key code depends on the shards' token width
@@ -110,9 +111,7 @@ def store_code(shards: list[Shard]) -> KeyCode:
     """The store's key code: 32 bits of prefix id and 16 of last token when every shard
     is a flat file of 16-bit tokens (a unit's count then sorts one word per position,
     docs/internals.md), else 32 + 32. Another code starts the store afresh."""
-    small = bool(shards) and all(
-        s.format == "flat" and np.dtype(s.dtype).itemsize <= 2 for s in shards
-    )
+    small = bool(shards) and all(format_of(s).top_token(s) < 2**16 for s in shards)
     return KeyCode(32, 16 if small else 32)
 
 

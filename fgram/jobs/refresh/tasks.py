@@ -12,19 +12,21 @@ import numpy as np
 from fgram.jobs.build.passes import SCRATCH
 from fgram.jobs.executors import as_task
 from fgram.jobs.refresh.store import Level, get, put, put_chunk, put_run
-from fgram.pipeline import partials as pt
-from fgram.pipeline import scans
-from fgram.pipeline import workdir as wf
 from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.counting import ids_at, unit_table
-from fgram.pipeline.keys import INVALID, KeyCode
-from fgram.pipeline.merging import part_range
-from fgram.pipeline.reading import Shard, Unit, read_unit
+from fgram.pipeline.formats.reading import Shard, Unit
+from fgram.pipeline.formats.registry import format_of, read_unit
+from fgram.pipeline.formats.table import write_ranked
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, save_array
+from fgram.pipeline.kernels import partials as pt
+from fgram.pipeline.kernels import scans
+from fgram.pipeline.kernels.counting import ids_at, unit_table
+from fgram.pipeline.kernels.keys import INVALID, KeyCode
+from fgram.pipeline.kernels.merging import part_range
+from fgram.pipeline.kernels.ranking import Groups
+from fgram.pipeline.kernels.selection import histogram
 from fgram.pipeline.records import JsonRecord, int_keys
-from fgram.pipeline.selection import histogram
-from fgram.pipeline.storage import Location, Place, locate
-from fgram.pipeline.table import Groups, write_ranked
-from fgram.pipeline.workdir import WorkDir, load_array, read_into, save_array
 
 
 @dataclass
@@ -206,16 +208,10 @@ def rare_windows(tokens: np.ndarray, ids: np.ndarray, w: int) -> np.ndarray | No
 
 def _raw_values(plan: RPlan, unit: Unit) -> np.ndarray | None:
     """A kept unit's raw values (and the overlap its longest n-grams need) as a memory
-    map, when its shard is a flat file on this machine (no copy, no conversion; a
-    scan at given starts reads only their pages). None otherwise (read as a stream)."""
+    map, when its format keeps them so on this machine (no copy, no conversion; a scan
+    at given starts reads only their pages). None otherwise (read as a stream)."""
     shard = plan.kept_shards[unit.shard]
-    where = locate(shard.uri, plan.cfg.storage)
-    stop = min(unit.stop + plan.cfg.max_len - 1, shard.n_items)
-    if shard.format != "flat" or not where.local or stop <= unit.start:
-        return None
-    dt = np.dtype(shard.dtype)
-    offset = shard.offset + unit.start * dt.itemsize
-    return np.memmap(where.path, dtype=dt, mode="r", offset=offset, shape=(stop - unit.start,))
+    return format_of(shard).raw_values(shard, unit, plan.cfg.max_len - 1, plan.cfg.storage)
 
 
 @as_task

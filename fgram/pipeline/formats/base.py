@@ -1,0 +1,162 @@
+"""A token-shard format as one object: `ShardFormat`, the protocol every format follows.
+
+A format says which files are its own (their names), what a file holds without
+reading its tokens (`describe`: a `reading.Shard`, with a content checksum), how a
+shard is cut into units of work (`units`, `tokens_in`), how a unit is read as a token
+stream with document starts (`read`), and where tags of its tokens go and how they are
+read back (`tag`, `write_tags`, `read_tags`). Jobs never ask which format a shard has:
+they call its format (`registry.format_of`). A new format is one module with a
+subclass and one line in `registry.FORMATS` (docs/internals.md shows one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow.fs as pafs
+
+from fgram.pipeline.formats.reading import ReadOptions, Shard, Stream, Unit
+from fgram.pipeline.io.storage import Location
+from fgram.pipeline.kernels.keys import MAX_TOKEN
+from fgram.pipeline.kernels.scratch import Scratch
+
+Match = Callable[..., tuple[np.ndarray, np.ndarray]]  # `FgramIndex.match(tokens, doc_starts=)`
+TagFile = Callable[[str], Location]  # a tags output's file ``tags/...`` -> where it is
+
+
+@dataclass
+class Tagged:
+    """One unit's tags: the f-gram id and match length of each of its own positions, and
+    what the format keeps to write them (``rest``: e.g. the input's other columns)."""
+
+    fid: np.ndarray
+    mlen: np.ndarray
+    rest: Any = None
+
+
+class ShardFormat(ABC):
+    """One format of token shards. Subclasses set ``name`` (what a shard's record
+    says: `reading.Shard.format`, kept in manifests and the refresh store),
+    ``extensions`` (the file names it reads) and ``tag_layout`` (the tags' files, as
+    the annotate manifest describes them)."""
+
+    name: ClassVar[str]
+    extensions: ClassVar[tuple[str, ...]]
+    tag_layout: ClassVar[str]
+    assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
+    listed: ClassVar[tuple[str, ...]] = ()  # the extensions an error names (default: all)
+
+    def claims(self, path: str) -> bool:
+        """Whether a file of this name is of this format."""
+        return path.lower().endswith(self.extensions)
+
+    @abstractmethod
+    def describe(
+        self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
+    ) -> Shard:
+        """The shard record of one file, from its metadata (no token read): a clear
+        `InputError` naming the file when it is not of this format after all."""
+
+    @abstractmethod
+    def units(self, shard: Shard, most: int) -> list[tuple[int, int]]:
+        """The shard cut into units [start, stop) of at most ``most`` tokens each (in the
+        format's own coordinates: token positions, row groups, ...)."""
+
+    @abstractmethod
+    def tokens_in(self, shard: Shard, unit: Unit) -> int:
+        """How many token slots a unit covers, from the record alone."""
+
+    @abstractmethod
+    def read(
+        self,
+        shard: Shard,
+        unit: Unit,
+        opts: ReadOptions,
+        overlap: int,
+        scratch: Scratch | None = None,
+    ) -> Stream:
+        """The unit as a token stream (SENTINEL at document boundaries), with
+        ``overlap`` tokens past its end where the next unit's tokens continue a document
+        (so that every n-gram starting in the unit is seen once)."""
+
+    def top_token(self, shard: Shard) -> int:
+        """The largest token id the shard's type allows (before any is read)."""
+        return MAX_TOKEN
+
+    def raw_values(
+        self, shard: Shard, unit: Unit, overlap: int, storage: dict[str, Any] | None
+    ) -> np.ndarray | None:
+        """The unit's raw values (and ``overlap`` past it) as a memory map of a file on
+        this machine, separators in place, when the format stores them so; else None
+        (the unit is read as a stream)."""
+        return None
+
+    @abstractmethod
+    def tag(self, shard: Shard, unit: Unit, opts: ReadOptions, back: int, match: Match) -> Tagged:
+        """The unit's tags by ``match``; ``back``: how many tokens before the unit a
+        match may start at (K - 1)."""
+
+    def prepare_tags(self, folder: str, shard: Shard, id_type: np.dtype) -> None:  # noqa: B027
+        """Make what a local tags folder needs before the tasks write (nothing by
+        default)."""
+
+    @abstractmethod
+    def write_tags(
+        self, tagged: Tagged, shard: Shard, unit: Unit, staging: Any, id_type: np.dtype
+    ) -> None:
+        """Write one unit's tags into the staging folder (a local path or a Location)."""
+
+    def assemble_tags(  # noqa: B027
+        self, shard: Shard, starts: list[int], id_type: np.dtype, staging: Location
+    ) -> None:
+        """Join a shard's per-unit tag objects on a store (``assembles`` formats only)."""
+
+    @abstractmethod
+    def read_tags(
+        self,
+        shard: Shard,
+        unit: Unit,
+        column: str,
+        storage: dict[str, Any] | None,
+        where: TagFile,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, fgram ids, match lengths) of one unit of a tags output."""
+
+
+def digest(size: int, blocks: list[tuple[int, bytes]]) -> str:
+    """A content checksum: sha256 of the size and the given blocks of a file."""
+    h = hashlib.sha256(str(size).encode())
+    for _, data in blocks:
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def mtime(info: pafs.FileInfo) -> float | None:
+    return info.mtime.timestamp() if info.mtime is not None else None
+
+
+def even_ranges(n: int, most: int) -> list[tuple[int, int]]:
+    """[0, n) cut into the fewest ranges of at most ``most`` items, of equal size."""
+    parts = -(-n // most)
+    cuts = [n * i // parts for i in range(parts + 1)] if parts else []
+    return list(itertools.pairwise(cuts))
+
+
+def group_ranges(sizes: list[int], most: int) -> list[tuple[int, int]]:
+    """Runs [a, b) of consecutive groups (of ``sizes`` items each) of at most ``most``
+    items, or one group when it alone holds more."""
+    out, first, size = [], 0, 0
+    for g, n in enumerate(sizes):
+        if size and size + n > most:
+            out.append((first, g))
+            first, size = g, 0
+        size += n
+    if first < len(sizes):
+        out.append((first, len(sizes)))
+    return out

@@ -1,0 +1,294 @@
+"""Flat token files (nanoGPT, OLMo): ``.bin`` and header-less ``.npy`` memmaps are raw
+little-endian arrays of ``--dtype``; a true ``.npy`` (numpy magic bytes) carries its own
+dtype. Documents are split at ``--doc-sep``; the separator belongs to no n-gram.
+
+A unit is a token range ``[start, stop)``, read with K-1 tokens past its end so that
+every n-gram starting in it is seen once, whatever the range boundaries. Tags:
+``<name>.fgid.npy`` and ``<name>.mlen.npy``, indexed exactly like the tokens (a
+separator holds id -1 and length 0); each unit fills its range of the two arrays, on an
+object store as one object per unit that `assemble_tags` streams into the two files.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+import numpy as np
+import pyarrow.fs as pafs
+
+from fgram.pipeline.errors import InputError
+from fgram.pipeline.formats.base import (
+    Match,
+    ShardFormat,
+    TagFile,
+    Tagged,
+    digest,
+    even_ranges,
+    mtime,
+)
+from fgram.pipeline.formats.guards import check_flat, report
+from fgram.pipeline.formats.reading import (
+    FLAT_DTYPES,
+    ReadOptions,
+    Shard,
+    Stream,
+    Unit,
+    check_bounds,
+    check_range,
+    reading,
+)
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.cache import local_path
+from fgram.pipeline.io.storage import Location, filesystem, locate
+from fgram.pipeline.kernels.keys import MAX_TOKEN
+from fgram.pipeline.kernels.scratch import Scratch, work_array
+from fgram.pipeline.kernels.streams import separate
+
+NPY_MAGIC = b"\x93NUMPY"
+SAMPLE_BLOCKS = 64  # checksummed 4 KiB blocks, evenly spaced (plus head and tail)
+
+
+class FlatFormat(ShardFormat):
+    name = "flat"
+    extensions = (".bin", ".npy")
+    tag_layout = (
+        "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; separators: id -1, length 0"
+    )
+    assembles = True
+
+    def describe(
+        self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
+    ) -> Shard:
+        size = info.size
+        offset, dtype = 0, FLAT_DTYPES[opts.dtype]
+        if path.lower().endswith(".npy"):
+            with fs.open_input_file(path) as f:
+                head = f.read(min(size, 4096))
+            if head.startswith(NPY_MAGIC):
+                offset, dtype = npy_header(head, size, uri)
+        if (size - offset) % dtype.itemsize:
+            raise InputError(
+                uri,
+                f"size {size - offset} bytes is not a multiple of {dtype} "
+                f"({dtype.itemsize} bytes); wrong --dtype?",
+            )
+        blocks = flat_blocks(fs, path, size)
+        n_items = (size - offset) // dtype.itemsize
+        report(check_flat(uri, blocks, offset, dtype, n_items, opts.doc_sep), opts.strict)
+        return Shard(
+            uri=uri,
+            format=self.name,
+            size=size,
+            mtime=mtime(info),
+            dtype=dtype.str,
+            offset=offset,
+            n_items=n_items,
+            checksum=digest(size, blocks),
+        )
+
+    def units(self, shard: Shard, most: int) -> list[tuple[int, int]]:
+        """As few ranges as ``most`` allows, of equal size (a shard of 1.5 units: two of
+        0.75, which two cores count in the same time, not 1 and 0.5)."""
+        return even_ranges(shard.n_items, most)
+
+    def tokens_in(self, shard: Shard, unit: Unit) -> int:
+        return unit.stop - unit.start  # separators included
+
+    def top_token(self, shard: Shard) -> int:
+        return min(int(np.iinfo(np.dtype(shard.dtype)).max), MAX_TOKEN)
+
+    def read(
+        self,
+        shard: Shard,
+        unit: Unit,
+        opts: ReadOptions,
+        overlap: int,
+        scratch: Scratch | None = None,
+    ) -> Stream:
+        lo = max(unit.start - 1, 0)
+        arr = read_range(shard, lo, unit.stop + overlap, scratch, opts.storage)
+        head = unit.start - lo  # 1 if the token before the range was read, else 0
+        body = arr[head:]
+        own = unit.stop - unit.start
+        if opts.doc_sep is not None:
+            tokens = work_array(scratch, "tokens", len(body), np.uint32)
+            sep_before = head == 0 or bool(arr[0] == opts.doc_sep)
+            documents, n_tokens, vmin, vmax = separate(body, opts.doc_sep, own, sep_before, tokens)
+            check_bounds(vmin, vmax, shard.uri)
+        else:
+            vmax = check_range(body, shard.uri)
+            tokens = body.astype(np.uint32)
+            n_tokens = own
+            documents = 1 if (unit.start == 0 and shard.n_items > 0) else 0
+        return Stream(
+            tokens=tokens, limit=own, documents=documents, n_tokens=n_tokens, max_token=int(vmax)
+        )
+
+    def raw_values(
+        self, shard: Shard, unit: Unit, overlap: int, storage: dict[str, Any] | None
+    ) -> np.ndarray | None:
+        where = locate(shard.uri, storage)
+        stop = min(unit.stop + overlap, shard.n_items)
+        if not where.local or stop <= unit.start:
+            return None
+        dt = np.dtype(shard.dtype)
+        offset = shard.offset + unit.start * dt.itemsize
+        return np.memmap(where.path, dtype=dt, mode="r", offset=offset, shape=(stop - unit.start,))
+
+    def tag(self, shard: Shard, unit: Unit, opts: ReadOptions, back: int, match: Match) -> Tagged:
+        lo = max(unit.start - back, 0)
+        raw = read_range(shard, lo, unit.stop, storage=opts.storage)
+        fid, mlen = match_values(match, raw, opts.doc_sep, shard.uri)
+        return Tagged(fid[unit.start - lo :], mlen[unit.start - lo :])
+
+    def prepare_tags(self, folder: str, shard: Shard, id_type: np.dtype) -> None:
+        for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
+            np.lib.format.open_memmap(
+                sidecar(folder, shard, what), mode="w+", dtype=dtype, shape=(shard.n_items,)
+            )
+
+    def write_tags(
+        self, tagged: Tagged, shard: Shard, unit: Unit, staging: Any, id_type: np.dtype
+    ) -> None:
+        if isinstance(staging, Location) and not staging.local:
+            wf.save_array(part(staging, shard, unit.start, "fgid"), tagged.fid.astype(id_type))
+            wf.save_array(part(staging, shard, unit.start, "mlen"), tagged.mlen)
+            return
+        folder = os.path.join(staging if isinstance(staging, str) else staging.path, "tags")
+        ids = np.load(sidecar(folder, shard, "fgid"), mmap_mode="r+")
+        lens = np.load(sidecar(folder, shard, "mlen"), mmap_mode="r+")
+        ids[unit.start : unit.stop] = tagged.fid
+        lens[unit.start : unit.stop] = tagged.mlen
+        ids.flush()
+        lens.flush()
+        del ids, lens
+
+    def assemble_tags(
+        self, shard: Shard, starts: list[int], id_type: np.dtype, staging: Location
+    ) -> None:
+        """Stream the shard's per-unit tag objects, in order, into its two ``.npy``
+        objects (one upload each)."""
+        for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
+            wf.concat_arrays(
+                sidecar(staging.child("tags"), shard, what),
+                [part(staging, shard, start, what) for start in starts],
+                dtype,
+                (shard.n_items,),
+            )
+
+    def read_tags(
+        self,
+        shard: Shard,
+        unit: Unit,
+        column: str,
+        storage: dict[str, Any] | None,
+        where: TagFile,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        name = os.path.basename(shard.uri)
+        tokens = read_range(shard, unit.start, unit.stop, storage=storage).astype(np.int64)
+        fid = np.load(local_path(where(f"tags/{name}.fgid.npy")), mmap_mode="r")
+        mlen = np.load(local_path(where(f"tags/{name}.mlen.npy")), mmap_mode="r")
+        return (
+            tokens,
+            np.asarray(fid[unit.start : unit.stop]),
+            np.asarray(mlen[unit.start : unit.stop]),
+        )
+
+
+def npy_header(head: bytes, size: int, uri: str) -> tuple[int, np.dtype]:
+    """(header bytes, dtype) of a true ``.npy`` file's first bytes ``head``."""
+    buf = io.BytesIO(head)
+    try:
+        version = np.lib.format.read_magic(buf)
+        reader = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _fortran, dt = reader(buf)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(uri, f"unreadable .npy header: {exc}") from None
+    if len(shape) != 1:
+        raise InputError(uri, f".npy array must be 1-D, found shape {shape}")
+    if dt.kind not in "iu":
+        raise InputError(uri, f".npy dtype {dt} is not an integer type")
+    offset = buf.tell()
+    expected = offset + shape[0] * dt.itemsize
+    if size != expected:
+        raise InputError(uri, f"truncated .npy: {size} bytes, header says {expected}")
+    return offset, dt
+
+
+def flat_blocks(fs: pafs.FileSystem, path: str, size: int) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of a flat file's first and last 64 KiB and SAMPLE_BLOCKS 4 KiB
+    blocks evenly spaced between them: its checksum's input and `guards`' sample. With
+    size and mtime the checksum tells a shard that changed in place from the one that
+    was read before."""
+    ends = {0, max(size - 65536, 0)}  # head and tail: 64 KiB each
+    spots = ends | {i * size // (SAMPLE_BLOCKS + 1) for i in range(1, SAMPLE_BLOCKS + 1)}
+    with fs.open_input_file(path) as f:
+        return [(at, f.read_at(65536 if at in ends else 4096, at)) for at in sorted(spots)]
+
+
+def read_range(
+    shard: Shard,
+    lo: int,
+    hi: int,
+    scratch: Scratch | None = None,
+    storage: dict[str, Any] | None = None,
+) -> np.ndarray:
+    """Raw token values [lo, hi) of a flat file (clipped to the file), read in one call
+    (into ``scratch``'s "raw" buffer when given)."""
+    with reading(shard.uri):
+        fs, path = filesystem(shard.uri, storage)
+        dt = np.dtype(shard.dtype)
+        lo, hi = max(lo, 0), min(hi, shard.n_items)
+        with fs.open_input_file(path) as f:
+            if scratch is None:
+                arr = np.frombuffer(
+                    f.read_at((hi - lo) * dt.itemsize, shard.offset + lo * dt.itemsize), dtype=dt
+                )
+            else:
+                arr = scratch.get("raw", hi - lo, dt)
+                f.seek(shard.offset + lo * dt.itemsize)
+                view, got = arr.view(np.uint8), 0
+                while got < len(view):
+                    m = f.readinto(view[got:])
+                    if not m:
+                        break
+                    got += m
+                arr = arr[: got // dt.itemsize]
+    if len(arr) != hi - lo:
+        raise InputError(shard.uri, "file shrank while being read")
+    return arr
+
+
+def match_values(
+    match: Match, raw: np.ndarray, doc_sep: int | None, uri: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tags of a flat token range: separators get id -1 and length 0."""
+    if doc_sep is None:
+        check_range(raw, uri)
+        return match(raw)
+    sep = np.flatnonzero(raw == doc_sep)
+    if len(sep) < len(raw):
+        check_range(np.delete(raw, sep), uri)
+    starts = np.unique(np.concatenate([sep, sep + 1]))
+    fid, mlen = match(raw, doc_starts=starts[starts < len(raw)])
+    fid[sep] = -1
+    mlen[sep] = 0
+    return fid, mlen
+
+
+def sidecar(folder: Any, shard: Shard, what: str) -> Any:
+    """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder."""
+    return wf.join(folder, f"{os.path.basename(shard.uri)}.{what}.npy")
+
+
+def part(staging: Location, shard: Shard, start: int, what: str) -> Location:
+    """A flat shard's tags of the unit at ``start``, before `assemble_tags` joins them."""
+    return wf.join(
+        staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy"
+    )

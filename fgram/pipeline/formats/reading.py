@@ -1,0 +1,117 @@
+"""What a shard, a unit of work and a token stream are, for every format, and the checks
+of what is read.
+
+A *unit* is the work of one task: a part of one shard, in its format's coordinates (a
+range of row groups of a Parquet file, a token range ``[start, stop)`` of a flat file).
+Its format (`base.ShardFormat`, found by `registry.format_of`) reads it as a `Stream`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fgram.pipeline.errors import FgramError, InputError, StorageUnavailable
+from fgram.pipeline.io.failures import failure, first_line
+from fgram.pipeline.io.storage import is_remote
+from fgram.pipeline.kernels.keys import MAX_TOKEN, SENTINEL
+
+FLAT_DTYPES: dict[str, np.dtype] = {
+    "uint16": np.dtype("<u2"),
+    "uint32": np.dtype("<u4"),
+    "int32": np.dtype("<i4"),
+}
+
+
+@dataclass
+class ReadOptions:
+    column: str = "tokens"
+    dtype: str = "uint16"  # for .bin and header-less .npy
+    doc_sep: int | None = None  # None: a flat file is one document
+    storage: dict[str, Any] = field(default_factory=dict)  # storage options (`storage.filesystem`)
+    strict: bool = False  # a flat file's sample that looks wrong fails (`guards`)
+
+
+@dataclass
+class Shard:
+    uri: str  # as the user can read it back (path or URI)
+    format: str  # its format's name (`registry.FORMATS`)
+    size: int
+    mtime: float | None
+    dtype: str | None = None  # flat: numpy dtype str
+    offset: int = 0  # flat: header bytes
+    n_items: int = 0  # flat: array length; parquet: rows
+    row_groups: list[int] = field(default_factory=list)  # parquet: values per row group
+    checksum: str | None = None  # content fingerprint (the format's `describe`)
+
+
+@dataclass
+class Unit:
+    shard: int  # index into the shard list
+    start: int  # in the format's coordinates (flat: first token; parquet: first row group)
+    stop: int  # exclusive
+
+
+def short_error(exc: Exception) -> str:
+    return first_line(exc, limit=200)
+
+
+@dataclass
+class Stream:
+    """The tokens of one unit as a uint32 stream with SENTINEL at document boundaries."""
+
+    tokens: np.ndarray
+    limit: int  # n-grams starting at positions >= limit belong to the next unit
+    documents: int
+    n_tokens: int
+    max_token: int = -1  # the largest token id read (the overlap included); -1: none
+
+
+def check_range(values: np.ndarray, uri: str) -> int:
+    """Check the token ids' bounds; returns the largest (-1 when there are none)."""
+    if not len(values):
+        return -1
+    highest = int(values.max())
+    check_bounds(int(values.min()) if values.dtype.kind == "i" else 0, highest, uri)
+    return highest
+
+
+def check_bounds(lowest: int, highest: int, uri: str) -> None:
+    """Token ids must lie in 0..MAX_TOKEN."""
+    if lowest < 0:
+        raise InputError(uri, f"negative token id {lowest}")
+    if highest > MAX_TOKEN:
+        raise InputError(uri, f"token id {highest} exceeds {MAX_TOKEN}")
+
+
+@contextmanager
+def reading(uri: str) -> Iterator[None]:
+    """Corrupt or unreadable data surfaces as an InputError naming the file."""
+    try:
+        yield
+    except FgramError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        err = failure(uri, exc, reading=True)  # an object store down: worth a --resume
+        raise (
+            err
+            if isinstance(err, StorageUnavailable) or is_remote(uri) and isinstance(exc, OSError)
+            else InputError(uri, f"cannot read ({short_error(exc)})")
+        ) from None
+
+
+def stream_from_lists(lengths: np.ndarray, values: np.ndarray, uri: str = "<memory>") -> Stream:
+    """Documents given as lengths + concatenated values -> a token stream (SENTINEL after each)."""
+    highest = check_range(values, uri)
+    ndocs = len(lengths)
+    tokens = np.full(len(values) + ndocs, SENTINEL, dtype=np.uint32)
+    if len(values):
+        doc_of_value = np.repeat(np.arange(ndocs, dtype=np.int64), lengths)
+        tokens[np.arange(len(values), dtype=np.int64) + doc_of_value] = values
+    return Stream(
+        tokens=tokens, limit=len(tokens), documents=ndocs, n_tokens=len(values), max_token=highest
+    )

@@ -1,0 +1,145 @@
+"""A Hugging Face tokenizer (``tokenizer.json``, the `text` extra): found, identified by
+its content, shipped to workers as its JSON text, and run on batches of documents."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fgram.pipeline.errors import ConfigError
+
+EOS_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>", "[SEP]")
+
+
+def _library() -> Any:
+    try:
+        import tokenizers
+    except ImportError:
+        raise ConfigError(
+            "tokenizing needs the 'tokenizers' package: pip install 'fgram[text]'"
+        ) from None
+    return tokenizers
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer as a task carries it: its JSON text and what identifies it."""
+
+    json: str
+    name: str  # the file's folder name, or the file's name
+    path: str
+    sha256: str
+    vocab_size: int
+    eos_id: int | None  # its end-of-document token, when it names one
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "eos_id": self.eos_id,
+        }
+
+
+def tokenizer_file(path: str) -> str:
+    """``path`` itself, or the ``tokenizer.json`` in the folder ``path``."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(path):
+        raise ConfigError(f"{path}: no such tokenizer file (a tokenizer.json, or its folder)")
+    return path
+
+
+_LOADED: dict[str, Any] = {}  # this process's tokenizer, by its sha256
+
+
+def load_spec(path: str) -> TokenizerSpec:
+    """Read and check a tokenizer; its EOS token from a ``tokenizer_config.json`` beside
+    it (``eos_token``), else from its special tokens' usual names."""
+    file = tokenizer_file(path)
+    with open(file, "rb") as f:
+        raw = f.read()
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        tok = _library().Tokenizer.from_str(text)
+    except Exception as exc:  # noqa: BLE001 - one line
+        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{file}: not a tokenizer.json ({why})") from None
+    folder = os.path.dirname(os.path.abspath(file))
+    eos = _config_eos(tok, os.path.join(folder, "tokenizer_config.json"))
+    if eos is None:
+        specials = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+        eos = next((tok.token_to_id(n) for n in EOS_NAMES if n in specials), None)
+    name = os.path.basename(folder) if os.path.basename(file) == "tokenizer.json" else file
+    spec = TokenizerSpec(
+        json=text,
+        name=os.path.basename(name),
+        path=os.path.abspath(file),
+        sha256=hashlib.sha256(raw).hexdigest(),
+        vocab_size=int(tok.get_vocab_size(with_added_tokens=True)),
+        eos_id=eos,
+    )
+    _LOADED.clear()
+    _LOADED[spec.sha256] = tok  # the driver's own tasks need not parse it again
+    return spec
+
+
+def table_tokenizer(given: str | None, manifest: dict[str, Any]) -> Any:
+    """The tokenizer ``given`` (a path), else the one a table's manifest names (made from
+    `fgram tokenize` output) when its file is on this machine with the same content and
+    the `text` extra is installed; else None. A bad ``given`` is a one-line error."""
+    if given:
+        return tokenizer(load_spec(given))
+    rec = manifest.get("tokenizer") or {}
+    path = rec.get("path")
+    if not path or not os.path.isfile(path):
+        return None
+    import importlib.util
+
+    from fgram.pipeline.io.cache import file_sha256
+
+    if importlib.util.find_spec("tokenizers") is None or file_sha256(path) != rec.get("sha256"):
+        return None
+    return tokenizer(load_spec(path))
+
+
+def _config_eos(tok: Any, config: str) -> int | None:
+    if not os.path.isfile(config):
+        return None
+    try:
+        with open(config) as f:
+            token = json.load(f).get("eos_token")
+    except (OSError, ValueError):
+        return None
+    if isinstance(token, dict):
+        token = token.get("content")
+    found = tok.token_to_id(token) if isinstance(token, str) else None
+    return int(found) if found is not None else None
+
+
+def tokenizer(spec: TokenizerSpec, threads: int = 0) -> Any:
+    """The spec's tokenizer, made once per process. ``threads`` > 0 sizes its thread pool
+    (RAYON_NUM_THREADS: read once, when a process first encodes a batch; a process that
+    encoded before keeps its pool); 0 leaves the library's default (every core)."""
+    if threads > 0:
+        os.environ["RAYON_NUM_THREADS"] = str(threads)
+    if spec.sha256 not in _LOADED:
+        _LOADED.clear()
+        _LOADED[spec.sha256] = _library().Tokenizer.from_str(spec.json)
+    return _LOADED[spec.sha256]
+
+
+def encode(tok: Any, texts: list[str], special: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Documents -> (token counts int64, all their ids int64, concatenated), without
+    the tokenizer's special tokens unless ``special``; its own threads encode the batch."""
+    run = getattr(tok, "encode_batch_fast", None) or tok.encode_batch
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in run(texts, add_special_tokens=special)]
+    lengths = np.array([len(a) for a in ids], dtype=np.int64)
+    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    return lengths, flat

@@ -1,0 +1,115 @@
+"""Storage options and their secrets, and what a failed storage call means: one line
+that names the URI and the cause, never a secret (`redact`), and the error class
+that says whether a retry may pass (`failure`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from fgram.pipeline.errors import (
+    ConfigError,
+    FgramError,
+    InputError,
+    OutputError,
+    StorageUnavailable,
+)
+
+SECRET_WORDS = ("secret", "token", "password", "key", "credential", "sas", "sig")
+
+
+def parse_options(pairs: Iterable[str] | None) -> dict[str, str]:
+    """``("k=v", ...)`` -> ``{"k": "v"}`` (the CLI's ``--storage-option``)."""
+    out = {}
+    for item in pairs or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--storage-option: expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def is_secret(key: str) -> bool:
+    low = key.lower()
+    return any(w in low for w in SECRET_WORDS) and "endpoint" not in low
+
+
+def public_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Storage options as a manifest or a log may show them: secrets masked."""
+    return {k: ("***" if is_secret(k) else v) for k, v in sorted((options or {}).items())}
+
+
+def _secrets(options: dict[str, Any] | None) -> list[str]:
+    found = [str(v) for k, v in (options or {}).items() if is_secret(k) and v]
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY"):
+        if os.environ.get(name):
+            found.append(os.environ[name])
+    return [s for s in found if len(s) >= 3]
+
+
+def redact(text: str, options: dict[str, Any] | None = None) -> str:
+    for secret in _secrets(options):
+        text = text.replace(secret, "***")
+    return text
+
+
+def first_line(exc: BaseException, options: dict[str, Any] | None = None, limit: int = 300) -> str:
+    """An exception's first line, cut to ``limit`` characters, secrets redacted."""
+    text = str(exc).strip()
+    return redact(text.splitlines()[0][:limit] if text else type(exc).__name__, options)
+
+
+def explain(exc: BaseException, options: dict[str, Any] | None = None) -> tuple[str, bool]:
+    """(one-line cause of a storage failure, whether it may pass: an endpoint down)."""
+    text = str(exc)
+    where = endpoint_of(options)
+    if "curlCode: 6," in text or "resolve host" in text:
+        return f"cannot reach the object store{where} (host name not found)", True
+    if "curlCode: 28" in text or "imed out" in text:
+        return f"the object store{where} did not answer in time", True
+    if (
+        "NETWORK_CONNECTION" in text
+        or "curlCode: 7" in text
+        or "Could not connect" in text
+        or "Connection refused" in text
+    ):
+        return f"cannot reach the object store{where} (connection refused)", True
+    if (
+        "ACCESS_DENIED" in text
+        or "SIGNATURE_DOES_NOT_MATCH" in text
+        or "InvalidAccessKeyId" in text
+        or "INVALID_ACCESS_KEY_ID" in text
+        or "403" in text
+    ):
+        return (
+            "access denied (check the credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, "
+            "the AWS config, or --storage-option)"
+        ), False
+    if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text or "bucket does not exist" in text:
+        return "no such bucket", False
+    if isinstance(exc, FileNotFoundError):
+        return "no such file or directory", False
+    return first_line(exc, options), False
+
+
+def endpoint_of(options: dict[str, Any] | None) -> str:
+    """' at ENDPOINT' for messages, from the options or the environment ('' if neither)."""
+    end = (
+        (options or {}).get("endpoint_override")
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    return f" at {end}" if end else ""
+
+
+def failure(
+    uri: str, exc: BaseException, options: dict[str, Any] | None = None, reading: bool = False
+) -> FgramError:
+    """The error to raise for a storage call on ``uri`` that failed with ``exc``."""
+    if isinstance(exc, FgramError):
+        return exc
+    cause, passing = explain(exc, options)
+    if passing:
+        return StorageUnavailable(f"{uri}: {cause}")
+    return InputError(uri, cause) if reading else OutputError(f"{uri}: {cause}")

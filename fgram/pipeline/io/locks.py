@@ -1,0 +1,199 @@
+"""One writer per output: a lock file beside a local output (`FileLock`: its holder's
+host and pid, a heartbeat), a lease object beside one on an object store (`LeaseLock`:
+claims in a folder, the oldest live claim wins, renewed while the run lasts)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from fgram.pipeline.errors import LockedError
+from fgram.pipeline.io.publish import as_location, lock_path
+from fgram.pipeline.io.storage import Location, Place
+
+
+def OutputLock(out: Place, beat: float = 10.0, stale: float = 120.0) -> FileLock | LeaseLock:
+    """One writer per output: a lock file beside a local output (`FileLock`), a lease
+    object beside one on an object store (`LeaseLock`)."""
+    loc = as_location(out)
+    return FileLock(loc.path, beat, stale) if loc.local else LeaseLock(loc, beat, stale)
+
+
+class FileLock:
+    """One writer per output: a lock file beside it, created exclusively.
+
+    It holds the owner's host and pid; a heartbeat thread touches it every
+    ``beat`` seconds. A lock is stale (and taken over) when its owner's
+    process is gone (same host) or its heartbeat is older than ``stale``
+    seconds (another host: a crashed or unreachable run), so a killed run
+    never blocks the output for good.
+    """
+
+    def __init__(self, out: str, beat: float = 10.0, stale: float = 120.0):
+        self.path = lock_path(out)
+        self.out = os.path.abspath(out)
+        self.beat, self.stale = beat, stale
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> FileLock:
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is not None and not self._is_stale(holder):
+                    raise LockedError(
+                        f"{self.out}: another fgram run is writing it (pid {holder.get('pid')} "
+                        f"on {holder.get('host')}, lock {self.path}); if that run is gone, "
+                        f"delete the lock"
+                    ) from None
+                self._remove_stale()
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+            thread.start()
+            return self
+        raise LockedError(f"{self.out}: could not take the lock {self.path}")
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.path)
+
+    def _holder(self) -> dict[str, Any] | None:
+        try:
+            with open(self.path) as f:
+                holder: dict[str, Any] = json.load(f)
+                return holder
+        except (OSError, ValueError):
+            return None  # half-written or just removed: judged by its age below
+
+    def _is_stale(self, holder: dict[str, Any]) -> bool:
+        try:
+            age = time.time() - os.path.getmtime(self.path)
+        except FileNotFoundError:
+            return True
+        if holder.get("host") == socket.gethostname():
+            return not process_alive(int(holder.get("pid", -1)))
+        return age > self.stale
+
+    def _remove_stale(self) -> None:
+        stale = f"{self.path}.stale-{uuid.uuid4().hex[:8]}"
+        try:  # rename first: of two runs taking over, only one wins
+            os.rename(self.path, stale)
+            os.remove(stale)
+        except FileNotFoundError:
+            pass
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.beat):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process of this id runs on this machine (a stale lock's, a killed run's)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LeaseLock:
+    """One writer per output on an object store, where there is no exclusive create:
+    each run writes a claim object of its own into ``.<name>.fgram-lock/`` beside the
+    output, then lists the claims. It holds the lock only if it sees no other live
+    claim; otherwise it withdraws its claim and tries again, a few times, then gives
+    up (LockedError). Two runs that claim at once may both withdraw, never both hold:
+    with strongly consistent listing (S3 and SeaweedFS), of two claims written before
+    either listing, the later listing sees both. A holder rewrites its claim every
+    ``beat`` seconds; a claim is stale (deleted by the next run) when its run is gone
+    (same host) or it was last written more than ``stale`` seconds ago."""
+
+    ATTEMPTS = 5
+
+    def __init__(self, out: Location, beat: float = 10.0, stale: float = 120.0):
+        self.out = out
+        self.folder = out.sibling(f".{out.name}.fgram-lock")
+        self.me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "output": out.uri,
+        }
+        self.claim = self.folder.child(
+            f"{self.me['host']}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
+        )
+        self.beat, self.stale = beat, stale
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LeaseLock:
+        import random
+
+        seen = None
+        for attempt in range(self.ATTEMPTS):
+            self.claim.write_json(self.me)
+            live = [n for n in self.folder.names() if n != self.claim.name and self._live(n)]
+            if not live:
+                thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+                thread.start()
+                return self
+            self.claim.remove()
+            holder = self._read(live[0]) or {}
+            if live[0] == seen or attempt == self.ATTEMPTS - 1:
+                raise LockedError(
+                    f"{self.out.uri}: another fgram run is writing it (pid {holder.get('pid')} "
+                    f"on {holder.get('host')}, lease {self.folder.child(live[0]).uri}); if that "
+                    f"run is gone, the lease expires {int(self.stale)} s after its last beat"
+                )
+            seen = live[0]
+            time.sleep(random.uniform(0.2, 1.0))
+        raise LockedError(f"{self.out.uri}: could not take the lease {self.folder.uri}")
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        try:
+            lease: dict[str, Any] = self.folder.child(name).read_json()
+            return lease
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            return None
+
+    def _live(self, name: str) -> bool:
+        """Whether another run's claim still counts; stale ones are deleted."""
+        other = self.folder.child(name)
+        info, holder = other.info(), self._read(name)
+        if holder is None or info.mtime is None:
+            return False
+        if holder.get("host") == self.me["host"]:
+            alive = process_alive(int(holder.get("pid", -1)))
+        else:
+            alive = time.time() - info.mtime.timestamp() <= self.stale
+        if not alive:
+            other.remove()
+        return alive
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.beat):
+            with contextlib.suppress(Exception):  # noqa: BLE001 - the next beat tries again
+                self.claim.write_json({**self.me, "beat": time.time()})
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
+            self.claim.remove()

@@ -1,0 +1,235 @@
+"""Atomic publishing: build aside, then rename into place; `_SUCCESS` last."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from typing import Any
+
+from fgram.pipeline.errors import OutputError
+from fgram.pipeline.io.cache import cache_dir
+from fgram.pipeline.io.storage import Location, Place, check_bucket, json_bytes, locate
+
+
+def as_location(out: Place, storage: dict[str, Any] | None = None) -> Location:
+    return out if isinstance(out, Location) else locate(str(out), storage)
+
+
+def check_output(
+    out: Place, overwrite: bool, storage: dict[str, Any] | None = None, resume: bool = False
+) -> Location:
+    """Where an output goes, checked before any work: a local folder that may be made
+    and written, or an object-store prefix whose bucket exists and answers. Without
+    ``overwrite`` it must not exist yet (an object-store prefix a run of ours left
+    unfinished may be continued with ``resume``)."""
+    loc = as_location(out, storage)
+    if not loc.local:
+        check_bucket(loc)
+        if loc.exists() and not overwrite and not (resume and not loc.child(SUCCESS).exists()):
+            raise OutputError(f"{loc.uri}: output exists; pass --overwrite to replace it")
+        if overwrite and foreign_output(loc):
+            raise OutputError(f"{loc.uri}: {_NOT_OURS}")
+        return loc
+    path = loc.path
+    if os.path.exists(path) and not overwrite:
+        raise OutputError(f"{path}: output exists; pass --overwrite to replace it")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{path}: exists and is not a directory")
+    if overwrite and foreign_output(loc):
+        raise OutputError(f"{path}: {_NOT_OURS}")
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot create output folder ({exc.strerror})") from None
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"{parent}: not writable")
+    return loc
+
+
+SUCCESS = "_SUCCESS"
+MANIFEST = "manifest.json"
+_NOT_OURS = (
+    "exists and is not an fgram output (no manifest.json): --overwrite replaces only "
+    "those; remove it yourself or choose another name"
+)
+
+
+def foreign_output(out: Place) -> bool:
+    """Whether ``out`` (a path or a `Location`) is something an fgram writer must not
+    replace, even with --overwrite: a file, or a folder that is neither empty nor an
+    fgram output (a manifest.json or _SUCCESS in it): a corpus, say, given in the
+    output's place."""
+    loc = as_location(out)
+    if loc.local:
+        if not os.path.exists(loc.path):
+            return False
+        if not os.path.isdir(loc.path):
+            return True
+        return bool(os.listdir(loc.path)) and not any(
+            os.path.exists(os.path.join(loc.path, n)) for n in (MANIFEST, SUCCESS)
+        )
+    return loc.exists() and not any(loc.child(n).exists() for n in (MANIFEST, SUCCESS))
+
+
+def _beside(out: Place, what: str) -> str:
+    """A hidden local sibling of ``out``: ``.<name>.fgram-<what>``; for an output on an
+    object store, a folder of the local cache named after its URI (the run's work
+    stays on this machine; only the finished output is uploaded)."""
+    loc = as_location(out)
+    if not loc.local:
+        import hashlib
+
+        digest = hashlib.sha256(loc.uri.encode()).hexdigest()[:16]
+        return os.path.join(cache_dir("remote-runs"), f".{loc.name}-{digest}.fgram-{what}")
+    parent, name = os.path.split(loc.path)
+    return os.path.join(parent, f".{name}.fgram-{what}")
+
+
+def staging_path(out: Place) -> str:
+    """The one (local) staging folder of an output: a crashed run's work stays there for
+    --resume."""
+    return _beside(out, "staging")
+
+
+def lock_path(out: Place) -> str:
+    return _beside(out, "lock")
+
+
+def staging_for(out: Place, here: bool, unique: bool = False, what: str = "staging") -> Place:
+    """Where a run stages ``out`` before publishing it. On this machine when ``out`` is
+    local or the run's tasks run here (`staging_path`: beside a local output, the local
+    cache for one on an object store); else on the store beside ``out``, a hidden
+    `Location` every executor reaches (a cluster without a shared mount). ``unique``: a
+    folder of its own (made here), not the one a killed run left for --resume.
+    ``what``: another folder of the run's, named so (``text``: a build's tokens)."""
+    loc = as_location(out)
+    what = f"{what}-{uuid.uuid4().hex[:12]}" if unique else what
+    if not (loc.local or here):
+        return loc.sibling(f".{loc.name}.fgram-{what}")
+    path = _beside(loc, what)
+    if unique:
+        os.makedirs(path)
+    return path
+
+
+def publish(staging: str, out: str) -> None:
+    """Move a finished local staging folder to local `out`, replacing an older output
+    atomically (two renames).
+
+    The caller writes `_SUCCESS` into staging before this; readers that see
+    `out` see either the old complete output or the new complete one.
+    """
+    out = os.path.abspath(out)
+    if os.path.exists(out):
+        old = _beside(out, f"old-{uuid.uuid4().hex[:12]}")
+        os.rename(out, old)
+        os.rename(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(staging, out)
+
+
+def data_files(staging: Place) -> list[str]:
+    """The files of a finished staging folder (a local path or a `Location`; relative,
+    sorted), markers and work files excluded."""
+    if isinstance(staging, Location):
+        found = staging.files()
+    else:
+        found = []
+        for folder, dirs, files in os.walk(staging):
+            dirs[:] = [d for d in dirs if d != "_work"]  # not walked: nothing there is data
+            rel = os.path.relpath(folder, staging)
+            found += [name if rel == "." else f"{rel}/{name}" for name in files]
+    return sorted(f for f in found if f not in (MANIFEST, SUCCESS) and not f.startswith("_work/"))
+
+
+def generation_name(rel: str, gen: str) -> str:
+    """``fgrams/part-00000.parquet`` -> ``fgrams/part-00000-<gen>.parquet``: the name a file
+    of generation ``gen`` has on an object store, beside an older generation's."""
+    head, dot, ext = rel.rpartition(".")
+    return f"{head}-{gen}.{ext}" if dot and "/" not in ext else f"{rel}-{gen}"
+
+
+def finish(staging: Place, out: Place, manifest: dict[str, Any], new_folder: bool = False) -> None:
+    """Publish the finished staging folder (a local path, or a `Location` on the same
+    object store as ``out``) as ``out`` with ``manifest``, which names every file of the
+    output (``files``). ``new_folder``: ``out`` is a folder no reader knows yet (a
+    refresh's new version), so on an object store its files keep their own names.
+
+    Local ``out``: manifest, `_SUCCESS`, then two renames (`publish`). On an object
+    store, where nothing renames: the data files under names of their own generation
+    (an older output stays whole beside them), then ``manifest.json`` (the switch: a
+    reader that reads it finds every file it names), then `_SUCCESS`, then the older
+    generation's objects are deleted."""
+    loc = as_location(out)
+    if isinstance(staging, Location) and staging.local:
+        staging = staging.path
+    files = data_files(staging)
+    if loc.local:
+        from fgram.pipeline.io.workdir import save_json
+
+        assert isinstance(staging, str)  # a local output is staged on this machine
+        manifest["files"] = files
+        save_json(os.path.join(staging, MANIFEST), manifest)
+        with open(os.path.join(staging, SUCCESS), "w"):
+            pass
+        publish(staging, loc.path)
+        return
+    gen = uuid.uuid4().hex[:12]
+    names = {rel: rel if new_folder else generation_name(rel, gen) for rel in files}
+    manifest["files"] = sorted(names.values())
+    manifest["generation"] = gen
+    commit_generation(
+        loc,
+        {
+            name: staging.child(rel)
+            if isinstance(staging, Location)
+            else os.path.join(staging, rel)
+            for rel, name in names.items()
+        },
+        [(MANIFEST, json_bytes(manifest)), (SUCCESS, gen.encode())],
+    )
+    if isinstance(staging, Location):
+        staging.remove_tree()
+    else:
+        discard(staging)
+
+
+def commit_generation(
+    dest: Location,
+    files: dict[str, Place],
+    markers: list[tuple[str, bytes]],
+    written: tuple[str, ...] = (),
+) -> None:
+    """The commit protocol of an object-store folder, where nothing renames: upload
+    ``files`` (name below ``dest`` -> a local path or a `Location` of the same store),
+    each under a name of its own generation, beside what an older one left (``written``:
+    names of this generation's files already there); then write ``markers`` in order (the
+    first is the switch: it names the new files); then delete every other object below
+    ``dest``."""
+    upload_all([(src, dest.child(name)) for name, src in files.items()])
+    for name, data in markers:
+        dest.child(name).write_bytes(data)
+    keep = set(files) | set(written) | {name for name, _ in markers}
+    for rel in dest.files():
+        if rel not in keep:
+            dest.child(rel).remove()
+
+
+UPLOAD_THREADS = 8
+
+
+def upload_all(pairs: list[tuple[Place, Location]]) -> None:
+    """Copy (source, destination) pairs, a few at a time: a local file is uploaded, an
+    object copied on its store. The first failure is raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+        for future in [pool.submit(dst.upload, src) for src, dst in pairs]:
+            future.result()
+
+
+def discard(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,290 @@
+"""Intermediate files of a build: one folder per pass, one completed unit per file.
+
+Every file is written aside and renamed into place (on an object store: one PUT, which
+appears whole or not at all), so a retried or speculative task never leaves a
+half-written file for a reader. The work folder is a local path (a local or shared
+disk: the fast path, memory maps) or a `storage.Location` on an object store, which
+every executor of a cluster reaches; the functions here take either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import threading
+import uuid
+from typing import Any, TypeGuard, overload
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.kernels.scratch import Scratch
+
+
+def _remote(path: Place) -> TypeGuard[Location]:
+    return isinstance(path, Location) and not path.local
+
+
+def _local(path: Place) -> str:
+    return path.path if isinstance(path, Location) else path
+
+
+def save_array(path: Place, arr: np.ndarray) -> None:
+    if _remote(path):
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        path.write_bytes(buf.getbuffer())
+        return
+    path = _local(path)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as f:
+        np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def load_array(path: Place, mmap: bool = True) -> np.ndarray:
+    """A local file memory-mapped (``mmap``) or read; an object read whole."""
+    if _remote(path):
+        arr: np.ndarray = np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
+        return arr
+    arr = np.load(_local(path), mmap_mode="r" if mmap else None, allow_pickle=False)
+    return arr
+
+
+def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
+    """A 1-d array file read into ``scratch``'s buffer ``name`` (a `scratch.Scratch`):
+    a worker reading one such file per unit reuses the same pages (a fresh
+    array's first touch costs more than the copy)."""
+    if _remote(path):
+        arr = load_array(path)
+        out = scratch.get(name, len(arr), arr.dtype)
+        out[:] = arr
+        return out
+    local = _local(path)
+    with open(local, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):  # np.save writes these: anything else, plainly
+            return load_array(local, mmap=False)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read_header(f)
+        if len(shape) != 1 or dtype.hasobject:
+            raise ValueError(f"{local}: not a 1-d array of numbers")
+        into = scratch.get(name, shape[0], dtype)
+        if f.readinto(into.data.cast("B")) != into.nbytes:
+            raise ValueError(f"{local}: truncated")
+    return into
+
+
+def concat_arrays(
+    dest: Location, parts: list[Place], dtype: DTypeLike, shape: tuple[int, ...]
+) -> tuple[str, int]:
+    """One ``.npy`` object at ``dest`` of ``dtype`` and ``shape``: a header, then the
+    arrays of ``parts`` (files or objects, read one at a time), in order, streamed as one
+    upload (an object appears only when complete). Returns its sha256 and size."""
+    import hashlib
+
+    from fgram.pipeline.errors import FgramError
+
+    dtype = np.dtype(dtype)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_2_0(
+        head,
+        {
+            "descr": np.lib.format.dtype_to_descr(dtype),
+            "fortran_order": False,
+            "shape": tuple(shape),
+        },
+    )
+    digest, size, rows = hashlib.sha256(), 0, 0
+    try:
+        with dest.fs.open_output_stream(dest.path) as f:
+
+            def put(data: bytes) -> None:
+                nonlocal size
+                digest.update(data)
+                f.write(data)
+                size += len(data)
+
+            put(head.getvalue())
+            for part in parts:
+                arr = load_array(part)
+                if arr.shape[1:] != tuple(shape[1:]):
+                    raise FgramError(
+                        f"{getattr(part, 'uri', part)}: rows of shape "
+                        f"{arr.shape[1:]}, expected {tuple(shape[1:])}"
+                    )
+                rows += len(arr)
+                put(np.ascontiguousarray(arr, dtype=dtype).tobytes())
+            if rows != shape[0]:
+                raise FgramError(f"{dest.uri}: {rows} rows in the parts, expected {shape[0]}")
+    except FgramError:
+        dest.remove()
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line, naming the object
+        raise dest._fail(exc) from None
+    return digest.hexdigest(), size
+
+
+def save_json(path: Place, obj: Any, durable: bool = True) -> None:
+    """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
+    if _remote(path):
+        path.write_json(obj)
+        return
+    path = _local(path)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_json(path: Place) -> Any:
+    if _remote(path):
+        return path.read_json()
+    with open(_local(path)) as f:
+        return json.load(f)
+
+
+def claim_staging(
+    staging: Place, fingerprint: Any, resume: bool, out: str, what: str = "run"
+) -> bool:
+    """Make a run's staging folder (``_work/run.json`` holds the run's ``fingerprint``),
+    or keep an unfinished run's when ``resume`` and it is this very run (same options,
+    same inputs); returns whether it resumes. ``--resume`` onto another run's work is
+    refused; leftovers without it are removed, and said to be (hours of work may go)."""
+    from fgram.pipeline.errors import OutputError
+
+    record = join(staging, "_work", "run.json")
+    if exists(record) or names(staging):
+        old = load_json(record) if exists(record) else None
+        if resume and old == fingerprint:
+            return True
+        if resume and old is not None:
+            other = "inputs" if old.get("inputs") != fingerprint.get("inputs") else "options"
+            raise OutputError(
+                f"{out}: cannot resume: the unfinished {what} there had other {other}; "
+                f"rerun without --resume to start over"
+            )
+        if old is not None:
+            sys.stderr.write(
+                f"fgram: removing an unfinished {what}'s work in "
+                f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n"
+            )
+        remove_tree(staging)
+    make_dirs(join(staging, "_work"))
+    save_json(record, fingerprint)
+    return False
+
+
+def exists(path: Place) -> bool:
+    return path.exists() if _remote(path) else os.path.exists(_local(path))
+
+
+def remove(path: Place) -> None:
+    """Delete a file; no error if it is gone (or, locally, not ours to remove)."""
+    if _remote(path):
+        path.remove()
+        return
+    with contextlib.suppress(OSError):
+        os.remove(_local(path))
+
+
+def remove_tree(path: Place) -> None:
+    if isinstance(path, Location):
+        path.remove_tree()
+    else:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@overload
+def join(folder: str, *names: str) -> str: ...
+@overload
+def join(folder: Location, *names: str) -> Location: ...
+def join(folder: Place, *names: str) -> Place:
+    """A path below ``folder``, of the same kind (a local path, or a `Location`)."""
+    return folder.child(*names) if isinstance(folder, Location) else os.path.join(folder, *names)
+
+
+def names(folder: Place) -> list[str]:
+    """The file names right in ``folder`` ([] if it is absent)."""
+    if isinstance(folder, Location):
+        return [n for n in folder.files() if "/" not in n]
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def make_dirs(folder: Place) -> None:
+    """Make a local folder (an object store has none to make)."""
+    if not isinstance(folder, Location):
+        os.makedirs(folder, exist_ok=True)
+    elif folder.local:
+        os.makedirs(folder.path, exist_ok=True)
+
+
+class WorkDir:
+    """Names of a build's intermediate files (below a local path or a `Location`)."""
+
+    def __init__(self, root: Place) -> None:
+        self.root = root
+
+    def pass_dir(self, k: int) -> Place:
+        path = join(self.root, f"pass{k}")
+        make_dirs(path)
+        return path
+
+    def unit(self, k: int, u: int, what: str) -> Place:
+        return join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
+
+    def unit_done(self, k: int, u: int) -> Place:
+        return join(self.pass_dir(k), f"unit-{u:06d}.done.json")
+
+    def merged(self, k: int, p: int, what: str) -> Place:
+        return join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
+
+    def frequent(self, k: int, p: int, what: str) -> Place:
+        return join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
+
+    def decoded(self, k: int, p: int, what: str) -> Place:
+        return join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
+
+    def answers(self, k: int, p: int, what: str) -> Place:
+        return join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
+
+
+class Sweeper:
+    """Removes consumed intermediates in a background thread, one batch at a time.
+
+    Unlinking frees every block of a file: a pass's consumed files (GBs at 500M
+    tokens) took the driver 1-2 s between passes while the cores idled.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+
+    def sweep(self, paths: list[Place]) -> None:
+        self.wait()
+        self._thread = threading.Thread(target=_remove_files, args=(paths,), daemon=True)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+def _remove_files(paths: list[Place]) -> None:
+    for path in paths:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - gone already, or not ours: the staging folder goes anyway
+            remove(path)

@@ -1,0 +1,377 @@
+"""Counting one unit of work: its candidate k-grams' distinct keys and counts, by a
+radix partition into cache-sized buckets (compiled) and numpy sorts of each bucket."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fgram.pipeline.kernels.jit import I32s, I64s, U32s, U64s, compiled
+from fgram.pipeline.kernels.keys import INVALID, WIDE, KeyCode, code_key1
+from fgram.pipeline.kernels.scratch import Scratch, work_array
+
+# what the scatter kernels read of a unit: (prev ids, tokens, k, positions, key code, shift)
+# (see `unit_table`); the bucket of a candidate's key is its top bits, ``key >> shift``
+Candidates = tuple[U32s, U32s, int, int, tuple[np.uint64, ...], np.uint64]
+# where the run kernels write a unit's table: (distinct keys, counts, where each key's
+# positions start in the order, the positions grouped by key); see `bucket_runs`
+Runs = tuple[U64s, U32s, I32s, I32s]
+
+
+def bucket_bounds(hist: np.ndarray) -> np.ndarray:
+    """Where each bucket starts (and, last, where they all end), from their sizes."""
+    bounds = np.zeros(len(hist) + 1, np.int64)
+    np.cumsum(hist, out=bounds[1:])
+    return bounds
+
+
+def sort_buckets(packed: np.ndarray, bstart: np.ndarray, bend: np.ndarray) -> None:
+    """Sort each bucket ``packed[bstart[b]:bend[b]]`` in place: numpy's sort, one
+    cache-sized slice at a time."""
+    for b in np.flatnonzero(bend - bstart > 1):
+        packed[bstart[b] : bend[b]].sort()
+
+
+BUCKET = 1 << 16  # target candidates per bucket: its arrays stay in the core's cache
+
+
+MAX_BUCKET_BITS = 12  # more buckets than 2**12: numpy's per-bucket sort calls cost too much
+
+
+# Bucket sizes estimated from every SAMPLE-th position (a unit of SAMPLE_FROM positions
+# or more), each bucket given room for its estimate + 6 standard deviations: the
+# exact count was a pass over every position before the scatter's own.
+# A bucket that fills up anyway (e.g. a corpus periodic in SAMPLE) is counted exactly.
+SAMPLE = 32
+
+
+SAMPLE_FROM = 1 << 20
+
+
+def unit_table(
+    prev: np.ndarray,
+    tokens: np.ndarray,
+    k: int,
+    limit: int,
+    want_order: bool,
+    code: KeyCode = WIDE,
+    bucket: int = BUCKET,
+    min_lo_bits: int = 1,
+    exact: bool = True,
+    scratch: Scratch | None = None,
+    sample: int = SAMPLE,
+    sample_from: int = SAMPLE_FROM,
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None, int]:
+    """Count the candidate k-grams of one unit of work.
+
+    ``prev``/``tokens`` as for `ngram_keys`, keys made by ``code``. Only
+    k-grams starting before ``limit`` belong to this unit (the rest are the
+    overlap that a flat-file range reads past its end, needed only for their
+    ids). Compiled kernels: the candidates are radix-partitioned
+    by the top bits of their (uniformly mixed) keys into cache-sized buckets,
+    each bucket sorted by numpy, and the runs read off in bucket order, which
+    is key order. When a key's bits below the bucket bits and a position fit
+    one uint64 together (``exact``: e.g. every pass of a 16-bit vocabulary),
+    the sort orders the candidates completely and the runs are one
+    sequential pass; otherwise a bucket sorts (top key bits, index) pairs and
+    the runs check the full keys.
+
+    Returns ``(keys, counts, order, counted)``: the unit's distinct keys
+    (sorted; the overlap included with count 0) and their counts; if asked,
+    ``order = (positions, starts)``: the candidates' positions (both int32) grouped
+    by key in key order, key r's being ``positions[starts[r]:starts[r+1]]``
+    (`ids_at` turns it and per-key values into a per-position array).
+
+    With a ``scratch``, the work arrays and the returned ones are its
+    buffers (valid until the next call with it); counts are uint32.
+    ``bucket`` (candidates per bucket), ``min_lo_bits`` (packed index bits:
+    more bits, more keys whose remaining top bits tie), ``exact=False``
+    (force the indirect path), ``sample`` (0: no estimated bucket sizes) and
+    ``sample_from`` exist for the tests.
+    """
+    n_pos = max(len(tokens) - k + 1, 0)
+    if n_pos >= 2**31:
+        raise ValueError("a unit holds at most 2**31-1 positions")
+    prev = np.ascontiguousarray(prev, dtype=np.uint32)
+    tokens = np.ascontiguousarray(tokens, dtype=np.uint32)
+    args = code.args()
+    bits = max(1, int(np.ceil(np.log2(max(n_pos, 1) / bucket))))  # buckets: the top bits
+    pos_bits = max(int(n_pos - 1).bit_length(), 1)
+    exact = exact and code.bits + pos_bits - 64 <= max(bits, MAX_BUCKET_BITS)
+    if exact:
+        bits = max(bits, code.bits + pos_bits - 64)
+    bits = min(bits, code.bits)
+    shift = np.uint64(code.bits - bits)
+    bstart: np.ndarray | None = None
+    bend: np.ndarray | None = None
+    ends = np.empty(1 << bits, np.int64)
+    cands = (prev, tokens, k, n_pos, args, shift)
+    if exact and sample and n_pos >= sample_from:
+        est = np.zeros(1 << bits, np.int64)
+        candidate_histogram(cands, sample, est)
+        room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
+        bounds = bucket_bounds(room)
+        packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
+        if scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends):
+            bstart, bend = bounds[:-1], ends
+    if bstart is None:
+        hist = np.zeros(1 << bits, np.int64)
+        candidate_histogram(cands, 1, hist)
+        bounds = bucket_bounds(hist)
+        bstart, bend = bounds[:-1], bounds[1:]
+        packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
+        if exact:
+            scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends)
+        else:
+            lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
+            keys = work_array(scratch, "keys", len(packed), np.uint64)
+            where = work_array(scratch, "where", len(packed), np.int32)
+            scatter_buckets(
+                cands,
+                np.uint64(code.up),
+                bounds,
+                lo_bits,
+                keys,
+                where,
+                packed,
+            )
+    assert bstart is not None and bend is not None  # both set on every path above
+    n = int((bend - bstart).sum())
+    sort_buckets(packed, bstart, bend)
+    # untouched tails of these are never resident: no copies of the used heads
+    uniq = work_array(scratch, "uniq", n, np.uint64)
+    counts = work_array(scratch, "counts", n, np.uint32)
+    starts = work_array(scratch, "starts", n + 1, np.int32)  # n < 2**31
+    order = work_array(scratch, "order", n, np.int32)
+    if exact:
+        u = exact_runs(
+            packed,
+            bstart,
+            bend,
+            shift,
+            np.uint64(pos_bits),
+            np.uint64(code.up),
+            limit,
+            (uniq, counts, starts, order),
+        )
+        counted = int(counts[:u].sum())
+    else:
+        u = bucket_runs(packed, keys, where, bounds, lo_bits, limit, (uniq, counts, starts, order))
+        counted = int(np.count_nonzero(where < limit))
+    result = (order, starts[: u + 1]) if want_order else None
+    return uniq[:u], counts[:u], result, counted
+
+
+def ids_at(
+    values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int, scratch: Scratch | None = None
+) -> np.ndarray:
+    """Per-position uint32 array of length n: ``values[r]`` at key r's positions, INVALID
+    elsewhere."""
+    positions, starts = order
+    out = work_array(scratch, "ids", n, np.uint32)
+    out.fill(INVALID)
+    spread(np.ascontiguousarray(values, np.uint32), starts, positions, out)
+    return out
+
+
+@compiled(cache=True, inline="always")
+def is_candidate(prev: U32s, i: int) -> bool:
+    """Whether the k-gram at i is a candidate: its (k-1)-prefix (at i) and its
+    (k-1)-suffix (at i+1) have ids."""
+    ok: bool = prev[i] != INVALID and prev[i + 1] != INVALID
+    return ok
+
+
+@compiled(cache=True, nogil=True)
+def candidate_histogram(cands: Candidates, step: int, hist: I64s) -> None:
+    """Count the candidate k-grams per bucket (a bucket = the top bits of the mixed key),
+    at every ``step``-th position (1: all of them; more: an estimate).
+
+    A position i is a candidate iff ``prev[i]`` and ``prev[i+1]`` are ids (not
+    INVALID); its key is ``code_key1(prev[i], tokens[i+k-1])``, its bucket
+    that key ``>> shift``.
+    """
+    prev, tokens, k, n_pos, code, shift = cands
+    for i in range(0, n_pos, step):
+        if is_candidate(prev, i):
+            hist[np.int64(code_key1(prev[i], tokens[i + k - 1], code) >> shift)] += 1
+
+
+@compiled(cache=True, nogil=True)
+def scatter_exact(
+    cands: Candidates, pos_bits: np.uint64, bounds: I64s, packed: U64s, ends: I64s
+) -> bool:
+    """Place every candidate in its bucket as one exact uint64: the key's bits
+    below the bucket bits, then its position (``pos_bits`` bits). Sorting a
+    bucket then orders it by key, and by position within a key.
+
+    Bucket b holds at most ``bounds[b+1] - bounds[b]`` entries (exact sizes, or
+    room for an estimate); ``ends[b]`` is where its entries end. Returns False,
+    with the buckets unusable, as soon as one is full (never with exact sizes)."""
+    prev, tokens, k, n_pos, code, shift = cands
+    cursor = ends
+    cursor[:] = bounds[:-1]
+    rest = (np.uint64(1) << shift) - np.uint64(1)
+    for i in range(n_pos):
+        if is_candidate(prev, i):
+            x = code_key1(prev[i], tokens[i + k - 1], code)
+            b = np.int64(x >> shift)
+            d = cursor[b]
+            if d == bounds[b + 1]:
+                return False
+            cursor[b] = d + 1
+            packed[d] = ((x & rest) << pos_bits) | np.uint64(i)
+    return True
+
+
+@compiled(cache=True, nogil=True)
+def exact_runs(
+    packed: U64s,
+    bstart: I64s,
+    bend: I64s,
+    shift: np.uint64,
+    pos_bits: np.uint64,
+    up: np.uint64,
+    limit: int,
+    runs: Runs,
+) -> int:
+    """Distinct keys in order from buckets of `scatter_exact` entries that numpy
+    sorted in place (bucket b: ``packed[bstart[b]:bend[b]]``; gaps between buckets
+    are skipped): one sequential pass (see `bucket_runs` for the outputs, here
+    without gaps). ``up`` shifts a key to the top bits of its uint64. A run's count
+    is kept in a register and stored when the run ends."""
+    uniq, counts, starts, order = runs
+    pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
+    lim = np.int64(limit)
+    u = 0
+    o = 0
+    for p in range(len(bstart)):
+        b0 = bstart[p]
+        b1 = bend[p]
+        if b1 == b0:
+            continue
+        top = np.uint64(p) << shift
+        last = packed[b0] >> pos_bits
+        uniq[u] = (top | last) << up
+        starts[u] = o
+        c = np.uint32(0)
+        for d in range(b0, b1):
+            v = packed[d]
+            r = v >> pos_bits
+            w = np.int64(v & pmask)
+            if r != last:
+                counts[u] = c
+                u += 1
+                uniq[u] = (top | r) << up
+                starts[u] = o
+                c = np.uint32(0)
+                last = r
+            order[o] = w
+            o += 1
+            c += np.uint32(w < lim)
+        counts[u] = c
+        u += 1
+    starts[u] = o
+    return u
+
+
+@compiled(cache=True, nogil=True)
+def scatter_buckets(
+    cands: Candidates,
+    up: np.uint64,
+    bounds: I64s,
+    lo_bits: int,
+    keys: U64s,
+    where: I32s,
+    packed: U64s,
+) -> None:
+    """When a key and a position do not fit one uint64 together: place every
+    candidate in its bucket (``keys`` shifted up by ``up``, ``where`` = its
+    position), then pack each: ``packed`` = (key's bits above ``lo_bits``) |
+    (its index in the bucket)."""
+    prev, tokens, k, n_pos, code, shift = cands
+    cursor = bounds[:-1].copy()
+    for i in range(n_pos):
+        if is_candidate(prev, i):
+            x = code_key1(prev[i], tokens[i + k - 1], code)
+            b = np.int64(x >> shift)
+            d = cursor[b]
+            cursor[b] = d + 1
+            keys[d] = x << up
+            where[d] = i
+    lo = np.uint64((1 << lo_bits) - 1)
+    for b in range(len(bounds) - 1):  # sequential: cheap next to the scatter above
+        for d in range(bounds[b], bounds[b + 1]):
+            packed[d] = (keys[d] & ~lo) | np.uint64(d - bounds[b])
+
+
+@compiled(cache=True, nogil=True)
+def bucket_runs(
+    packed: U64s,
+    keys: U64s,
+    where: I32s,
+    bounds: I64s,
+    lo_bits: int,
+    limit: int,
+    runs: Runs,
+) -> int:
+    """Distinct keys in order, from buckets whose packed entries numpy sorted in place.
+
+    Buckets hold disjoint, increasing key ranges, so their runs, in bucket
+    order, are the unit's sorted distinct keys: ``uniq``/``counts`` (only
+    positions < ``limit`` count). ``order`` lists the candidates' positions
+    grouped by key, in key order: key r's positions are
+    ``order[starts[r]:starts[r+1]]``. Entries whose packed top bits tie are
+    ordered by full key with an insertion sort (ties of distinct keys are
+    rare: about n^2 / 2^(65-lo_bits)). Returns the number of distinct keys.
+    """
+    uniq, counts, starts, order = runs
+    lo = np.uint64((1 << lo_bits) - 1)
+    hi = ~lo
+    u = 0
+    for p in range(len(bounds) - 1):
+        b0 = bounds[p]
+        n = bounds[p + 1] - b0
+        s = 0
+        while s < n:
+            top = packed[b0 + s] & hi
+            e = s + 1
+            while e < n and (packed[b0 + e] & hi) == top:
+                e += 1
+            if e - s > 1:
+                for a in range(s + 1, e):
+                    x = packed[b0 + a]
+                    kx = keys[b0 + np.int64(x & lo)]
+                    c = a - 1
+                    while c >= s and keys[b0 + np.int64(packed[b0 + c] & lo)] > kx:
+                        packed[b0 + c + 1] = packed[b0 + c]
+                        c -= 1
+                    packed[b0 + c + 1] = x
+            last = np.uint64(0)
+            for a in range(s, e):
+                j = b0 + np.int64(packed[b0 + a] & lo)
+                key = keys[j]
+                if a == s or key != last:
+                    uniq[u] = key
+                    counts[u] = 0
+                    starts[u] = b0 + a
+                    u += 1
+                    last = key
+                w = where[j]
+                order[b0 + a] = w
+                if w < limit:
+                    counts[u - 1] += np.uint32(1)
+            s = e
+    starts[u] = bounds[len(bounds) - 1]
+    return u
+
+
+@compiled(cache=True, nogil=True)
+def spread(values: U32s, starts: I32s, order: I32s, out: U32s) -> None:
+    """out[order[e]] = values[r] for every e in starts[r]:starts[r+1], except where
+    values[r] is INVALID (what ``out`` holds already)."""
+    for r in range(len(values)):
+        v = values[r]
+        if v == INVALID:
+            continue
+        for e in range(starts[r], starts[r + 1]):
+            out[order[e]] = v

@@ -1,0 +1,50 @@
+"""A flat range's raw token values as the uint32 stream the counting kernels read."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fgram.pipeline.kernels.jit import Array, U32s, compiled
+from fgram.pipeline.kernels.keys import INVALID
+
+
+@compiled(cache=True, nogil=True)
+def separate(
+    body: Array, sep: int, own: int, sep_before: bool, tokens: U32s
+) -> tuple[int, int, int, int]:
+    """A flat range's raw values -> uint32 tokens with 2**32-1 at separators, in one pass.
+
+    ``own``: how many leading values belong to the range (the rest is overlap);
+    ``sep_before``: a separator (or the file start) precedes the first value.
+    Returns (documents started among the own values, own non-separator
+    values, min and max of the non-separator values; 0, -1 when none).
+    Branch-free loop bodies (selects, not jumps: the compiler vectorises them).
+    """
+    n = len(body)
+    m = min(own, n)
+    big = np.int64(1) << np.int64(62)
+    vmin = big
+    vmax = -big
+    docs = np.int64(0)
+    seps = np.int64(0)
+    prev = np.int64(1) if sep_before else np.int64(0)
+    for i in range(m):
+        v = np.int64(body[i])
+        s = np.int64(v == sep)
+        tokens[i] = INVALID if s else np.uint32(v)
+        vmin = min(vmin, big if s else v)
+        vmax = max(vmax, -big if s else v)
+        docs += prev & (1 - s)
+        seps += s
+        prev = s
+    rest = np.int64(0)
+    for i in range(m, n):
+        v = np.int64(body[i])
+        s = np.int64(v == sep)
+        tokens[i] = INVALID if s else np.uint32(v)
+        vmin = min(vmin, big if s else v)
+        vmax = max(vmax, -big if s else v)
+        rest += s
+    if seps + rest == n:
+        return docs, np.int64(0), np.int64(0), np.int64(-1)
+    return docs, m - seps, vmin, vmax

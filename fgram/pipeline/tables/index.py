@@ -1,0 +1,302 @@
+"""The f-gram index: exact, memory-mappable lookups of f-gram ids.
+
+Format (``OUT/index/``, written by ``fgram index OUT``)
+------------------------------------------------------
+- ``index.json``: ``{"format": "fgram-index", "version": 2, "max_len": K,
+  "fgrams": S, "table": <manifest fingerprint>, "lengths": {"L": {"n": rows,
+  "slots": 2**b}}}``.
+- For each length L in 2..K, ``table-L.npy``: uint64 ``[slots + 64, 2]``,
+  rows ``(key, fgram_id)``, an open-addressing hash table with linear
+  probing (plus 64 overflow rows, so a probe never wraps); key 2**64-1 =
+  empty. A key and its id share a cache line: one memory access a probe.
+- The key of an L-gram is chained through its prefix, which is an f-gram too
+  (the table is closed under prefixes): ``mix(prefix_id << 32 | last token)``,
+  where ``prefix_id`` is the fgram_id of its (L-1)-prefix, or its first token
+  when L = 2; ``mix`` is `keys.mix`, a bijection, so keys never collide.
+  The first slot of a key is its top b bits.
+- ``suffix.npy``: int32 (int64 if S >= 2**31) ``[S]``: the fgram_id of each
+  f-gram without its first token (the table is closed under suffixes too),
+  -1 for length 2. `match` follows these links.
+
+``np.load(..., mmap_mode="r")`` opens the arrays without reading them, so
+every process on a machine shares one copy through the page cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from fgram.pipeline.errors import FgramError
+from fgram.pipeline.io.cache import cached_copy, file_sha256
+from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
+from fgram.pipeline.io.storage import Location, Place, json_bytes
+from fgram.pipeline.io.workdir import save_array, save_json
+from fgram.pipeline.kernels import matching
+from fgram.pipeline.kernels.keys import EMPTY, MAX_TOKEN, mix
+from fgram.pipeline.kernels.matching import IndexArrays
+from fgram.pipeline.tables.versions import open_table, resolve_table, table_dataset
+
+OVERFLOW = 64
+VERSION = 2
+
+
+class HashTable:
+    """Open addressing over uniformly mixed uint64 keys: flat rows of (key, value)."""
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows  # [slots + OVERFLOW, 2] uint64
+        self.flat = rows.reshape(-1)
+        self.bits = int(np.log2(len(rows) - OVERFLOW))
+        self.shift = np.uint64(64 - self.bits)
+
+    @classmethod
+    def build(cls, keys: np.ndarray, vals: np.ndarray) -> HashTable:
+        """From distinct keys and their (non-negative) values."""
+        bits = max(4, int(np.ceil(np.log2(max(len(keys), 1) * 2))))
+        rows = np.full(((1 << bits) + OVERFLOW, 2), EMPTY, dtype=np.uint64)
+        ok = matching.fill_table(
+            rows.reshape(-1),
+            np.uint64(64 - bits),
+            np.asarray(keys, np.uint64),
+            np.asarray(vals, np.int64),
+        )
+        if not ok:
+            raise FgramError("internal: hash table overflow area exhausted")
+        return cls(rows)
+
+    def find(self, q: np.ndarray) -> np.ndarray:
+        """Value of each query key, -1 where absent."""
+        out = np.empty(len(q), dtype=np.int64)
+        matching.find_keys(self.flat, self.shift, np.asarray(q, np.uint64), out)
+        return out
+
+
+def chain_key(prefix: np.ndarray, last: np.ndarray) -> np.ndarray:
+    return mix((np.asarray(prefix, np.uint64) << np.uint64(32)) | np.asarray(last, np.uint64))
+
+
+def check_mode(mode: str) -> None:
+    if mode not in ("mmap", "ram"):
+        raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
+
+
+def read_meta(path: Place, fmt: str, version: int, make: str) -> dict[str, Any]:
+    """The metadata JSON of an output part (a path or a `Location`), checked for its
+    format and version. ``make``: the command that writes it (named in the errors)."""
+    loc = as_location(path)
+    if not loc.exists():
+        raise FgramError(f"{loc.uri}: missing; run `{make}` first")
+    meta: dict[str, Any] = loc.read_json()
+    if meta.get("format") != fmt or meta.get("version") != version:
+        raise FgramError(f"{loc.uri}: not {fmt} of version {version}; rebuild it with `{make}`")
+    return meta
+
+
+def manifest_fingerprint(out: Place) -> str:
+    """A short digest of an output's manifest: what its index, tags and embeddings name."""
+    return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
+
+
+def write_index(out: Place, storage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build OUT/index/ from the table at OUT (a build output or a refresh folder; a path
+    or a URI): one process, the table read length by length.
+
+    Local: written aside, then renamed into place. On an object store: the arrays
+    under names of their own (``table-L-<gen>.npy``, with their sha256 in index.json),
+    then index.json (the switch), then the older index's objects are deleted."""
+    import tempfile
+
+    import pyarrow.compute as pc
+
+    loc, manifest = open_table(out, storage)
+    max_len = manifest["config"]["max_len"]
+    dataset = table_dataset(loc, manifest)
+    final = loc.child("index")
+    tmp = final.path + ".tmp" if loc.local else tempfile.mkdtemp(prefix="fgram-index-")
+    discard(tmp)
+    os.makedirs(tmp)
+    total = int(manifest["fgrams"])
+    suffix = np.full(total, -1, dtype=np.int32 if total < 2**31 else np.int64)
+    tables: dict[int, HashTable] = {}
+    meta = {
+        "format": "fgram-index",
+        "version": VERSION,
+        "max_len": max_len,
+        "fgrams": total,
+        "table": manifest_fingerprint(loc),
+        "lengths": {},
+    }
+    for length in range(2, max_len + 1):
+        t = dataset.to_table(columns=["fgram_id", "tokens"], filter=pc.field("length") == length)
+        ids = t.column("fgram_id").to_numpy()
+        flat = (
+            pc.list_flatten(t.column("tokens")).to_numpy() if t.num_rows else np.zeros(0, np.int32)
+        )
+        toks = flat.reshape(-1, length).astype(np.int64)
+        prefix = _chain_ids(tables, toks[:, :-1])
+        if len(prefix) and prefix.min() < 0:
+            raise FgramError(f"{loc.uri}: the f-gram table is not closed under prefixes")
+        if length > 2 and len(ids):
+            suf = _chain_ids(tables, toks[:, 1:])
+            if suf.min() < 0:
+                raise FgramError(f"{loc.uri}: the f-gram table is not closed under suffixes")
+            suffix[ids] = suf
+        table = HashTable.build(chain_key(prefix, toks[:, -1]), ids)
+        save_array(os.path.join(tmp, f"table-{length}.npy"), table.rows)
+        tables[length] = table
+        meta["lengths"][str(length)] = {"n": int(len(ids)), "slots": 1 << table.bits}
+    save_array(os.path.join(tmp, "suffix.npy"), suffix)
+    if loc.local:
+        save_json(os.path.join(tmp, "index.json"), meta)
+        discard(final.path)
+        os.rename(tmp, final.path)
+        return meta
+    try:
+        publish_parts(tmp, final, meta, "index.json")
+    finally:
+        discard(tmp)
+    return meta
+
+
+def publish_parts(folder: str, dest: Location, meta: dict[str, Any], meta_name: str) -> None:
+    """Upload the array files of a local ``folder`` to the object-store folder ``dest``
+    under names of a new generation, with their sha256 in ``meta["files"]``, then
+    ``meta`` as ``meta_name`` (the switch), then delete what is left of older ones."""
+    gen = uuid.uuid4().hex[:12]
+    names = sorted(os.listdir(folder))
+    meta["files"] = {
+        n: {
+            "object": generation_name(n, gen),
+            "sha256": file_sha256(os.path.join(folder, n)),
+            "bytes": os.path.getsize(os.path.join(folder, n)),
+        }
+        for n in names
+    }
+    commit_generation(
+        dest,
+        {meta["files"][n]["object"]: os.path.join(folder, n) for n in names},
+        [(meta_name, json_bytes(meta))],
+    )
+
+
+def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[str], np.ndarray]:
+    """A loader ``name -> array`` for the files of an output part (the index, the
+    embeddings). Local: memory-mapped (``mmap``) or read (``ram``). On an object
+    store: ``ram`` reads each object into memory; ``mmap`` maps a local copy from
+    the cache (`cache.cached_copy`: downloaded once, checked against its sha256)."""
+
+    def load(name: str) -> np.ndarray:
+        if folder.local:
+            arr = np.load(os.path.join(folder.path, name), mmap_mode="r")
+            return np.array(arr) if mode == "ram" else np.asarray(arr)
+        entry = meta.get("files", {}).get(name)
+        if entry is None:
+            raise FgramError(f"{folder.uri}: {name} is not named by its metadata; rebuild it")
+        obj = folder.child(entry["object"])
+        if mode == "ram":
+            import io
+
+            data = obj.read_bytes()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise FgramError(f"{obj.uri}: checksum mismatch (corrupt or changed)")
+            read: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+            return read
+        return np.asarray(np.load(cached_copy(obj, entry["sha256"], entry["bytes"]), mmap_mode="r"))
+
+    return load
+
+
+def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
+    """fgram_id of each row of tokens (2 or more columns), -1 where not an f-gram."""
+    ids = toks[:, 0].astype(np.int64)
+    for j in range(1, toks.shape[1]):
+        ok = ids >= 0
+        nxt = np.full(len(ids), -1, dtype=np.int64)
+        table = tables.get(j + 1)
+        if table is not None and ok.any():
+            nxt[ok] = table.find(chain_key(ids[ok], toks[ok, j]))
+        ids = nxt
+    return ids
+
+
+class FgramIndex:
+    """Exact f-gram lookups over a build output. ``FgramIndex.open(OUT)``."""
+
+    def __init__(self, tables: dict[int, HashTable], suffix: np.ndarray, meta: dict[str, Any]):
+        self.tables = tables
+        self.suffix = suffix
+        self.meta = meta
+        self.max_len = meta["max_len"]
+        lengths = range(2, self.max_len + 1)
+        # what the matching kernels read (`matching.IndexArrays`)
+        self.arrays: IndexArrays = (
+            self.max_len,
+            tuple(tables[L].flat for L in lengths),
+            np.array([tables[L].shift for L in lengths], np.uint64),
+            suffix,
+        )
+
+    @classmethod
+    def open(
+        cls, out: Place, mode: str = "mmap", storage: dict[str, Any] | None = None
+    ) -> FgramIndex:
+        """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
+        storage options). ``mode="mmap"`` maps the arrays (shared through the page cache,
+        opens in milliseconds; from an object store, a local copy in the cache);
+        ``"ram"`` reads them into this process's memory (faster lookups, a private copy)."""
+        check_mode(mode)
+        loc = resolve_table(out, storage)
+        folder = loc.child("index")
+        meta = read_meta(
+            folder.child("index.json"), "fgram-index", VERSION, f"fgram index {loc.uri}"
+        )
+        if loc.child("manifest.json").exists() and manifest_fingerprint(loc) != meta["table"]:
+            raise FgramError(f"{loc.uri}: the index was built for another f-gram table; rebuild it")
+        load = part_arrays(folder, meta, mode)
+
+        tables = {L: HashTable(load(f"table-{L}.npy")) for L in range(2, meta["max_len"] + 1)}
+        return cls(tables, load("suffix.npy"), meta)
+
+    def ids(self, ngrams: Sequence[Sequence[int]]) -> np.ndarray:
+        """fgram_id of each n-gram (a sequence of token ids), -1 where it is not an f-gram."""
+        out = np.full(len(ngrams), -1, dtype=np.int64)
+        by_len: dict[int, list[int]] = {}
+        for i, g in enumerate(ngrams):
+            by_len.setdefault(len(g), []).append(i)
+        for length, rows in by_len.items():
+            if 2 <= length <= self.max_len:
+                toks = np.array([ngrams[i] for i in rows], dtype=np.int64).reshape(
+                    len(rows), length
+                )
+                out[rows] = _chain_ids(self.tables, toks)
+        return out
+
+    def match(
+        self, tokens: ArrayLike, doc_starts: ArrayLike | None = None, lanes: int = matching.LANES
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For every position, the longest f-gram ending there: (fgram_id or -1, length or 1).
+
+        ``doc_starts``: positions where documents start (matches never cross them).
+        ``lanes``: how many stretches of the input are matched side by side
+        (any value gives the same result; it only changes the speed).
+        """
+        toks = np.asarray(tokens)
+        n = len(toks)
+        if n and (toks.min() < 0 or toks.max() > MAX_TOKEN):
+            raise ValueError(f"token ids must be in 0..{MAX_TOKEN}")
+        marked = toks.astype(np.uint32)  # the top bit marks document starts
+        starts = np.asarray(doc_starts if doc_starts is not None else [], dtype=np.int64)
+        if len(starts):
+            marked[starts] |= np.uint32(1 << 31)
+        fid = np.empty(n, dtype=np.int64)
+        mlen = np.empty(n, dtype=np.uint8)
+        lanes = max(1, min(int(lanes), n))
+        matching.match_longest(marked, self.arrays, fid, mlen, lanes)
+        return fid, mlen
