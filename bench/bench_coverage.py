@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--doc-sep", default=None, help="flat shards' separator (uint16)")
     ap.add_argument("--work", default=os.path.join(HERE, "out", "coverage"))
     args = ap.parse_args()
-    from fgram.pipeline.tables.coverage import parse_sizes
+    from fgram.pipeline.config.options import parse_counts as parse_sizes
 
     sizes = parse_sizes(args.sizes)
     engine = ["--engine", args.engine]

@@ -3,9 +3,10 @@
 The public API (`fgram.api`), loaded on first use so that ``import fgram`` stays
 light (Spark's worker daemon imports it before it forks):
 
-    fgram.build, fgram.refresh, fgram.index, fgram.annotate, fgram.coverage,
-    fgram.report, fgram.embed, fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences,
-    fgram.open_table, fgram.table_dataset
+    fgram.build, fgram.refresh, fgram.tokenize, fgram.index, fgram.annotate,
+    fgram.coverage, fgram.report, fgram.embed, fgram.show, fgram.diff,
+    fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences, fgram.open_table,
+    fgram.table_dataset
 """
 
 from fgram.version import __version__
@@ -17,12 +18,15 @@ __all__ = [
     "annotate",
     "build",
     "coverage",
+    "diff",
     "embed",
     "index",
     "open_table",
     "refresh",
     "report",
+    "show",
     "table_dataset",
+    "tokenize",
     "training_sequences",
 ]
 

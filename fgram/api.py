@@ -39,8 +39,8 @@ def _paths(inputs: str | Iterable[str]) -> list[str]:
 def build(table, inputs, spark=None, **options) -> dict:
     """`fgram build TABLE INPUTS...`: the f-gram table; returns its manifest. Options are
     `BuildConfig`'s fields."""
-    from fgram.jobs.build import run_build
-    from fgram.pipeline.config import BuildConfig
+    from fgram.jobs.table import run_build
+    from fgram.pipeline.config.commands import BuildConfig
 
     return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
 
@@ -49,23 +49,27 @@ def refresh(table, inputs, keep: int = 3, spark=None, **options) -> dict:
     """`fgram refresh TABLE INPUTS...`: a new version for the whole new input list;
     returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}."""
     from fgram.jobs.refresh import run_refresh
-    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.config.commands import BuildConfig
 
     return run_refresh(
         BuildConfig(inputs=_paths(inputs), output=str(table), **options), keep, spark
     )
 
 
-def index(table, storage: dict | None = None) -> dict:
-    """`fgram index TABLE`: writes TABLE/index/ (replacing one there); returns its
-    index.json."""
+def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:
+    """`fgram index TABLE`: writes TABLE/index/ (an existing one only with ``overwrite``);
+    returns its index.json."""
+    from fgram.pipeline.tables.versions import table_part
+
+    table_part(str(table), "index", overwrite, storage)
     return write_index(str(table), storage)
 
 
 def annotate(table, inputs, output, spark=None, **options) -> dict:
     """`fgram annotate TABLE INPUTS... -o OUTPUT`: per-token tags; returns their manifest
     (its "coverage" as `coverage` gives it). Options are `AnnotateConfig`'s fields."""
-    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+    from fgram.jobs.annotate import run_annotate
+    from fgram.pipeline.config.commands import AnnotateConfig
 
     return run_annotate(
         AnnotateConfig(table=str(table), inputs=_paths(inputs), output=str(output), **options),
@@ -75,8 +79,10 @@ def annotate(table, inputs, output, spark=None, **options) -> dict:
 
 def coverage(table, inputs, spark=None, **options) -> dict:
     """`fgram coverage TABLE INPUTS...`: positions matched at each length, nothing
-    written."""
-    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+    written (``sizes="10K,100K"`` or a list: the same for the table's first S' rows).
+    Options are `AnnotateConfig`'s fields."""
+    from fgram.jobs.annotate import run_annotate
+    from fgram.pipeline.config.commands import AnnotateConfig
 
     return run_annotate(
         AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None, **options), spark
@@ -88,18 +94,48 @@ def report(table, output: str = "report.html", heldout=(), **options) -> dict:
     returns the report's numbers, with ``written`` (their URIs). Options are
     `ReportConfig`'s fields; the held-out shards' reading options (and the coverage's
     engine) go in ``coverage={...}``, as `AnnotateConfig`'s fields."""
-    from fgram.jobs.report import ReportConfig, run_report
+    from fgram.jobs.report import run_report
+    from fgram.pipeline.config.commands import ReportConfig
 
     held = _paths(heldout) if heldout else []
     return run_report(ReportConfig(table=str(table), output=str(output), heldout=held, **options))
 
 
-def embed(table, model: str, engine: str = "spark", spark=None, **options) -> dict:
+def embed(table, model: str, spark=None, **options) -> dict:
     """`fgram embed TABLE --model module:factory`: the model's output for every f-gram;
-    returns embeddings.json. Options are `EmbedConfig`'s fields (``dtype``: the float
-    type, as --float)."""
-    from fgram.jobs.embed import EmbedConfig, run_embed
+    returns embeddings.json. Options are `EmbedConfig`'s fields (``engine``, ``float``:
+    the stored row type, ``overwrite``, ...)."""
+    from fgram.jobs.embed import run_embed
+    from fgram.pipeline.config.commands import EmbedConfig
 
-    return run_embed(
-        EmbedConfig(table=str(table), model=model, local=engine == "local", **options), spark
+    return run_embed(EmbedConfig(table=str(table), model=model, **options), spark)
+
+
+def tokenize(inputs, output, tokenizer, spark=None, **options) -> dict:
+    """`fgram tokenize INPUTS... -o OUTPUT --tokenizer TOK`: token shards of text; returns
+    their manifest. Options are `TokenizeConfig`'s fields."""
+    from fgram.jobs.tokenize import run_tokenize
+    from fgram.pipeline.config.commands import TokenizeConfig
+
+    cfg = TokenizeConfig(
+        inputs=_paths(inputs), output=str(output), tokenizer=str(tokenizer), **options
     )
+    return run_tokenize(cfg, spark)
+
+
+def show(table, top: int = 10, storage: dict | None = None) -> dict:
+    """`fgram show TABLE`: the table's manifest, with its ``top`` f-grams (``top_fgrams``:
+    fgram_id, length, tokens, count)."""
+    from fgram.pipeline.tables.versions import open_table, table_dataset
+
+    loc, manifest = open_table(str(table), storage)
+    rows = table_dataset(loc, manifest).head(top).to_pylist() if top > 0 else []
+    return {**manifest, "top_fgrams": rows}
+
+
+def diff(old, new, top: int = 10, storage: dict | None = None) -> dict:
+    """`fgram diff OLD NEW`: f-grams added and removed between two tables, the cutoff, and
+    the ``top`` most frequent of each."""
+    from fgram.pipeline.tables.diff import diff_tables
+
+    return diff_tables(str(old), str(new), show=top, storage=storage)

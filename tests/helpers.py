@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from fgram.jobs.build import run_build
-from fgram.pipeline.config import BuildConfig
+from fgram.jobs.table import run_build
+from fgram.pipeline.config.commands import BuildConfig
 
 
 def write_parquet(

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from test_index import oracle_match
 
 from fgram.cli import cli
-from fgram.jobs.annotate import AnnotateConfig, run_annotate
+from fgram.jobs.annotate import run_annotate
+from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.tables.index import write_index
 from fgram.pipeline.tables.tags import training_sequences

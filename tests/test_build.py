@@ -427,7 +427,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
     import time
 
     from fgram.jobs import headstart as job
-    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.config.commands import BuildConfig
 
     class Context:
         def __init__(self):
@@ -477,8 +477,8 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
 
 def test_count_task_returns_its_marker_when_done(tmp_path):
     """A unit with a completion marker is not read again (head start, reruns)."""
-    from fgram.jobs.build import passes as job
-    from fgram.pipeline.config import BuildConfig
+    from fgram.jobs.table import passes as job
+    from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.formats.inputs import plan_shards, plan_units
     from fgram.pipeline.kernels.keys import KeyCode
 
@@ -495,8 +495,8 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     """Pass k's count task removes its unit's pass k-1 files after its marker (nothing reads
     them again); a run of the same task that finds them gone returns the marker another
     run left meanwhile, and fails without one (never counts from missing ids)."""
-    from fgram.jobs.build import passes as job
-    from fgram.pipeline.config import BuildConfig
+    from fgram.jobs.table import passes as job
+    from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.formats.inputs import plan_shards, plan_units
     from fgram.pipeline.io.workdir import WorkDir, load_array, save_array
     from fgram.pipeline.kernels.keys import KeyCode
@@ -538,7 +538,7 @@ def test_task_closures_pickle_small():
 
     from pyspark import cloudpickle
 
-    from fgram.jobs.build import passes, select
+    from fgram.jobs.table import passes, select
 
     for task in (
         passes.count_task,
@@ -595,8 +595,8 @@ def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, c
 
 
 def test_a_missing_input_is_found_before_the_jvm_starts(tmp_path, monkeypatch):
-    import fgram.jobs.build.driver as b
-    from fgram.pipeline.config import BuildConfig
+    import fgram.jobs.table.driver as b
+    from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):

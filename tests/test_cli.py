@@ -146,14 +146,13 @@ def test_overwrite_never_replaces_what_fgram_did_not_write(runner, tmp_path):
     assert check_output(str(tmp_path / "empty"), overwrite=True).path == str(tmp_path / "empty")
 
 
-def test_old_build_spelling_still_works_with_a_note(runner, tmp_path):
+def test_the_table_comes_first(runner, tmp_path):
     write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2]] * 3)
     res = runner.invoke(
         cli, ["build", str(tmp_path / "a.parquet"), "-o", str(tmp_path / "o"), "--min-count", "2"]
     )
-    assert res.exit_code == 0, res.output
-    assert "-o is deprecated" in res.stderr and "fgram build TABLE INPUTS" in res.stderr
-    assert json.loads((tmp_path / "o" / "manifest.json").read_text())["fgrams"] > 0
+    assert res.exit_code == 2 and "No such option '-o'" in res.output  # the old order, gone
+    assert not (tmp_path / "o").exists()
     line = _err(runner.invoke(cli, ["build", str(tmp_path / "o2")]))
     assert "give the table, then the inputs" in line
 

@@ -346,8 +346,9 @@ def _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path):
     each equals what local mode writes locally."""
     from test_s3 import remote_result
 
-    from fgram.jobs.annotate import AnnotateConfig, run_annotate
-    from fgram.jobs.embed import EmbedConfig, run_embed
+    from fgram.jobs.annotate import run_annotate
+    from fgram.jobs.embed import run_embed
+    from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
     from fgram.pipeline.tables.embed import FgramStore
     from fgram.pipeline.tables.index import write_index
     from fgram.pipeline.tables.tags import training_sequences
@@ -396,7 +397,9 @@ def _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path):
     assert len(got) == len(want) > 3 and all(np.array_equal(a, b) for a, b in zip(got, want))
     fgram("embed", uri, "--model", "fgram.pipeline.models:hashed", "--chunk-rows", "1000")
     run_embed(
-        EmbedConfig(table=local, model="fgram.pipeline.models:hashed", chunk_rows=1000, local=True)
+        EmbedConfig(
+            table=local, model="fgram.pipeline.models:hashed", chunk_rows=1000, engine="local"
+        )
     )
     assert np.array_equal(FgramStore.open(uri).matrix, FgramStore.open(local).matrix)
     fgram("refresh", f"s3://{bucket}/versions", f"s3://{bucket}/in", *ARGS)

@@ -12,14 +12,14 @@ from test_index import oracle_match
 
 import fgram
 from fgram.cli import cli
+from fgram.pipeline.config.options import human, parse_count
+from fgram.pipeline.config.options import parse_counts as parse_sizes
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.tables.coverage import (
     count_by_size,
     coverage_by_size,
     coverage_table,
     default_sizes,
-    human,
-    parse_sizes,
 )
 from fgram.pipeline.tables.index import write_index
 
@@ -59,6 +59,9 @@ def test_parse_sizes_and_their_names():
     for bad in ("", "0", "1.5", "ten", "10X", "-5", "1K,,2K"):
         with pytest.raises(ConfigError, match="--sizes: .* is not a number of f-grams"):
             parse_sizes(bad)
+    assert parse_count("16M") == 16_000_000 and parse_count(7) == 7
+    with pytest.raises(ConfigError, match="-S: '1.5' is not a count"):
+        parse_count("1.5", "-S")
     assert default_sizes(100_000) == [10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000,
                                       20_000, 50_000, 100_000]  # fmt: skip
     grid = default_sizes(12_345_678)

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from test_index import oracle_match
 
 from fgram.cli import cli
-from fgram.jobs.embed import EmbedConfig, run_embed
+from fgram.jobs.embed import run_embed
+from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.tables.embed import FgramStore, from_stored, to_stored
 from fgram.pipeline.tables.index import write_index
@@ -38,7 +39,7 @@ def small_table(path, k=4, docs=None):
 def test_rows_land_at_their_ids_in_every_dtype(tmp_path, dtype):
     out = small_table(tmp_path)
     meta = run_embed(
-        EmbedConfig(table=str(out), model=ECHO, dtype=dtype, batch=3, chunk_rows=5, local=True)
+        EmbedConfig(table=str(out), model=ECHO, float=dtype, batch=3, chunk_rows=5, engine="local")
     )
     fgrams = result(out)
     assert (
@@ -57,9 +58,10 @@ def test_rows_land_at_their_ids_in_every_dtype(tmp_path, dtype):
 def test_spark_chunks_give_the_same_bytes_as_one_process(spark, tmp_path):
     out = small_table(tmp_path)
     model = "fgram.pipeline.models:hashed"
-    run_embed(EmbedConfig(table=str(out), model=model, chunk_rows=3, batch=2, local=True))
+    run_embed(EmbedConfig(table=str(out), model=model, chunk_rows=3, batch=2, engine="local"))
     local = (out / "embeddings" / "matrix.npy").read_bytes()
-    meta = run_embed(EmbedConfig(table=str(out), model=model, chunk_rows=3, batch=2), spark=spark)
+    again = EmbedConfig(table=str(out), model=model, chunk_rows=3, batch=2, overwrite=True)
+    meta = run_embed(again, spark=spark)
     assert meta["engine"] == "spark" and meta["chunks"] > 2
     assert (out / "embeddings" / "matrix.npy").read_bytes() == local
 
@@ -111,10 +113,11 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
         EmbedConfig(
             table=str(out),
             model="slow_models:slow_echo",
-            dtype="float32",
+            float="float32",
             batch=2,
             chunk_rows=2,
-            local=True,
+            engine="local",
+            overwrite=True,
         )
     )
     assert (out / "embeddings" / "matrix.npy").read_bytes() == resumed
@@ -131,7 +134,9 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
 def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k, probe, cuts):
     d = tmp_path_factory.mktemp("emb")
     out = small_table(d, k=k, docs=docs + [[1, 2, 3, 1, 2, 3]])
-    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32", chunk_rows=7, local=True))
+    run_embed(
+        EmbedConfig(table=str(out), model=ECHO, float="float32", chunk_rows=7, engine="local")
+    )
     store = FgramStore.open(str(out), mode="ram")
     fgrams = {g: i for i, (g, _) in enumerate(result(out))}
     starts = sorted({c for c in cuts if c < len(probe)})
@@ -156,7 +161,7 @@ def test_sequence_last_and_step_agree_with_brute_force(tmp_path_factory, docs, k
 
 def test_step_and_2d_embed_last_run_a_batch_side_by_side(tmp_path):
     out = small_table(tmp_path)
-    run_embed(EmbedConfig(table=str(out), model=ECHO, dtype="float32", local=True))
+    run_embed(EmbedConfig(table=str(out), model=ECHO, float="float32", engine="local"))
     store = FgramStore.open(str(out))
     seqs = np.array([[1, 2, 3, 4, 1], [2, 3, 4, 2, 3], [5, 5, 1, 2, 3]])
     state = store.start(len(seqs))
@@ -181,9 +186,14 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     with pytest.raises(FgramError, match="embeddings.json: missing; run `fgram embed"):
         FgramStore.open(str(out))
     res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--local", "--dtype", "float32"])
-    assert res.exit_code == 0, res.output  # the old spellings, for one release, with a note
-    assert "--local is deprecated" in res.output and "--dtype is deprecated" in res.output
+    assert res.exit_code == 2 and "No such option '--local'" in res.output  # gone before 1.0
+    res = runner.invoke(
+        cli, ["embed", str(out), "--model", ECHO, "--engine", "local", "--float", "float32"]
+    )
+    assert res.exit_code == 0, res.output
     assert json.load(open(out / "embeddings" / "embeddings.json"))["dtype"] == "float32"
+    res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--engine", "local"])
+    assert res.exit_code == 2 and "embeddings: exists; pass --overwrite" in res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
     assert res.exit_code == 2 and "separated by commas or spaces" in res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
@@ -205,10 +215,10 @@ def test_torch_reference_model_rows_at_their_ids(tmp_path):
             table=str(out),
             model="fgram.pipeline.models.torch:reference",
             device="cpu",
-            dtype="float32",
+            float="float32",
             batch=3,
             chunk_rows=4,
-            local=True,
+            engine="local",
         )
     )
     assert meta["dim"] == 256 and meta["device"] == "cpu" and meta["model_seconds"] > 0

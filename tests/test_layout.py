@@ -2,7 +2,8 @@
 `fgram.pipeline` never imports Spark; its folders import only those below them (kernels
 < io < formats < tables, config < report); no module imports another module's private
 (`_underscored`) names or reads them through a module it imported; the import graph of
-`fgram` has no cycle; no module is over 450 lines."""
+`fgram` has no cycle; no module is over 450 lines, no function over 80 lines of
+code but compiled kernels."""
 
 import ast
 import os
@@ -106,7 +107,7 @@ def test_the_cycle_finder_finds_cycles():
 
 def test_the_import_graph_has_no_cycle():
     graph = {m: inner for m, (inner, _, _) in _graph().items()}
-    assert len(graph) > 20 and "fgram.jobs.build.driver" in graph
+    assert len(graph) > 20 and "fgram.jobs.table.driver" in graph
     assert _cycle(graph) is None
 
 
@@ -147,7 +148,7 @@ LAYERS = {
     "io": 2,
     "formats": 3,
     "tables": 4,
-    "config": 4,
+    "config": 3.5,  # between the formats it reads and the readers that parse counts
     "report": 5,
 }
 
@@ -187,13 +188,33 @@ def test_the_rule_sees_upward_imports():
 
 def test_the_library_has_a_handful_of_top_level_modules():
     top = sorted(n for n in os.listdir(os.path.join(ROOT, "pipeline")) if n.endswith(".py"))
-    assert top == ["__init__.py", "config.py", "errors.py", "records.py"]
+    assert top == ["__init__.py", "errors.py", "records.py"]
 
 
-def test_modules_are_short():
-    long_files = []
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines but its docstring's."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
+def test_code_lines_leave_the_docstring_out():
+    tree = ast.parse('def f():\n    """one\n    two"""\n    return 1\n')
+    assert _code_lines(tree.body[0]) == 2
+
+
+def test_modules_and_functions_are_short():
+    long_files, long_functions = [], []
     for mod, path in _modules().items():
         source = open(path).read()
         if source.count("\n") > 450:
             long_files.append(mod)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                compiled = any("compiled" in ast.unparse(d) for d in node.decorator_list)
+                if _code_lines(node) > 80 and not compiled:
+                    long_functions.append(f"{mod}.{node.name}")
     assert long_files == []
+    assert long_functions == []  # compiled kernels apart

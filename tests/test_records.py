@@ -7,11 +7,11 @@ import pytest
 from helpers import manifest, write_bin
 
 from fgram.api import build, refresh
-from fgram.jobs.build.passes import RangeMerge, UnitCount
-from fgram.jobs.build.state import STATE_FORMAT, BuildState
 from fgram.jobs.refresh import tasks as rtasks
 from fgram.jobs.refresh.store import StoreRecord
-from fgram.pipeline.config import BuildConfig
+from fgram.jobs.table.passes import RangeMerge, UnitCount
+from fgram.jobs.table.state import STATE_FORMAT, BuildState
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.tables import versions as vs
 

@@ -13,7 +13,7 @@ from oracle import count_ngrams, select
 
 from fgram.jobs.refresh import driver, run_refresh, store, tasks
 from fgram.jobs.refresh import stages as rstages
-from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.reading import stream_from_lists
 from fgram.pipeline.io.workdir import load_json

@@ -183,8 +183,11 @@ def test_report_of_text_heldout_decodes_and_tokenizes(tmp_path):
     assert first["text"].split() == [word(t) for t in first["tokens"]]  # synth's words
     cov = fgram.coverage(tmp_path / "t", held, tokenizer=tok, engine="local", sizes=[100, 500])
     assert rep["coverage"]["by_size"] == cov["by_size"]
+    # text without --tokenizer: the table's (its manifest names it); sizes spelled as text
+    same = fgram.coverage(tmp_path / "t", held, engine="local", sizes="100, 500")
+    assert same["by_size"] == cov["by_size"]
     shutil.move(tok, tmp_path / "elsewhere.json")  # the table's tokenizer is gone
-    with pytest.raises(ConfigError, match="--heldout holds text: give the tokenizer"):
+    with pytest.raises(ConfigError, match="text; give its tokenizer"):
         fgram.report(tmp_path / "t", tmp_path / "r2.html", heldout=[held])
 
 

@@ -191,8 +191,8 @@ def test_a_shard_changed_in_place_is_detected(spark, tmp_path, fmt):
     blocks) differs, so --resume refuses the old run's work."""
     from helpers import write_parquet
 
-    from fgram.jobs.build import state as job
-    from fgram.pipeline.config import BuildConfig
+    from fgram.jobs import runs as job
+    from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.formats.inputs import plan_shards
 
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2]] * 3

@@ -254,8 +254,8 @@ def _one_line_error(res, *needles):
 def test_a_missing_object_store_input_is_found_before_the_jvm_starts(
     tmp_path, s3, corpus, monkeypatch
 ):
-    import fgram.jobs.build.driver as b
-    from fgram.pipeline.config import BuildConfig
+    import fgram.jobs.table.driver as b
+    from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):
@@ -513,7 +513,7 @@ def test_refresh_root_on_s3_adds_changes_and_removes_shards(tmp_path, s3, monkey
     """Versions, store and `current` on S3: each version equals the oracle; the pointer
     object switches; old versions and unreferenced store objects are deleted there."""
     from fgram.jobs.refresh import run_refresh, store
-    from fgram.pipeline.config import BuildConfig
+    from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.tables import versions as vs
 
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
@@ -654,17 +654,18 @@ def test_embed_to_s3_and_the_store_reads_it(tmp_path, s3, corpus, monkeypatch, s
     a cluster's way, then streamed into one matrix object); FgramStore and lookup read it
     (ram, or a checked copy in the cache); the same bytes as a local table's."""
     import fgram.jobs.embed as em
+    from fgram.pipeline.config.commands import EmbedConfig
     from fgram.pipeline.tables.embed import FgramStore
 
     monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
     uri = _indexed_tables(tmp_path, corpus, f"emb-{staged}")
     if staged == "on-store":
         monkeypatch.setattr(em, "runs_here", lambda cfg: False)
-    opts = dict(model="fgram.pipeline.models:hashed", chunk_rows=3, batch=2, local=True)
-    em.run_embed(em.EmbedConfig(table=str(tmp_path / "local"), **opts))
+    opts = dict(model="fgram.pipeline.models:hashed", chunk_rows=3, batch=2, engine="local")
+    em.run_embed(EmbedConfig(table=str(tmp_path / "local"), **opts))
     meta = None
-    for _ in range(2):  # the second run replaces the first generation
-        meta = em.run_embed(em.EmbedConfig(table=uri, **opts))
+    for overwrite in (False, True):  # the second run replaces the first generation
+        meta = em.run_embed(EmbedConfig(table=uri, overwrite=overwrite, **opts))
     want = np.load(tmp_path / "local" / "embeddings" / "matrix.npy")
     assert meta["chunks"] > 2 and meta["rows"] == len(want)
     names = objects(s3.filesystem(), f"{corpus}/tables/emb-{staged}/embeddings")

@@ -30,7 +30,7 @@ def made(tmp_path_factory):
     generate(str(d / "val"), 20_000, vocab=400, seed=2, book_seed=1, fmt="bin")
     build(None, [d / "train"], d / "t", doc_sep=0, max_len=4, size=3000, engine="local")
     fgram.index(d / "t")
-    fgram.embed(d / "t", "fgram.pipeline.models:hashed", engine="local", dtype="float16")
+    fgram.embed(d / "t", "fgram.pipeline.models:hashed", engine="local", float="float16")
     fgram.annotate(d / "t", [d / "val"], d / "tags", doc_sep=0, engine="local")
     return d
 

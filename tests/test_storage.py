@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fgram.jobs.build.state import check_work_reach
-from fgram.pipeline.config import BuildConfig
+from fgram.jobs.runs import check_work_reach
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError, StorageUnavailable
 from fgram.pipeline.io.failures import explain, failure, parse_options, public_options, redact
 from fgram.pipeline.io.publish import data_files, generation_name

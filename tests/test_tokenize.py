@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from fgram.api import annotate, build, coverage, index
 from fgram.cli import cli
-from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
+from fgram.jobs.tokenize import run_tokenize, task_threads
+from fgram.pipeline.config.commands import TokenizeConfig
 from fgram.pipeline.errors import ConfigError, InputError, OutputError
 
 SENTENCE = "the cat sat on a mat and then the dog ran off to see a cat on the mat"
@@ -430,14 +431,14 @@ def test_a_task_s_tokenizer_threads_are_twice_its_share_of_the_cores(monkeypatch
     --threads overrides."""
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     cfg = TokenizeConfig(["a.jsonl"], "o", "tok.json", engine="local")
-    assert [cfg.task_threads(n) for n in (1, 2, 3, 4, 8, 40)] == [8, 8, 4, 4, 2, 2]
+    assert [task_threads(cfg, n) for n in (1, 2, 3, 4, 8, 40)] == [8, 8, 4, 4, 2, 2]
     spark_cfg = dataclasses.replace(cfg, engine="spark", master="local[2]")
-    assert [spark_cfg.task_threads(n) for n in (1, 2, 9)] == [2, 2, 2]
+    assert [task_threads(spark_cfg, n) for n in (1, 2, 9)] == [2, 2, 2]
     cluster = dataclasses.replace(spark_cfg, master="spark://h:7077")
-    assert cluster.task_threads(1) == 2
-    assert dataclasses.replace(cluster, conf={"spark.task.cpus": "3"}).task_threads(9) == 6
-    assert dataclasses.replace(cfg, threads=0).task_threads(1) == 0
-    assert dataclasses.replace(cfg, threads=1).task_threads(40) == 1
+    assert task_threads(cluster, 1) == 2
+    assert task_threads(dataclasses.replace(cluster, conf={"spark.task.cpus": "3"}), 9) == 6
+    assert task_threads(dataclasses.replace(cfg, threads=0), 1) == 0
+    assert task_threads(dataclasses.replace(cfg, threads=1), 40) == 1
     with pytest.raises(ConfigError, match="--threads"):
         dataclasses.replace(cfg, threads=-1).validate()
 

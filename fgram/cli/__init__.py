@@ -15,10 +15,38 @@ from fgram.cli.options import Interrupted, fail
 from fgram.pipeline.errors import FgramError
 from fgram.version import __version__
 
+GLOBAL = {"-q": 0, "--quiet": 0, "--log-level": 1}  # the group's options: values they take
+
+
+def hoisted(args: list[str]) -> list[str]:
+    """The group's options (``-q``, ``--log-level``) moved before the command, wherever they
+    were given (``fgram build ... -q`` as ``fgram -q build ...``); ``--`` ends the search."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        name, eq, _ = arg.partition("=")
+        if name in GLOBAL:
+            n = 1 + (0 if eq else GLOBAL[name])
+            front += args[i : i + n]
+            i += n
+            continue
+        rest.append(arg)
+        i += 1
+    return front + rest
+
 
 class _Commands(click.Group):
     """Every command's endings in one place: an `FgramError` (bad input, options or
-    output) is one line and exit status 2; Ctrl-C is `Interrupted` (see `main`)."""
+    output) is one line and exit status 2; Ctrl-C is `Interrupted` (see `main`). The
+    group's options may follow the command (`hoisted`)."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, hoisted(list(args)))
 
     def invoke(self, ctx):
         try:
@@ -45,6 +73,8 @@ class _Commands(click.Group):
 @click.option("-q", "--quiet", is_flag=True, help="No log messages at all (--log-level off).")
 def cli(log_level, quiet) -> None:
     """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark.
+
+    -q and --log-level go before the command or anywhere after it.
 
     \b
     fgram synth -o corpus --tokens 10000000           # a small corpus to try

@@ -6,66 +6,27 @@ import os
 
 import click
 
-from fgram.cli.options import (
-    SPARK_OPTIONS,
-    build_config,
-    build_options,
-    conf_pairs,
-    engine_option,
-    fail,
-    parse_storage,
-    renamed,
-    shards_format,
-    shown,
-    storage_option,
-    summary,
-    text_options,
+from fgram.cli.options import config_options, fail, shown, summary
+from fgram.pipeline.config.commands import BuildConfig, TokenizeConfig
+
+# build's options that a refresh has not: it publishes versions of its own, from tokens
+REFRESH_TAKES_NOT = (
+    "inputs",
+    "output",
+    "overwrite",
+    "resume",
+    "work_dir",
+    "tokenizer",
+    "text_field",
+    "doc_per_line",
 )
 
 
 @click.command("build", short_help="The f-gram table of tokenized shards.")
 @click.argument("table", metavar="TABLE")
 @click.argument("inputs", nargs=-1, metavar="INPUTS...")
-@click.option("-o", "--output", "old_output", default=None, hidden=True)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace an existing TABLE (only an fgram output: a folder holding a "
-    "manifest.json, or an empty one).",
-)
-@click.option(
-    "--resume",
-    is_flag=True,
-    help="Continue an unfinished run on the same TABLE, INPUTS and options from its "
-    "last completed pass and counted units (without it, leftovers are removed).",
-)
-@click.option(
-    "--tokenizer",
-    default=None,
-    help="INPUTS are text (as for `fgram tokenize`): tokenize them with this tokenizer.json "
-    "(or its folder) first, into a folder of the run, then count.",
-)
-@text_options
-@click.option(
-    "--work-dir",
-    default=None,
-    help="Folder or URI for the run's intermediates (default: beside a local TABLE; "
-    "for an object-store TABLE, this machine's cache in local mode, else beside "
-    "TABLE on the store).",
-)
-@build_options
-def build_command(
-    table,
-    inputs,
-    old_output,
-    overwrite,
-    resume,
-    tokenizer,
-    text_field,
-    doc_per_line,
-    work_dir,
-    **opts,
-):
+@config_options(BuildConfig, exclude=("inputs", "output"))
+def build_command(table, inputs, **opts):
     """Build the f-gram table TABLE of tokenized shards INPUTS (files, folders, globs, URIs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -75,21 +36,16 @@ def build_command(
     TABLE/manifest.json and TABLE/_SUCCESS, published atomically.
 
     \b
-    fgram build fgrams shards/ --dtype uint16 --doc-sep 0 -S 10000000
-    fgram build fgrams data/*.jsonl.zst --tokenizer tokenizer.json -S 1000000
+    fgram build fgrams shards/ --dtype uint16 --doc-sep 0 -S 10M
+    fgram build fgrams data/*.jsonl.zst --tokenizer tokenizer.json -S 1M
     fgram build s3://bucket/fgrams s3://corpus/shards --doc-sep 0 --master spark://host:7077
     """
-    from fgram.jobs.build import run_build
+    from fgram.jobs.table import run_build
 
-    if old_output is not None:  # the old spelling: fgram build INPUTS... -o TABLE
-        inputs = (table, *inputs)
-        table = renamed("-o", "fgram build TABLE INPUTS...", old_output, table)
     if not inputs:
         fail("give the table, then the inputs: fgram build TABLE INPUTS...")
     _table_first(table)
-    cfg = build_config(inputs, table, opts, overwrite=overwrite, resume=resume, work_dir=work_dir)
-    cfg.tokenizer, cfg.text_field, cfg.doc_per_line = tokenizer, text_field, doc_per_line
-    manifest = run_build(cfg)
+    manifest = run_build(BuildConfig(inputs=list(inputs), output=table, **opts))
     click.echo(summary(manifest, shown(table)))
 
 
@@ -108,7 +64,7 @@ def _table_first(table: str) -> None:
 
 @click.command("refresh", short_help="A new version of a versioned table, incrementally.")
 @click.argument("table", metavar="TABLE")
-@click.argument("inputs", nargs=-1, required=True)
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
 @click.option(
     "--keep",
     default=3,
@@ -116,7 +72,7 @@ def _table_first(table: str) -> None:
     type=int,
     help="Versions to keep (the current one always stays).",
 )
-@build_options
+@config_options(BuildConfig, exclude=REFRESH_TAKES_NOT)
 def refresh_command(table, inputs, keep, **opts):
     """New version of a versioned table for the input list INPUTS, incrementally.
 
@@ -133,11 +89,11 @@ def refresh_command(table, inputs, keep, **opts):
     TABLE/current: every command that reads a table takes the refresh folder itself.
 
     \b
-    fgram refresh fgram-versions shards/*.bin --dtype uint16 --doc-sep 0 -S 10000000 --keep 3
+    fgram refresh fgram-versions shards/*.bin --dtype uint16 --doc-sep 0 -S 10M --keep 3
     """
     from fgram.jobs.refresh import run_refresh
 
-    res = run_refresh(build_config(inputs, table, opts), keep=keep)
+    res = run_refresh(BuildConfig(inputs=list(inputs), output=table, **opts), keep=keep)
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     if not res["built"]:
         click.echo(f"up to date: {shown(table).rstrip('/')}/current -> {res['version']}{pruned}")
@@ -245,68 +201,8 @@ def clean_command(folders, cache, remove):
 
 @click.command("tokenize", short_help="Token shards of raw text, with a HF tokenizer.")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
-@click.option("-o", "--output", required=True, help="The token shards' folder (or URI).")
-@click.option(
-    "--tokenizer",
-    required=True,
-    help="A Hugging Face tokenizer.json, or a folder holding one (extra: tokenizers).",
-)
-@shards_format(
-    "parquet: doc_id, tokens list<int32>, source, row; bin: raw uint16 (uint32 for "
-    "vocabularies over 65536), each document followed by --doc-sep."
-)
-@text_options
-@click.option("--id-field", default=None, help="A field kept beside the tokens as `id`.")
-@click.option(
-    "--add-special-tokens",
-    is_flag=True,
-    help="Add the tokenizer's special tokens (its template, e.g. BOS) to each document.",
-)
-@click.option(
-    "--skip-bad-records",
-    is_flag=True,
-    help="Count a malformed record (per file, in the manifest) and go on, instead of failing.",
-)
-@click.option(
-    "--dtype",
-    default=None,
-    type=click.Choice(["uint16", "uint32"]),
-    help="bin: the token dtype (default: uint16 when the vocabulary fits, else uint32).",
-)
-@click.option(
-    "--doc-sep",
-    default=None,
-    type=int,
-    help="bin: the separator id (default: the tokenizer's end-of-text token).",
-)
-@click.option(
-    "--shard-tokens",
-    default=16 * 2**20,
-    show_default=True,
-    type=int,
-    help="About how many tokens each output shard holds.",
-)
-@click.option(
-    "--unit-bytes",
-    default="64M",
-    show_default=True,
-    help="Input bytes per task (uncompressed line files are split at line starts; "
-    "compressed files are a task each).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace an existing output (an fgram one).")
-@click.option("--resume", is_flag=True, help="Continue an unfinished run from its finished units.")
-@click.option(
-    "--threads",
-    default=None,
-    type=click.IntRange(min=0),
-    help="The tokenizer's threads in each task (default: twice the task's share of the "
-    "cores, at most all; 0: a thread per core of the machine in every task).",
-)
-@engine_option("spark, or the same tasks in local processes without a JVM.")
-@SPARK_OPTIONS[0]
-@SPARK_OPTIONS[1]
-@storage_option
-def tokenize_command(inputs, fmt, unit_bytes, conf, storage, **opts):
+@config_options(TokenizeConfig, exclude=("inputs",))
+def tokenize_command(inputs, **opts):
     """Tokenize the text files INPUTS (files, folders, globs, URIs) into token shards.
 
     JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst, .zst: a document per line, its text in
@@ -318,19 +214,9 @@ def tokenize_command(inputs, fmt, unit_bytes, conf, storage, **opts):
     fgram tokenize data/*.jsonl.zst -o tokens --tokenizer tokenizer.json
     fgram tokenize s3://corpus/text -o s3://corpus/tokens --tokenizer tok/ --format bin
     """
-    from fgram.jobs.tokenize import TokenizeConfig, run_tokenize
-    from fgram.pipeline.io.cache import parse_size
+    from fgram.jobs.tokenize import run_tokenize
 
-    m = run_tokenize(
-        TokenizeConfig(
-            inputs=list(inputs),
-            format=fmt,
-            unit_bytes=parse_size(unit_bytes),
-            conf=conf_pairs(conf),
-            storage=parse_storage(storage),
-            **opts,
-        )
-    )
+    m = run_tokenize(TokenizeConfig(inputs=list(inputs), **opts))
     rate = m["tokens"] / max(m["seconds"], 1e-9)
     click.echo(
         f"{m['tokens']} tokens in {m['documents']} documents ({len(m['shards'])} shards, "

@@ -7,20 +7,19 @@ import json
 import click
 
 from fgram.cli.options import (
-    SPARK_OPTIONS,
-    conf_pairs,
-    engine_option,
+    config_options,
     fail,
     parse_storage,
-    refuse_existing,
-    renamed,
-    shard_options,
+    part_shown,
     shown,
     storage_option,
-    text_options,
     tokenizer_option,
 )
+from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
 from fgram.pipeline.errors import FgramError
+
+# annotate tags token shards: text is tokenized first; its coverage is `fgram coverage`'s
+ANNOTATE_TAKES_NOT = ("table", "inputs", "tokenizer", "sizes", "text_field", "doc_per_line")
 
 
 @click.command("diff", short_help="F-grams added and removed between two tables.")
@@ -33,11 +32,10 @@ from fgram.pipeline.errors import FgramError
     type=int,
     help="How many of the most frequent added and removed f-grams to list.",
 )
-@click.option("--show", "old_show", default=None, type=int, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
 @tokenizer_option("to print f-grams as text (those of NEW's manifest by default)")
 @storage_option
-def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
+def diff_command(old, new, top, as_json, tokenizer, storage):
     """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
 
     OLD and NEW are build outputs, versions (TABLE/versions/<id>) or refresh folders
@@ -49,7 +47,6 @@ def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
     """
     from fgram.pipeline.tables.diff import diff_tables
 
-    top = renamed("--show", "--top", old_show, top)
     rep = diff_tables(old, new, show=top, storage=parse_storage(storage))
     if as_json:
         click.echo(json.dumps(rep, indent=2))
@@ -77,7 +74,7 @@ def diff_command(old, new, top, old_show, as_json, tokenizer, storage):
 
 @click.command("show", short_help="A table's summary and top f-grams.")
 @click.argument("table", metavar="TABLE")
-@click.option("--top", default=20, show_default=True, type=int, help="How many f-grams to list.")
+@click.option("--top", default=10, show_default=True, type=int, help="How many f-grams to list.")
 @tokenizer_option("to print f-grams as text")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @storage_option
@@ -138,21 +135,11 @@ def index_command(table, overwrite, storage):
     \b
     fgram index fgrams
     """
-    from fgram.pipeline.tables.index import write_index
+    from fgram.api import index
 
-    where = refuse_existing(table, "index", storage, overwrite)
-    meta = write_index(table, parse_storage(storage))
+    meta = index(table, parse_storage(storage), overwrite)
+    where = part_shown(table, "index", storage)
     click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
-
-
-def _annotate(table, shards, output, overwrite, opts: dict) -> dict:
-    """Run annotate (or, with no ``output``, coverage) with the shard options ``opts``."""
-    from fgram.jobs.annotate import AnnotateConfig, run_annotate
-
-    opts = {**opts, "conf": conf_pairs(opts["conf"]), "storage": parse_storage(opts["storage"])}
-    return run_annotate(
-        AnnotateConfig(table=table, inputs=list(shards), output=output, overwrite=overwrite, **opts)
-    )
 
 
 def _print_coverage(cov: dict) -> None:
@@ -167,12 +154,10 @@ def _print_coverage(cov: dict) -> None:
 
 @click.command("annotate", short_help="Per-token f-gram tags of training shards.")
 @click.argument("table", metavar="TABLE")
-@click.argument("shards", nargs=-1, required=True)
-@click.option("-o", "--output", required=True, help="Tags folder (published atomically).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing output.")
-@shard_options
-def annotate_command(table, shards, output, overwrite, **opts):
-    """Tag every token of SHARDS with its longest f-gram of TABLE (needs TABLE/index).
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
+@config_options(AnnotateConfig, exclude=ANNOTATE_TAKES_NOT)
+def annotate_command(table, inputs, **opts):
+    """Tag every token of INPUTS with its longest f-gram of TABLE (needs TABLE/index).
 
     Parquet shards give Parquet tags (fgram_ids, match_len, and the input's other
     columns, same row order); flat shards give <name>.fgid.npy and <name>.mlen.npy
@@ -181,51 +166,34 @@ def annotate_command(table, shards, output, overwrite, **opts):
     \b
     fgram annotate fgrams shards/ --dtype uint16 --doc-sep 0 -o tags
     """
-    m = _annotate(table, shards, output, overwrite, opts)
-    click.echo(f"tagged {m['coverage']['positions']} tokens -> {shown(output)}")
+    from fgram.jobs.annotate import run_annotate
+
+    if opts["output"] is None:
+        fail("annotate writes tags: give -o/--output (fgram coverage measures only)")
+    m = run_annotate(AnnotateConfig(table=table, inputs=list(inputs), **opts))
+    click.echo(f"tagged {m['coverage']['positions']} tokens -> {shown(opts['output'])}")
     _print_coverage(m["coverage"])
 
 
 @click.command("coverage", short_help="How much of held-out shards a table matches.")
 @click.argument("table", metavar="TABLE")
-@click.argument("shards", nargs=-1, required=True)
-@click.option(
-    "--sizes",
-    default=None,
-    help="Also the coverage of the table's first S' f-grams, for each S' of this list "
-    "(e.g. 10K,100K,1M): what a build at --size S' would match, all from one pass. "
-    "Sizes above the table's rows need a table that kept every n-gram it could.",
-)
+@click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
 @click.option("--json", "as_json", is_flag=True, help="Print the coverage as JSON.")
-@click.option(
-    "--tokenizer",
-    "text_tokenizer",
-    default=None,
-    help="SHARDS are text (as for `fgram tokenize`): tokenize them with this "
-    "tokenizer.json (or its folder) first, into a folder of the run beside TABLE.",
-)
-@text_options
-@shard_options
-def coverage_command(
-    table, shards, sizes, as_json, text_tokenizer, text_field, doc_per_line, **opts
-):
-    """Share of positions of (held-out) SHARDS matched at each length by TABLE's f-grams,
+@config_options(AnnotateConfig, exclude=("table", "inputs", "output", "overwrite"))
+def coverage_command(table, inputs, as_json, **opts):
+    """Share of positions of (held-out) INPUTS matched at each length by TABLE's f-grams,
     and with --sizes the same for smaller tables: the curve that picks S.
 
-    SHARDS are token shards, as for build, or text with --tokenizer.
+    INPUTS are token shards, as for build, or text with --tokenizer.
 
     \b
     fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0
     fgram coverage fgrams heldout/ --dtype uint16 --doc-sep 0 --sizes 10K,100K,1M,10M
     fgram coverage fgrams heldout/*.jsonl.zst --tokenizer tokenizer.json
     """
-    from fgram.pipeline.tables.coverage import parse_sizes
+    from fgram.jobs.annotate import run_annotate
 
-    text = {"tokenizer": text_tokenizer, "text_field": text_field, "doc_per_line": doc_per_line}
-    opts = {**opts, **text} if text_tokenizer else opts
-    if sizes is not None:
-        opts["sizes"] = parse_sizes(sizes)
-    cov = _annotate(table, shards, None, False, opts)["coverage"]
+    cov = run_annotate(AnnotateConfig(table=table, inputs=list(inputs), **opts))["coverage"]
     if as_json:
         click.echo(json.dumps(cov, indent=2))
         return
@@ -235,7 +203,7 @@ def coverage_command(
 
 
 def _print_by_size(rows: list[dict]) -> None:
-    from fgram.pipeline.tables.coverage import human
+    from fgram.pipeline.config.options import human
 
     lengths = list(rows[0]["share_by_length"]) if rows else []
     click.echo("  by table size (the first S f-grams):")
@@ -253,60 +221,8 @@ def _print_by_size(rows: list[dict]) -> None:
 
 @click.command("embed", short_help="A model's output for every f-gram (the store).")
 @click.argument("table", metavar="TABLE")
-@click.option(
-    "--model",
-    required=True,
-    help="module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) "
-    "-> [B, d] (e.g. fgram.pipeline.models:hashed).",
-)
-@click.option("--batch", default=4096, show_default=True, help="F-grams per model call.")
-@click.option(
-    "--float",
-    "float_type",
-    default="float16",
-    show_default=True,
-    type=click.Choice(["float16", "bfloat16", "float32"]),
-    help="Stored row type.",
-)
-@click.option(
-    "--dtype",
-    "old_dtype",
-    default=None,
-    hidden=True,
-    type=click.Choice(["float16", "bfloat16", "float32"]),
-)
-@click.option(
-    "--chunk-rows",
-    default=1 << 16,
-    show_default=True,
-    help="Rows per chunk: a killed run resumes from its last finished chunk.",
-)
-@click.option(
-    "--device",
-    default=None,
-    help="Passed to the model factory as device=... (e.g. cpu, cuda; torch models).",
-)
-@engine_option("spark, or every chunk in this process without a JVM.")
-@click.option("--local", is_flag=True, hidden=True)
-@click.option("--overwrite", is_flag=True, help="Replace existing embeddings.")
-@SPARK_OPTIONS[0]
-@SPARK_OPTIONS[1]
-@storage_option
-def embed_command(
-    table,
-    model,
-    batch,
-    float_type,
-    old_dtype,
-    chunk_rows,
-    device,
-    engine,
-    local,
-    overwrite,
-    master,
-    conf,
-    storage,
-):
+@config_options(EmbedConfig, exclude=("table",))
+def embed_command(table, **opts):
     """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
     TABLE is a build output or a refresh folder (its current version), a path or a URI.
@@ -319,26 +235,10 @@ def embed_command(
     fgram embed fgrams --model fgram.pipeline.models:hashed --engine local
     fgram embed fgrams --model mypkg.fgram_model:load --device cuda --float bfloat16
     """
-    from fgram.jobs.embed import EmbedConfig, run_embed
+    from fgram.jobs.embed import run_embed
 
-    where = refuse_existing(table, "embeddings", storage, overwrite)
-    float_type = renamed("--dtype", "--float", old_dtype, float_type)
-    if local:
-        engine = renamed("--local", "--engine local", "local", engine)
-    meta = run_embed(
-        EmbedConfig(
-            table=table,
-            model=model,
-            batch=batch,
-            dtype=float_type,
-            chunk_rows=chunk_rows,
-            device=device,
-            local=engine == "local",
-            master=master,
-            conf=conf_pairs(conf),
-            storage=parse_storage(storage),
-        )
-    )
+    where = part_shown(table, "embeddings", opts["storage"])  # refused there unless --overwrite
+    meta = run_embed(EmbedConfig(table=table, **opts))
     click.echo(
         f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
         f"{meta['seconds']:.1f}s -> {where}"

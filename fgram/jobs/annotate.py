@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -34,9 +34,15 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
-from fgram.pipeline.config import ReadsShards
+from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError
-from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record, tokens_of
+from fgram.pipeline.formats.inputs import (
+    holds_text,
+    plan_shards,
+    plan_units,
+    shard_record,
+    tokens_of,
+)
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import FORMATS, format_of
 from fgram.pipeline.io import workdir as wf
@@ -53,28 +59,6 @@ from fgram.pipeline.tables.coverage import (
 from fgram.pipeline.tables.index import FgramIndex, manifest_fingerprint
 from fgram.pipeline.tables.versions import resolve_table
 from fgram.version import __version__
-
-
-@dataclass
-class AnnotateConfig(ReadsShards):
-    table: str
-    inputs: list[str]
-    output: str | None = None  # None: coverage only, nothing written
-    column: str = "tokens"
-    dtype: str = "uint16"
-    doc_sep: int | None = None
-    unit_tokens: int = 16 * 2**20
-    overwrite: bool = False
-    engine: str = "spark"
-    master: str | None = None
-    conf: dict[str, str] = field(default_factory=dict)
-    storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
-    strict: bool = False  # a flat file whose sample looks wrong fails (`guards`)
-    tokenizer: str | None = None  # coverage: the inputs are text, tokenized with this first
-    sizes: list[int] | None = None  # coverage of the first S' rows too, for each S' (`coverage`)
-    text_field: str = "text"
-    doc_per_line: bool = False
-
 
 _INDEX: dict[tuple, FgramIndex] = {}
 
@@ -158,8 +142,9 @@ class AssembleStage(Stage, name="assemble"):
 def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     """Tag the shards (or only measure coverage when cfg.output is None); returns the manifest."""
     t0 = time.time()
-    if cfg.engine not in ("spark", "local"):
-        raise ConfigError(f"--engine must be spark or local, got {cfg.engine!r}")
+    cfg.validate()
+    if cfg.output is None and cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
+        cfg = dataclasses.replace(cfg, tokenizer=_table_tokenizer(cfg))
     if cfg.tokenizer:
         return _coverage_of_text(cfg, spark)
     cfg = cfg.tokenized()[0]  # `fgram tokenize` outputs say how to read them
@@ -182,6 +167,21 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         except BaseException:
             wf.remove_tree(staging)
             raise
+
+
+def _table_tokenizer(cfg: AnnotateConfig) -> str:
+    """The tokenizer the table's manifest names (text inputs of a coverage), when its
+    file is here with the same content."""
+    from fgram.pipeline.formats.tokenizer import known_tokenizer
+
+    manifest = resolve_table(cfg.table, cfg.storage).child("manifest.json").read_json()
+    path = known_tokenizer(manifest)
+    if path is None:
+        raise ConfigError(
+            f"{', '.join(cfg.inputs)}: text; give its tokenizer (--tokenizer): the table's "
+            "manifest names none found here"
+        )
+    return path
 
 
 def _sizes_checked(cfg: AnnotateConfig, table: Location) -> AnnotateConfig:

@@ -37,6 +37,7 @@ import numpy as np
 from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
+from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import file_sha256
@@ -45,30 +46,7 @@ from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.tables.embed import load_model, storage_dtype, to_stored
 from fgram.pipeline.tables.index import manifest_fingerprint, publish_parts
-from fgram.pipeline.tables.versions import open_table, table_dataset
-
-
-@dataclass
-class EmbedConfig:
-    table: str  # a build output
-    model: str  # module:factory
-    batch: int = 4096
-    dtype: str = "float16"
-    chunk_rows: int = 1 << 16
-    device: str | None = None  # passed to the model factory (e.g. "cpu", "cuda")
-    local: bool = False  # True: every chunk in this process, no Spark
-    master: str | None = None
-    conf: dict | None = None
-    storage: dict | None = None  # --storage-option (secrets inside)
-
-    @property
-    def engine(self) -> str:
-        return "local" if self.local else "spark"
-
-    def validate(self) -> None:
-        storage_dtype(self.dtype)
-        if self.batch < 1 or self.chunk_rows < 1:
-            raise FgramError("--batch and the chunk size must be at least 1")
+from fgram.pipeline.tables.versions import open_table, table_dataset, table_part
 
 
 def padded(tokens_column, max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +116,7 @@ def embed_chunk(
     before = _MODEL_SECONDS[0]
     lo, hi = c * cfg.chunk_rows, min((c + 1) * cfg.chunk_rows, total)
     model = _model(cfg.model, cfg.device)
-    rows = to_stored(_chunk_rows(model, _dataset(table), lo, hi, max_len, cfg.batch), cfg.dtype)
+    rows = to_stored(_chunk_rows(model, _dataset(table), lo, hi, max_len, cfg.batch), cfg.float)
     if isinstance(staging, Location):
         wf.save_array(_chunk(staging, c), rows)
         return _MODEL_SECONDS[0] - before
@@ -164,7 +142,8 @@ def _chunk(staging: Location, c: int) -> Location:
 
 
 def run_embed(cfg: EmbedConfig, spark=None) -> dict:
-    """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.local``."""
+    """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.engine``
+    is local."""
     meta = _run_embed(cfg, spark)
     PROGRESS.end()  # the last stage's line
     return meta
@@ -173,12 +152,13 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
 def _run_embed(cfg: EmbedConfig, spark) -> dict:
     cfg.validate()
     t0 = time.time()
+    table_part(cfg.table, "embeddings", cfg.overwrite, cfg.storage)  # refused unless --overwrite
     table, manifest = open_table(cfg.table, cfg.storage)
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
     params = {
         "model": cfg.model,
         "device": cfg.device,
-        "dtype": cfg.dtype,
+        "dtype": cfg.float,
         "chunk_rows": cfg.chunk_rows,
         "table": manifest_fingerprint(table),
         "rows": total,
@@ -199,7 +179,7 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
         np.lib.format.open_memmap(
             path,
             mode="w+",
-            dtype=storage_dtype(cfg.dtype),
+            dtype=storage_dtype(cfg.float),
             shape=(total, first.shape[1] if total else 0),
         )
         save_json(params_path, params)
@@ -240,7 +220,7 @@ def _run_chunks(
     cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int, staging, spark
 ) -> float:
     PROGRESS.stage("embed", len(todo), unit="chunks")
-    if cfg.local:
+    if cfg.engine == "local":
         seconds = 0.0
         for c in todo:
             seconds += embed_chunk(cfg, table, c, total, max_len, staging)
@@ -281,7 +261,7 @@ def _meta(
         "version": 1,
         "rows": params["rows"],
         "dim": dim,
-        "dtype": cfg.dtype,
+        "dtype": cfg.float,
         "model": cfg.model,
         "table": params["table"],
         "chunk_rows": cfg.chunk_rows,
@@ -317,7 +297,7 @@ def _embed_on_store(
     sha, size = wf.concat_arrays(
         final.child(name),
         [_chunk(staging, c) for c in range(nchunks)],
-        storage_dtype(cfg.dtype),
+        storage_dtype(cfg.float),
         (total, dim),
     )
     meta["sha256"] = sha

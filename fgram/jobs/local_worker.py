@@ -6,6 +6,6 @@ import importlib
 
 from fgram.pipeline.kernels.warmup import warm_up
 
-for _module in ("fgram.jobs.annotate", "fgram.jobs.build", "fgram.jobs.refresh"):
+for _module in ("fgram.jobs.annotate", "fgram.jobs.table", "fgram.jobs.refresh"):
     importlib.import_module(_module)
 warm_up()

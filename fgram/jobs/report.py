@@ -13,40 +13,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from fgram.jobs.progress import PROGRESS
+from fgram.pipeline.config.commands import ReportConfig
 from fgram.pipeline.errors import ConfigError, InputError, OutputError
 from fgram.pipeline.io.publish import as_location
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.version import __version__
-
-
-@dataclass
-class ReportConfig:
-    table: str  # a build output, a refresh folder or an annotate output
-    output: str = "report.html"  # the page; its numbers go beside it as <stem>.json
-    heldout: list[str] = field(default_factory=list)  # shards (or text) for the coverage
-    sizes: list[int] | None = None  # the coverage's grid of S (None: `default_sizes`)
-    tokenizer: str | None = None  # f-grams as text; tokenizes held-out text
-    top: int = 10  # f-grams listed per length
-    points: int = 64  # ranks per length on the rank-frequency curves
-    diffs: bool = True  # a refresh folder: the diff of each version from the one before
-    overwrite: bool = False
-    storage: dict[str, str] = field(default_factory=dict)
-    # how the held-out shards are read and the coverage runs: `AnnotateConfig`'s fields
-    # (dtype, doc_sep, column, engine, master, conf, unit_tokens, strict, text_field, ...)
-    coverage: dict[str, Any] = field(default_factory=dict)
-
-    def validate(self) -> ReportConfig:
-        if self.top < 0:
-            raise ConfigError(f"--top must be >= 0, got {self.top}")
-        if self.points < 2:
-            raise ConfigError(f"points must be >= 2, got {self.points}")
-        if self.sizes is not None and not self.heldout:
-            raise ConfigError("--sizes sets the coverage curve's grid: give --heldout shards")
-        return self
 
 
 def json_location(page: Location) -> Location:
@@ -69,32 +43,14 @@ def _check_outputs(cfg: ReportConfig) -> tuple[Location, Location]:
     return page, numbers
 
 
-def _heldout_text(paths: list[str], storage: dict[str, str]) -> bool:
-    """Whether the held-out inputs are text to tokenize: JSON Lines or .txt files by their
-    names (Parquet is read as token shards; tokenize Parquet text first)."""
-    from fgram.pipeline.formats.inputs import discover
-    from fgram.pipeline.formats.names import TEXT_FILES, is_text_file, text_kind
-
-    try:
-        files = discover(paths, storage, known=is_text_file, what=TEXT_FILES)
-    except InputError:
-        return False
-    kinds = {(text_kind(uri) or ("", None))[0] for _, _, uri in files}
-    return bool(kinds) and "parquet" not in kinds
-
-
 def _coverage(cfg: ReportConfig, manifest: dict[str, Any]) -> dict[str, Any]:
     """The coverage-vs-S curve over the held-out inputs (`fgram coverage --sizes`)."""
-    from fgram.jobs.annotate import AnnotateConfig, run_annotate
+    from fgram.jobs.annotate import run_annotate
+    from fgram.pipeline.config.commands import AnnotateConfig
     from fgram.pipeline.tables.coverage import default_sizes
 
     sizes = cfg.sizes if cfg.sizes is not None else default_sizes(int(manifest["fgrams"]))
-    options = dict(cfg.coverage)
-    if _heldout_text(cfg.heldout, cfg.storage):
-        tok = cfg.tokenizer or (manifest.get("tokenizer") or {}).get("path")
-        if not tok or not os.path.exists(tok):
-            raise ConfigError("--heldout holds text: give the tokenizer (--tokenizer)")
-        options["tokenizer"] = tok
+    options = {**cfg.coverage, "tokenizer": cfg.tokenizer}  # text: this one, or the table's
     cov: dict[str, Any] = run_annotate(
         AnnotateConfig(
             table=cfg.table, inputs=list(cfg.heldout), sizes=sizes, storage=cfg.storage, **options

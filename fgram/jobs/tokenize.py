@@ -20,28 +20,26 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from fgram.jobs.build.state import fingerprint_digest
 from fgram.jobs.executors import as_task, guess_parallelism, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.runs import fingerprint_digest
 from fgram.jobs.stages import Stage
-from fgram.pipeline.config import TOKENS_KIND
+from fgram.pipeline.config.commands import TOKENS_KIND, TokenizeConfig
 from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs
 from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 from fgram.pipeline.formats.text import (
     Skips,
     TextFile,
-    TextOptions,
     TextUnit,
     count_documents,
     documents,
@@ -52,7 +50,6 @@ from fgram.pipeline.formats.text import (
 from fgram.pipeline.formats.token_shards import ShardWriter
 from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.failures import public_options
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.publish import check_output, finish, staging_for
 from fgram.pipeline.io.storage import Place
@@ -63,75 +60,29 @@ from fgram.version import __version__
 FORMAT = 1
 
 
-@dataclass
-class TokenizeConfig:
-    inputs: list[str]
-    output: str
-    tokenizer: str  # a tokenizer.json, or a folder holding one
-    format: str = "parquet"  # parquet | bin
-    text_field: str = "text"
-    id_field: str | None = None
-    doc_per_line: bool = False
-    add_special_tokens: bool = False  # the tokenizer's template (BOS/EOS) around each document
-    skip_bad_records: bool = False  # count a bad record per file and go on
-    dtype: str | None = None  # bin: uint16 | uint32 (default: the narrowest the vocabulary fits)
-    doc_sep: int | None = None  # bin: the separator (default: the tokenizer's EOS)
-    shard_tokens: int = 16 * 2**20
-    unit_bytes: int = 64 * 2**20
-    storage: dict[str, str] = field(default_factory=dict)  # --storage-option (secrets inside)
-    engine: str = "spark"
-    master: str | None = None
-    conf: dict[str, str] = field(default_factory=dict)
-    overwrite: bool = False
-    resume: bool = False
-    threads: int | None = None  # the tokenizer's threads in a task (None: the task's cores)
+def task_threads(cfg: TokenizeConfig, units: int) -> int:
+    """The tokenizer's threads in one task of ``units``: ``threads`` when given (0: the
+    library's default, a thread per core of the machine in every task). Else twice
+    the task's share of the cores, at most every core: the share is the cores a task
+    holds (``spark.task.cpus``, 1 by default), and on this machine (local mode,
+    --engine local) the cores that fewer units than cores leave idle shared among
+    them. Twice, because a task's own Python work (reading, parsing, writing) leaves
+    its core idle part of the time: on 2 cores, a thread per task was 0.88x of two,
+    and one task (one compressed file) with one thread 0.6x."""
+    if cfg.threads is not None:
+        return cfg.threads
+    try:
+        per_task = max(1, int(cfg.conf.get("spark.task.cpus", 1)))
+    except ValueError:
+        raise ConfigError(f"spark.task.cpus must be an integer: {cfg.conf}") from None
+    if not runs_here(cfg):
+        return 2 * per_task
+    from fgram.spark.session import effective_master
 
-    def validate(self) -> TokenizeConfig:
-        if self.format not in ("parquet", "bin"):
-            raise ConfigError(f"--format must be parquet or bin, got {self.format!r}")
-        if self.engine not in ("spark", "local"):
-            raise ConfigError(f"--engine must be spark or local, got {self.engine!r}")
-        if self.shard_tokens < 1:
-            raise ConfigError(f"--shard-tokens must be >= 1, got {self.shard_tokens}")
-        if self.doc_sep is not None and self.doc_sep < 0:
-            raise ConfigError(f"--doc-sep must be >= 0, got {self.doc_sep}")
-        if self.threads is not None and self.threads < 0:
-            raise ConfigError(f"--threads must be >= 0, got {self.threads}")
-        return self
-
-    def task_threads(self, units: int) -> int:
-        """The tokenizer's threads in one task of ``units``: ``threads`` when given (0: the
-        library's default, a thread per core of the machine in every task). Else twice
-        the task's share of the cores, at most every core: the share is the cores a task
-        holds (``spark.task.cpus``, 1 by default), and on this machine (local mode,
-        --engine local) the cores that fewer units than cores leave idle shared among
-        them. Twice, because a task's own Python work (reading, parsing, writing) leaves
-        its core idle part of the time: on 2 cores, a thread per task was 0.88x of two,
-        and one task (one compressed file) with one thread 0.6x."""
-        if self.threads is not None:
-            return self.threads
-        try:
-            per_task = max(1, int(self.conf.get("spark.task.cpus", 1)))
-        except ValueError:
-            raise ConfigError(f"spark.task.cpus must be an integer: {self.conf}") from None
-        if not runs_here(self):
-            return 2 * per_task
-        from fgram.spark.session import effective_master
-
-        cores = os.cpu_count() or 1
-        if self.engine != "local":
-            cores = guess_parallelism(effective_master(self.master))
-        return min(cores, 2 * max(per_task, cores // max(1, min(units, cores))))
-
-    def text_options(self) -> TextOptions:
-        return TextOptions(
-            self.text_field, self.id_field, self.doc_per_line, self.skip_bad_records, self.storage
-        )
-
-    def record(self) -> dict[str, Any]:
-        rec = dataclasses.asdict(self)
-        rec["storage"] = public_options(self.storage)
-        return rec
+    cores = os.cpu_count() or 1
+    if cfg.engine != "local":
+        cores = guess_parallelism(effective_master(cfg.master))
+    return min(cores, 2 * max(per_task, cores // max(1, min(units, cores))))
 
 
 @dataclass(frozen=True)
@@ -145,7 +96,7 @@ class Plan:
     staging: Place
     dtype: str  # bin: uint16 | uint32; parquet: int32
     doc_sep: int | None  # bin's separator
-    threads: int  # the tokenizer's threads in a task (`TokenizeConfig.task_threads`)
+    threads: int  # the tokenizer's threads in a task (`task_threads`)
 
 
 @dataclass
@@ -338,7 +289,7 @@ def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[s
     # the JVM starts (seconds) while the driver counts and tokenizes units itself
     starting = Starting(cfg, spark)
     ex = HeadStart(starting, cfg.master)
-    plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep, cfg.task_threads(len(units)))
+    plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep, task_threads(cfg, len(units)))
     PROGRESS.stage("count documents", len(units) - 1)
     counting = CountStage(plan)  # the last unit's count numbers nothing after it
     counts = ex.map(len(units) - 1, counting.run, progress=True) + [(0, 0)]

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
-from fgram.jobs.build.state import check_work_reach, fingerprint_digest, run_fingerprint
 from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
+from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
@@ -23,11 +25,11 @@ from fgram.jobs.refresh.store import (
     store_options,
 )
 from fgram.jobs.refresh.tasks import RPlan, release_driver
-from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.jobs.runs import check_work_reach, fingerprint_digest, run_fingerprint
+from fgram.pipeline.config.commands import BuildConfig
+from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.formats.reading import Shard
-from fgram.pipeline.formats.table import table_record
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.publish import finish, staging_for
@@ -35,8 +37,6 @@ from fgram.pipeline.io.storage import check_bucket, locate
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.layout import group_slots
-from fgram.pipeline.kernels.ranking import Groups
-from fgram.pipeline.kernels.selection import add_length, selection
 from fgram.pipeline.kernels.warmup import warm_up
 from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.tables import versions as vs
@@ -147,6 +147,149 @@ def _run_locked(
     }
 
 
+@dataclass
+class Changes:
+    """The input shards against the store's: kept (same digest), new, removed."""
+
+    digests: list[str]
+    kept_idx: list[int]
+    new_idx: list[int]
+    removed: dict[str, ShardEntry]
+
+    @classmethod
+    def of(cls, shards: list[Shard], old_shards: dict[str, ShardEntry]) -> Changes:
+        digests = [shard_digest(s) for s in shards]
+        current = set(digests)
+        return cls(
+            digests,
+            [i for i, d in enumerate(digests) if d in old_shards],
+            [i for i, d in enumerate(digests) if d not in old_shards],
+            {d: e for d, e in old_shards.items() if d not in current},
+        )
+
+
+def _plan(
+    cfg: BuildConfig, root, work, shards: list[Shard], old_store: StoreRecord | None, code: KeyCode
+) -> tuple[RPlan, Changes]:
+    old_shards = old_store.shards if old_store else {}
+    changes = Changes.of(shards, old_shards)
+    kept_shards = [shards[i] for i in changes.kept_idx]
+    new_shards = [shards[i] for i in changes.new_idx]
+    kept_units = plan_units(kept_shards, cfg.unit_tokens)
+    rare = [rare_by_unit(old_shards[changes.digests[i]]) for i in changes.kept_idx]
+    plan = RPlan(
+        cfg,
+        root,
+        work,
+        code,
+        new_shards,
+        plan_units(new_shards, cfg.unit_tokens),
+        kept_shards,
+        kept_units,
+        {k: lv.table for k, lv in (old_store.levels if old_store else {}).items() if lv.table},
+        [rare[u.shard].get((u.start, u.stop), {}) for u in kept_units],
+    )
+    return plan, changes
+
+
+@dataclass
+class RefreshPasses(PassSteps):
+    """A refresh's pass k: count the new units and scan the kept ones, merge the store's
+    level of length k with them, extend its id table. Every length's level is merged,
+    also past the last length that kept any (the store keeps every length's counts)."""
+
+    count_label = "count new, scan old units"
+    merge_label = "merge, ids"
+    last_stage = "table"
+    stops_when_empty = False
+
+    ex: Any
+    plan: RPlan
+    changes: Changes
+    old_levels: dict[int, Level]
+    entries: dict[str, ShardEntry]  # the kept shards' (partials grow)
+    new_entries: dict[str, ShardEntry]
+    hists: dict[int, dict[int, int]]
+    levels: dict[int, Level] = field(default_factory=dict)
+    old_size: int = 0  # T_{k-1}'s ids before this refresh
+    scan_rows: int = 0  # rows of T_{k-1} new in this refresh (the kept units' scans)
+
+    def count(self, k: int, floor: int) -> tuple[dict, list[dict], list[dict], int]:
+        plan, digests = self.plan, self.changes.digests
+        # one job: the new units' counts (largest first), then the old units' scans
+        todo = [("count", u) for u in range(len(plan.new_units))]
+        n_scanned = len(plan.kept_units) if k > 2 and self.scan_rows else 0
+        todo += [("scan", u) for u in range(n_scanned)]
+        counting = CountScanStage(plan, k, self.old_size, todo)
+        done = counting.summary(self.ex.map_batched(len(todo), counting.run))
+        for s in done["counts"]:
+            unit = plan.new_units[s.unit]
+            e = self.new_entries[digests[self.changes.new_idx[unit.shard]]]
+            e.partials.setdefault(k, []).append(s.run)
+            if s.rare:
+                e.rare = [*(e.rare or []), [unit.start, unit.stop, s.rare, k - 1]]
+            if k == 2:
+                e.totals["documents"] += s.documents
+                e.totals["tokens"] += s.tokens
+        scanned = []
+        for r in done["scans"]:
+            if r.run:
+                scanned.append(r.run)
+                d = digests[self.changes.kept_idx[plan.kept_units[r.unit].shard]]
+                self.entries[d].partials.setdefault(k, []).append(r.run)
+        fresh = [s.run for s in done["counts"] if s.run["n"]]
+        return done, fresh, scanned, n_scanned
+
+    def merge(self, k: int, floor: int, counted: tuple[dict, list, list, int]) -> Merged:
+        _, fresh, scanned, _ = counted
+        level = self.old_levels.get(k) or Level()
+        gone = [r for e in self.changes.removed.values() for r in e.partials.get(k, [])]
+        base_n = sum(piece["n"] for piece in level.base)
+        change = sum(r["n"] for r in level.delta + fresh + scanned + gone)
+        compact = base_n == 0 or change > COMPACT * base_n
+        rounds = math.ceil((base_n + change) * 16 / MERGE_BYTES / self.ex.parallelism)
+        nparts = self.ex.parallelism * max(rounds, 1)  # no lone last round
+        merging = MergeStage(self.plan, k, nparts, floor, level, fresh, scanned, gone, compact)
+        merged = self.ex.map_batched(nparts, merging.run)
+        pieces = sorted((m.piece for m in merged if m.piece), key=lambda x: x["lo"])
+        self.levels[k] = Level(pieces, []) if compact else Level(level.base, pieces)
+        return Merged([m.hist for m in merged], (merged, nparts, compact))
+
+    def keep(
+        self, k: int, threshold: int | None, counted: tuple[dict, list, list, int], merged: Merged
+    ) -> tuple[int, dict]:
+        done, _, scanned, n_scanned = counted
+        results, nparts, compact = merged.result
+        cfg = self.plan.cfg
+        kept = sum(self.hists.get(k, {}).values()) if threshold is not None else 0
+        tabling = TableStage(self.plan, k, nparts, 2**62 if threshold is None else threshold)
+        tab = self.ex.map(1, tabling.run)[0]
+        self.levels[k].table = tab.table
+        if tab.table:
+            self.plan.tables[k] = tab.table
+        if tab.table and tab.table["size"] * (24 + 4 * k) > max(cfg.broadcast_budget, 1):
+            raise ConfigError(
+                f"refresh: the id table of {k}-grams ({tab.table['size']} rows) "
+                f"exceeds --broadcast-budget; raise it, or use `fgram build`"
+            )
+        self.old_size, self.scan_rows = tab.old_size, tab.scan_rows
+        scans = done["scans"]
+        return kept, {
+            "candidates": sum(s.counted for s in done["counts"]),
+            "partitions": nparts,
+            "new_units": len(self.plan.new_units),
+            "scanned_units": n_scanned,
+            "scanned_at_rare": sum(r.at_rare for r in scans),
+            "scanned_at_anchors": sum(r.at_anchors for r in scans),
+            "scanned_grams": sum(r["n"] for r in scanned),
+            "ids_added": tab.added,
+            "ids": (tab.table or {}).get("size", 0),
+            "delta": sum(m.delta for m in results),
+            "compacted": compact,
+            "task_seconds": done["task_seconds"],
+        }
+
+
 def _refresh(
     cfg: BuildConfig,
     root,
@@ -161,168 +304,59 @@ def _refresh(
     count of the version ``old_store`` belongs to, when that version held S f-grams
     (None otherwise)."""
     t_begin = time.time()
-    work = wf.join(staging, "_work")
-    old_levels = old_store.levels if old_store else {}
-    old_shards = old_store.shards if old_store else {}
-    digests = [shard_digest(s) for s in shards]
-    kept_idx = [i for i, d in enumerate(digests) if d in old_shards]
-    new_idx = [i for i, d in enumerate(digests) if d not in old_shards]
-    current = set(digests)
-    removed = {d: e for d, e in old_shards.items() if d not in current}
-    kept_shards = [shards[i] for i in kept_idx]
-    new_shards = [shards[i] for i in new_idx]
-    kept_units = plan_units(kept_shards, cfg.unit_tokens)
-    rare = [rare_by_unit(old_shards[digests[i]]) for i in kept_idx]
-    plan = RPlan(
-        cfg,
-        root,
-        work,
-        code,
-        new_shards,
-        plan_units(new_shards, cfg.unit_tokens),
-        kept_shards,
-        kept_units,
-        {k: lv.table for k, lv in old_levels.items() if lv.table},
-        [rare[u.shard].get((u.start, u.stop), {}) for u in kept_units],
-    )
+    plan, changes = _plan(cfg, root, wf.join(staging, "_work"), shards, old_store, code)
     warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
     timing = {"plan": round(time.time() - t_begin, 3)}
+    old_shards = old_store.shards if old_store else {}
+    current = set(changes.digests)
     entries = {
         d: ShardEntry(e.record, dict(e.totals), {k: list(v) for k, v in e.partials.items()}, e.rare)
         for d, e in old_shards.items()
         if d in current
     }
     new_entries = {
-        digests[i]: ShardEntry(shard_record(shards[i]), {"documents": 0, "tokens": 0})
-        for i in new_idx
+        changes.digests[i]: ShardEntry(shard_record(shards[i]), {"documents": 0, "tokens": 0})
+        for i in changes.new_idx
     }
     # only shards added: the current version's S f-grams keep at least its cutoff count, so
     # the new cutoff is at least that, and nothing counted less can be an f-gram
-    threshold = max(cfg.min_count, old_cutoff or 0) if not removed else cfg.min_count
+    floor = max(cfg.min_count, old_cutoff or 0) if not changes.removed else cfg.min_count
     hists: dict[int, dict[int, int]] = {}
-    levels: dict[int, Level] = {}
-    passes = []
-    old_size, scan_rows, done = 0, 0, False
-    for k in range(2, cfg.max_len + 1):
-        t0 = time.time()
-        level = old_levels.get(k) or Level()
-        floor = threshold
-        # one job: the new units' counts (largest first), then the old units' scans
-        todo = [("count", u) for u in range(len(plan.new_units))]
-        n_scanned = len(plan.kept_units) if k > 2 and scan_rows else 0
-        todo += [("scan", u) for u in range(n_scanned)]
-        PROGRESS.stage(f"pass {k}/{cfg.max_len}: count new, scan old units")
-        counting = CountScanStage(plan, k, old_size, todo)
-        done_now = counting.summary(ex.map_batched(len(todo), counting.run))
-        stats, scans = done_now["counts"], done_now["scans"]
-        fresh = [s.run for s in stats if s.run["n"]]
-        for s in stats:
-            unit = plan.new_units[s.unit]
-            e = new_entries[digests[new_idx[unit.shard]]]
-            e.partials.setdefault(k, []).append(s.run)
-            if s.rare:
-                e.rare = [*(e.rare or []), [unit.start, unit.stop, s.rare, k - 1]]
-            if k == 2:
-                e.totals["documents"] += s.documents
-                e.totals["tokens"] += s.tokens
-        scanned = []
-        for r in scans:
-            if r.run:
-                scanned.append(r.run)
-                d = digests[kept_idx[plan.kept_units[r.unit].shard]]
-                entries[d].partials.setdefault(k, []).append(r.run)
-        t_count = time.time()
-        gone = [r for e in removed.values() for r in e.partials.get(k, [])]
-        base_n = sum(piece["n"] for piece in level.base)
-        change = sum(r["n"] for r in level.delta + fresh + scanned + gone)
-        compact = base_n == 0 or change > COMPACT * base_n
-        PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, ids")
-        rounds = math.ceil((base_n + change) * 16 / MERGE_BYTES / ex.parallelism)
-        nparts = ex.parallelism * max(rounds, 1)  # no lone last round
-        merging = MergeStage(plan, k, nparts, floor, level, fresh, scanned, gone, compact)
-        merged = ex.map_batched(nparts, merging.run)
-        pieces = sorted((m.piece for m in merged if m.piece), key=lambda x: x["lo"])
-        new_level = Level(pieces, []) if compact else Level(level.base, pieces)
-        t_merge = time.time()
-        if not done:
-            threshold = add_length(hists, k, [m.hist for m in merged], cfg.size, threshold)
-        kept = sum(hists.get(k, {}).values()) if not done else 0
-        tabling = TableStage(plan, k, nparts, threshold if not done else 2**62)
-        tab = ex.map(1, tabling.run)[0]
-        new_level.table = tab.table
-        if tab.table:
-            plan.tables[k] = tab.table
-        if tab.table and tab.table["size"] * (24 + 4 * k) > max(cfg.broadcast_budget, 1):
-            raise ConfigError(
-                f"refresh: the id table of {k}-grams ({tab.table['size']} rows) "
-                f"exceeds --broadcast-budget; raise it, or use `fgram build`"
-            )
-        old_size, scan_rows = tab.old_size, tab.scan_rows
-        levels[k] = new_level
-        passes.append(
-            PassRecord(
-                length=k,
-                count_threshold=floor,
-                threshold=threshold,
-                candidates=sum(s.counted for s in stats),
-                kept=kept,
-                partitions=nparts,
-                new_units=len(plan.new_units),
-                scanned_units=n_scanned,
-                scanned_at_rare=sum(r.at_rare for r in scans),
-                scanned_at_anchors=sum(r.at_anchors for r in scans),
-                scanned_grams=sum(r["n"] for r in scanned),
-                ids_added=tab.added,
-                ids=(tab.table or {}).get("size", 0),
-                delta=sum(m.delta for m in merged),
-                compacted=compact,
-                seconds=round(time.time() - t0, 3),
-                task_seconds=done_now["task_seconds"],
-                stages={
-                    "count": round(t_count - t0, 3),
-                    "merge": round(t_merge - t_count, 3),
-                    "table": round(time.time() - t_merge, 3),
-                },
-            )
-        )
-        done = done or kept == 0
+    passes: list[PassRecord] = []
+    old_levels = old_store.levels if old_store else {}
+    steps = RefreshPasses(ex, plan, changes, old_levels, entries, new_entries, hists)
+    run_passes(steps, cfg, hists, passes, threshold=floor)
     entries.update(new_entries)
     totals = {
         "documents": sum(e.totals["documents"] for e in entries.values()),
         "tokens": sum(e.totals["tokens"] for e in entries.values()),
     }
-    if totals["tokens"] == 0:
-        raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
+    check_tokens(cfg, totals)
     t0 = time.time()
-    PROGRESS.stage("select")
-    cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
-    groups = Groups(hists, cutoff, cut_len)
-    task_firsts = group_slots(groups, ex.parallelism, selected, cfg.rank_rows)
+    chosen = select(hists, cfg.size)
+    task_firsts = group_slots(chosen.groups, ex.parallelism, chosen.size, cfg.rank_rows)
     out_dir = wf.join(staging, "fgrams")
     wf.make_dirs(out_dir)
-    ranking = RankStage(plan, sorted(hists), groups, task_firsts, selected, out_dir)
+    ranking = RankStage(plan, sorted(hists), chosen.groups, task_firsts, chosen.size, out_dir)
     ex.map(len(task_firsts), ranking.run)
-    store = StoreRecord(options=store_options(cfg, code), levels=levels, shards=entries)
-    manifest = TableManifest(
-        engine=ex.name,
-        config=cfg.record(),
-        inputs=[shard_record(s) for s in shards],
-        totals=totals,
-        passes=passes,
-        cutoff_count=cutoff if selected else None,
-        fgrams=selected,
-        by_length={str(k): n for k, n in sorted(by_len.items())},
-        select={"seconds": round(time.time() - t0, 3), "rank_tasks": len(task_firsts)},
+    store = StoreRecord(options=store_options(cfg, code), levels=steps.levels, shards=entries)
+    manifest = table_manifest(
+        ex.name,
+        cfg,
+        shards,
+        totals,
+        passes,
+        chosen,
+        {"seconds": round(time.time() - t0, 3), "rank_tasks": len(task_firsts)},
         seconds=0.0,  # set when it is published
-        table=table_record(),
         timing=timing,
         head_start_tasks=ex.in_driver,
         executor_start_seconds=starting.seconds,
         refresh={
-            "new_shards": len(new_shards),
-            "kept_shards": len(kept_shards),
-            "removed_shards": len(removed),
+            "new_shards": len(plan.new_shards),
+            "kept_shards": len(plan.kept_shards),
+            "removed_shards": len(changes.removed),
             "store_reused": bool(old_levels),
         },
     )

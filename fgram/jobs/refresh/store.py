@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.formats.inputs import shard_record
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.registry import format_of

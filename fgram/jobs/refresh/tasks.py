@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fgram.jobs.build.passes import SCRATCH
 from fgram.jobs.executors import as_task
 from fgram.jobs.refresh.store import Level, get, put, put_chunk, put_run
-from fgram.pipeline.config import BuildConfig
+from fgram.jobs.runs import SCRATCH
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of, read_unit
 from fgram.pipeline.formats.table import write_ranked

@@ -82,6 +82,19 @@ def check_inputs(
                     )
 
 
+def holds_text(paths: list[str], storage: dict[str, Any] | None = None) -> bool:
+    """Whether inputs are text to tokenize: JSON Lines or .txt files by their names
+    (Parquet is read as token shards; tokenize Parquet text first)."""
+    from fgram.pipeline.formats.names import TEXT_FILES, text_kind
+
+    try:
+        files = discover(paths, storage, known=is_text_file, what=TEXT_FILES)
+    except InputError:
+        return False
+    kinds = {(text_kind(uri) or ("", None))[0] for _, _, uri in files}
+    return bool(kinds) and kinds <= {"jsonl", "txt"}
+
+
 def _expand(
     fs: pafs.FileSystem, path: str, original: str, known: Callable[[str], bool], what: str
 ) -> list[tuple[pafs.FileSystem, str, str]]:

@@ -16,15 +16,12 @@ from typing import Any
 import numpy as np
 
 from fgram.pipeline.errors import FgramError, InputError, StorageUnavailable
+from fgram.pipeline.formats.dtypes import TOKEN_DTYPES
 from fgram.pipeline.io.failures import failure, first_line
 from fgram.pipeline.io.storage import is_remote
 from fgram.pipeline.kernels.keys import MAX_TOKEN, SENTINEL
 
-FLAT_DTYPES: dict[str, np.dtype] = {
-    "uint16": np.dtype("<u2"),
-    "uint32": np.dtype("<u4"),
-    "int32": np.dtype("<i4"),
-}
+FLAT_DTYPES: dict[str, np.dtype] = {name: np.dtype(t) for name, t in TOKEN_DTYPES.items()}
 
 
 @dataclass

@@ -110,11 +110,6 @@ def generate(
     """
     import json
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from fgram.pipeline.formats.table import arrow_array, arrow_list
-
     if tokens < 0 or vocab < 2:
         raise ValueError("tokens must be >= 0 and vocab >= 2")
     if fmt == "text" and vocab > 65535:
@@ -126,7 +121,7 @@ def generate(
     nfiles = files or max(1, min(64, tokens // (64 * CHUNK) + 1))
     per_file = [tokens // nfiles + (1 if i < tokens % nfiles else 0) for i in range(nfiles)]
     dtype = np.uint16 if vocab <= 65536 else np.uint32
-    doc_id, n_docs = 0, 0
+    n_docs = 0
     names = []
     words = np.array(["", *(word(i) for i in range(1, vocab if fmt == "text" else 1))], object)
     ext = {"bin": "bin", "text": "jsonl.zst"}.get(fmt, "parquet")
@@ -134,44 +129,7 @@ def generate(
         name = f"part-{f:05d}.{ext}"
         names.append(name)
         path = os.path.join(out_dir, name)
-        tmp = path + ".tmp"
-        writer = None
-        with open(tmp, "wb") as raw, _text_stream(raw, fmt) as fh:
-            left = count
-            while left > 0:
-                n = min(CHUNK, left)
-                left -= n
-                toks = book.sample(rng, n)
-                lens = rng.geometric(1.0 / doc_len, size=n // max(doc_len // 4, 1) + 2)
-                ends = np.cumsum(lens)
-                ends = ends[ends < n]
-                lens = np.diff(np.concatenate([[0], ends, [n]]))
-                lens = lens[lens > 0]
-                if fmt == "bin":
-                    flat = np.zeros(n + len(lens), dtype=dtype)
-                    sep_at = np.cumsum(lens) + np.arange(len(lens))
-                    mask = np.ones(len(flat), bool)
-                    mask[sep_at] = False
-                    flat[mask] = toks
-                    fh.write(flat.tobytes())
-                elif fmt == "text":
-                    ends = np.cumsum(lens)
-                    texts = (
-                        " ".join(words[toks[e - n : e]]) for e, n in zip(ends, lens, strict=True)
-                    )
-                    fh.write("".join(f'{{"text": "{t}"}}\n' for t in texts).encode())
-                else:
-                    arr = arrow_list(np.concatenate([[0], np.cumsum(lens)]), toks, np.int32)
-                    ids = arrow_array(np.arange(doc_id, doc_id + len(lens), dtype=np.int64))
-                    batch = pa.table({"doc_id": ids, "tokens": arr})
-                    if writer is None:
-                        writer = pq.ParquetWriter(fh, batch.schema, compression="zstd")
-                    writer.write_table(batch, row_group_size=1 << 20)
-                doc_id += len(lens)
-                n_docs += len(lens)
-            if writer is not None:
-                writer.close()
-        os.replace(tmp, path)
+        n_docs += _write_file(path, count, book, rng, fmt, dtype, words, doc_len, n_docs)
     if fmt == "text":
         write_tokenizer(os.path.join(out_dir, "tokenizer.json"), vocab)
     meta = {
@@ -189,6 +147,63 @@ def generate(
     with open(os.path.join(out_dir, "meta.json"), "w") as fh:
         json.dump(meta, fh, indent=2)
     return meta
+
+
+def _write_file(
+    path: str,
+    count: int,
+    book: PhraseBook,
+    rng: np.random.Generator,
+    fmt: str,
+    dtype: Any,
+    words: np.ndarray,
+    doc_len: int,
+    doc_id: int,
+) -> int:
+    """One file of ``count`` tokens in documents of mean length ``doc_len`` (ids from
+    ``doc_id``), written aside and renamed; returns its documents."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fgram.pipeline.formats.table import arrow_array, arrow_list
+
+    tmp, docs, writer = path + ".tmp", 0, None
+    with open(tmp, "wb") as raw, _text_stream(raw, fmt) as fh:
+        left = count
+        while left > 0:
+            n = min(CHUNK, left)
+            left -= n
+            toks = book.sample(rng, n)
+            lens = rng.geometric(1.0 / doc_len, size=n // max(doc_len // 4, 1) + 2)
+            ends = np.cumsum(lens)
+            ends = ends[ends < n]
+            lens = np.diff(np.concatenate([[0], ends, [n]]))
+            lens = lens[lens > 0]
+            if fmt == "bin":
+                flat = np.zeros(n + len(lens), dtype=dtype)
+                sep_at = np.cumsum(lens) + np.arange(len(lens))
+                mask = np.ones(len(flat), bool)
+                mask[sep_at] = False
+                flat[mask] = toks
+                fh.write(flat.tobytes())
+            elif fmt == "text":
+                ends = np.cumsum(lens)
+                texts = (" ".join(words[toks[e - n : e]]) for e, n in zip(ends, lens, strict=True))
+                fh.write("".join(f'{{"text": "{t}"}}\n' for t in texts).encode())
+            else:
+                arr = arrow_list(np.concatenate([[0], np.cumsum(lens)]), toks, np.int32)
+                ids = arrow_array(
+                    np.arange(doc_id + docs, doc_id + docs + len(lens), dtype=np.int64)
+                )
+                batch = pa.table({"doc_id": ids, "tokens": arr})
+                if writer is None:
+                    writer = pq.ParquetWriter(fh, batch.schema, compression="zstd")
+                writer.write_table(batch, row_group_size=1 << 20)
+            docs += len(lens)
+        if writer is not None:
+            writer.close()
+    os.replace(tmp, path)
+    return docs
 
 
 def _text_stream(raw: Any, fmt: str) -> Any:

@@ -96,17 +96,24 @@ def table_tokenizer(given: str | None, manifest: dict[str, Any]) -> Any:
     the `text` extra is installed; else None. A bad ``given`` is a one-line error."""
     if given:
         return tokenizer(load_spec(given))
-    rec = manifest.get("tokenizer") or {}
-    path = rec.get("path")
-    if not path or not os.path.isfile(path):
-        return None
     import importlib.util
 
-    from fgram.pipeline.io.cache import file_sha256
-
-    if importlib.util.find_spec("tokenizers") is None or file_sha256(path) != rec.get("sha256"):
+    path = known_tokenizer(manifest)
+    if path is None or importlib.util.find_spec("tokenizers") is None:
         return None
     return tokenizer(load_spec(path))
+
+
+def known_tokenizer(manifest: dict[str, Any]) -> str | None:
+    """The path of the tokenizer a table's manifest names, when its file is on this
+    machine with the same content (sha256); else None."""
+    from fgram.pipeline.io.cache import file_sha256
+
+    rec = manifest.get("tokenizer") or {}
+    path = rec.get("path")
+    if not path or not os.path.isfile(path) or file_sha256(path) != rec.get("sha256"):
+        return None
+    return str(path)
 
 
 def _config_eos(tok: Any, config: str) -> int | None:

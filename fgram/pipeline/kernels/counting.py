@@ -3,6 +3,8 @@ radix partition into cache-sized buckets (compiled) and numpy sorts of each buck
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fgram.pipeline.kernels.jit import I32s, I64s, U32s, U64s, compiled
@@ -101,40 +103,11 @@ def unit_table(
         bits = max(bits, code.bits + pos_bits - 64)
     bits = min(bits, code.bits)
     shift = np.uint64(code.bits - bits)
-    bstart: np.ndarray | None = None
-    bend: np.ndarray | None = None
-    ends = np.empty(1 << bits, np.int64)
     cands = (prev, tokens, k, n_pos, args, shift)
-    if exact and sample and n_pos >= sample_from:
-        est = np.zeros(1 << bits, np.int64)
-        candidate_histogram(cands, sample, est)
-        room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
-        bounds = bucket_bounds(room)
-        packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-        if scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends):
-            bstart, bend = bounds[:-1], ends
-    if bstart is None:
-        hist = np.zeros(1 << bits, np.int64)
-        candidate_histogram(cands, 1, hist)
-        bounds = bucket_bounds(hist)
-        bstart, bend = bounds[:-1], bounds[1:]
-        packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-        if exact:
-            scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends)
-        else:
-            lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
-            keys = work_array(scratch, "keys", len(packed), np.uint64)
-            where = work_array(scratch, "where", len(packed), np.int32)
-            scatter_buckets(
-                cands,
-                np.uint64(code.up),
-                bounds,
-                lo_bits,
-                keys,
-                where,
-                packed,
-            )
-    assert bstart is not None and bend is not None  # both set on every path above
+    sampled = exact and sample and n_pos >= sample_from
+    packed, bstart, bend, indirect = _partition(
+        cands, code, bits, pos_bits, exact, min_lo_bits, scratch, sample if sampled else 0
+    )
     n = int((bend - bstart).sum())
     sort_buckets(packed, bstart, bend)
     # untouched tails of these are never resident: no copies of the used heads
@@ -142,7 +115,7 @@ def unit_table(
     counts = work_array(scratch, "counts", n, np.uint32)
     starts = work_array(scratch, "starts", n + 1, np.int32)  # n < 2**31
     order = work_array(scratch, "order", n, np.int32)
-    if exact:
+    if indirect is None:
         u = exact_runs(
             packed,
             bstart,
@@ -155,10 +128,52 @@ def unit_table(
         )
         counted = int(counts[:u].sum())
     else:
+        keys, where, bounds, lo_bits = indirect
         u = bucket_runs(packed, keys, where, bounds, lo_bits, limit, (uniq, counts, starts, order))
         counted = int(np.count_nonzero(where < limit))
     result = (order, starts[: u + 1]) if want_order else None
     return uniq[:u], counts[:u], result, counted
+
+
+Indirect = tuple[np.ndarray, np.ndarray, np.ndarray, int]  # keys, positions, bounds, low bits
+
+
+def _partition(
+    cands: tuple[Any, ...],
+    code: KeyCode,
+    bits: int,
+    pos_bits: int,
+    exact: bool,
+    min_lo_bits: int,
+    scratch: Scratch | None,
+    sample: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Indirect | None]:
+    """The candidates scattered into 2**bits buckets by their keys' top bits:
+    ``(packed, bucket starts, bucket ends, indirect)``. Exact (key bits and position in
+    one word): bucket sizes estimated from every ``sample``-th position (0: counted),
+    recounted when a bucket overflows its estimate; indirect: (top key bits, index)
+    words with the keys and positions beside them (``indirect``)."""
+    ends = np.empty(1 << bits, np.int64)
+    if sample:
+        est = np.zeros(1 << bits, np.int64)
+        candidate_histogram(cands, sample, est)
+        room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
+        bounds = bucket_bounds(room)
+        packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
+        if scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends):
+            return packed, bounds[:-1], ends, None
+    hist = np.zeros(1 << bits, np.int64)
+    candidate_histogram(cands, 1, hist)
+    bounds = bucket_bounds(hist)
+    packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
+    if exact:
+        scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends)
+        return packed, bounds[:-1], bounds[1:], None
+    lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
+    keys = work_array(scratch, "keys", len(packed), np.uint64)
+    where = work_array(scratch, "where", len(packed), np.int32)
+    scatter_buckets(cands, np.uint64(code.up), bounds, lo_bits, keys, where, packed)
+    return packed, bounds[:-1], bounds[1:], (keys, where, bounds, lo_bits)
 
 
 def ids_at(

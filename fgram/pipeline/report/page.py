@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from fgram.pipeline.config.options import human
 from fgram.pipeline.report.plots import PLOTS_MISSING, pivot, plots_available
-from fgram.pipeline.tables.coverage import human
 
 _CSS = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0;

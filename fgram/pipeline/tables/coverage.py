@@ -16,40 +16,14 @@ ids by the interval of the grid they fall in, answers every S' of the grid at on
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from fgram.pipeline.config.options import human
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.kernels.jit import Array, I64s, U8s, compiled
-
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgbt]?)\s*$", re.I)
-_SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
-
-
-def parse_sizes(text: str) -> list[int]:
-    """'10K,100K,1M' -> [10000, 100000, 1000000] (decimal K, M, B or G, T), ascending and
-    distinct; a one-line error naming a bad item."""
-    sizes = []
-    for item in str(text).split(","):
-        m = _COUNT.match(item)
-        value = float(m.group(1)) * _SCALE[m.group(2).lower()] if m else 0
-        if not m or value < 1 or value != int(value):
-            raise ConfigError(
-                f"--sizes: {item.strip()!r} is not a number of f-grams (examples: 10K,1M,2.5M)"
-            )
-        sizes.append(int(value))
-    return sorted(set(sizes))
-
-
-def human(n: int) -> str:
-    """10000 -> '10K', 2500000 -> '2.5M', 1234 -> '1234' (the spelling `parse_sizes` reads)."""
-    for suffix, scale in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if n >= scale and (n * 10) % scale == 0:
-            return f"{n / scale:g}{suffix}"
-    return str(n)
 
 
 def check_sizes(sizes: Sequence[int], rows: int, built_size: int | None, where: str) -> None:

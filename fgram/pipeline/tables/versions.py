@@ -185,6 +185,18 @@ def resolve_table(path: Place, storage: dict[str, Any] | None = None) -> Locatio
     return loc
 
 
+def table_part(
+    table: Place, part: str, overwrite: bool, storage: dict[str, Any] | None = None
+) -> Location:
+    """Where TABLE/<part> (its index, its embeddings) goes, in a refresh folder's current
+    version: like every writer, an existing one is replaced only with ``overwrite``."""
+    where = resolve_table(table, storage).child(part)
+    if not overwrite and where.exists():
+        shown = where.uri if is_remote(where.uri) else os.path.abspath(where.path)
+        raise OutputError(f"{shown}: exists; pass --overwrite to replace it")
+    return where
+
+
 def open_table(
     path: Place, storage: dict[str, Any] | None = None
 ) -> tuple[Location, dict[str, Any]]:

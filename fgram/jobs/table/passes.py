@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fgram.jobs.executors import as_task
+from fgram.jobs.runs import SCRATCH
 from fgram.jobs.stages import Stage
-from fgram.pipeline.config import BuildConfig
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import InputError, OutputError
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of, read_unit
@@ -29,7 +30,6 @@ from fgram.pipeline.io.workdir import (
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.merging import ids_in, key_slice, merge_counts_bucketed, part_range
-from fgram.pipeline.kernels.scratch import Scratch
 from fgram.pipeline.kernels.selection import histogram
 from fgram.pipeline.records import JsonRecord, int_keys
 
@@ -80,7 +80,6 @@ class RangeMerge(JsonRecord):
 
 
 _TABLE_CACHE: dict[tuple, np.ndarray] = {}
-SCRATCH = Scratch()  # a worker's count tasks reuse its work arrays
 
 
 def _frequent_table(plan: Plan, wd: WorkDir, k: int, nparts: int) -> np.ndarray:

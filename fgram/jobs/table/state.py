@@ -7,46 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fgram.jobs.build.passes import Plan
 from fgram.jobs.executors import runs_here
-from fgram.pipeline.config import BuildConfig
-from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.formats.inputs import shard_record
+from fgram.jobs.table.passes import Plan
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import staging_for
-from fgram.pipeline.io.storage import Location, check_bucket, is_remote, locate
+from fgram.pipeline.io.storage import Location, check_bucket, locate
 from fgram.pipeline.io.workdir import WorkDir, claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
-from fgram.version import __version__
-
-
-def run_fingerprint(cfg: BuildConfig, shards) -> dict:
-    """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
-    rec = cfg.record()
-    for key in (
-        "output",
-        "overwrite",
-        "resume",
-        "engine",
-        "master",
-        "conf",
-        "storage",
-        "work_dir",
-        "strict",
-    ):
-        rec.pop(key, None)
-    return {
-        "fgram_version": __version__,
-        "config": rec,
-        "inputs": [shard_record(s) for s in shards],
-    }
-
-
-def fingerprint_digest(fingerprint: dict) -> str:
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def prepare_staging(
@@ -137,21 +105,3 @@ def load_state(work: str) -> BuildState | None:
     """The state after the last completed pass, or None."""
     path = wf.join(work, "state.json")
     return BuildState.from_json(load_json(path)) if wf.exists(path) else None
-
-
-def check_work_reach(cfg: BuildConfig, ex) -> None:
-    """A run whose work files `work_location` put on this machine's disk (an object-store
-    output, tasks judged to run here) never sends a task to a cluster's executors, which
-    cannot reach them: refused before any task runs there."""
-    if (
-        is_remote(cfg.output)
-        and ex.name == "spark"
-        and not ex.sc.master.startswith("local")
-        and runs_here(cfg)
-        and not cfg.work_dir
-    ):
-        raise ConfigError(
-            f"{cfg.output}: this run keeps its work files on this machine, which "
-            f"executors of {ex.sc.master} cannot reach; give the cluster's master "
-            f"with --master"
-        )

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fgram.jobs.build.passes import Plan, candidates
 from fgram.jobs.executors import as_task
 from fgram.jobs.stages import Stage
+from fgram.jobs.table.passes import Plan, candidates
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.table import write_ranked
 from fgram.pipeline.io import workdir as wf

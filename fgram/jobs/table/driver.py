@@ -7,12 +7,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from fgram.jobs.build.passes import (
+from fgram.jobs.executors import runs_here
+from fgram.jobs.headstart import HeadStart, Starting
+from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
+from fgram.jobs.progress import PROGRESS
+from fgram.jobs.runs import SCRATCH, check_work_reach, fingerprint_digest, run_fingerprint
+from fgram.jobs.table.passes import (
     MERGE_BYTES,
-    SCRATCH,
     CountStage,
     KeepStage,
     MergeStage,
@@ -20,29 +26,11 @@ from fgram.jobs.build.passes import (
     pass_code,
     unit_files,
 )
-from fgram.jobs.build.select import write_table
-from fgram.jobs.build.state import (
-    BuildState,
-    check_work_reach,
-    fingerprint_digest,
-    prepare_staging,
-    resume_record,
-    run_fingerprint,
-    save_state,
-)
-from fgram.jobs.executors import runs_here
-from fgram.jobs.headstart import HeadStart, Starting
-from fgram.jobs.progress import PROGRESS
-from fgram.pipeline.config import BuildConfig
+from fgram.jobs.table.select import write_table
+from fgram.jobs.table.state import BuildState, prepare_staging, resume_record, save_state
+from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
-from fgram.pipeline.formats.inputs import (
-    check_inputs,
-    plan_shards,
-    plan_units,
-    shard_record,
-    tokens_of,
-)
-from fgram.pipeline.formats.table import table_record
+from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.publish import check_output, finish, staging_for
@@ -50,7 +38,6 @@ from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import Sweeper
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
 from fgram.pipeline.kernels.ranking import Groups
-from fgram.pipeline.kernels.selection import add_length, selection
 from fgram.pipeline.kernels.warmup import warm_up
 from fgram.pipeline.records import PassRecord, TableManifest
 
@@ -156,106 +143,128 @@ def _run_locked(
         raise
 
 
-def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableManifest:
-    cfg, shards, units, work = plan.cfg, plan.shards, plan.units, plan.work
-    hists, offsets_by_len = st.hists, st.offsets
-    k = st.next
-    sweeper = Sweeper()
-    while k <= cfg.max_len:
-        t0 = time.time()
-        floor = threshold = st.threshold
-        code = pass_code(k, shards, st.kept, st.top_token)
-        prev = st.prev
-        PROGRESS.stage(f"pass {k}/{cfg.max_len}: count", len(units), tokens_of(shards, units))
-        counting = CountStage(plan, k, prev, code)
-        count = counting.summary(ex.map(len(units), counting.run, overlap=True, progress=True))
-        t_count = time.time()
-        PROGRESS.stage(f"pass {k}/{cfg.max_len}: merge, keep")
+@dataclass
+class BuildPasses(PassSteps):
+    """A build's pass k: count its units, merge and keep by key range (`passes`); its
+    state saved after each pass, a rerun with --resume continues after it."""
+
+    count_label = "count"
+    merge_label = "merge, keep"
+    last_stage = "keep"
+
+    ex: Any
+    plan: Plan
+    st: BuildState
+    sweeper: Sweeper
+
+    def count_size(self) -> tuple[int, int]:
+        return len(self.plan.units), tokens_of(self.plan.shards, self.plan.units)
+
+    def count(self, k: int, floor: int) -> tuple[dict, KeyCode]:
+        st, plan = self.st, self.plan
+        code = pass_code(k, plan.shards, st.kept, st.top_token)
+        counting = CountStage(plan, k, st.prev, code)
+        count = counting.summary(
+            self.ex.map(len(plan.units), counting.run, overlap=True, progress=True)
+        )
         if k == 2:
             st.totals = {"documents": count["documents"], "tokens": count["tokens"]}
-            if st.totals["tokens"] == 0:
-                raise FgramError(f"{', '.join(cfg.inputs)}: input holds no tokens")
+            check_tokens(plan.cfg, st.totals)
             st.top_token = count["max_token"]
-        distinct = count["distinct"]
-        nparts = max(ex.parallelism, cfg.key_ranges, math.ceil(distinct * 12 / MERGE_BYTES))
-        merging = MergeStage(plan, k, nparts, floor, code)
-        part_hists = merging.summary(ex.map_batched(nparts, merging.run))["hists"]
-        t_merge = time.time()
-        threshold = add_length(hists, k, part_hists, cfg.size, threshold)
-        kept_per_part = [sum(n for c, n in h.items() if c >= threshold) for h in part_hists]
+        return count, code
+
+    def merge(self, k: int, floor: int, counted: tuple[dict, KeyCode]) -> Merged:
+        count, code = counted
+        cfg = self.plan.cfg
+        nparts = max(
+            self.ex.parallelism, cfg.key_ranges, math.ceil(count["distinct"] * 12 / MERGE_BYTES)
+        )
+        merging = MergeStage(self.plan, k, nparts, floor, code)
+        return Merged(merging.summary(self.ex.map_batched(nparts, merging.run))["hists"], nparts)
+
+    def keep(
+        self, k: int, threshold: int | None, counted: tuple[dict, KeyCode], merged: Merged
+    ) -> tuple[int, dict]:
+        assert threshold is not None  # a build's passes stop at a length that keeps none
+        count, code = counted
+        cfg, nparts = self.plan.cfg, merged.result
+        kept_per_part = [sum(n for c, n in h.items() if c >= threshold) for h in merged.hists]
         offsets = np.concatenate([[0], np.cumsum(kept_per_part)]).astype(np.int64).tolist()
-        offsets_by_len[k] = offsets
         kept = offsets[-1]
         if kept >= int(INVALID):
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
-        broadcast = kept * 8 <= cfg.broadcast_budget or ex.name == "local"
-        answer = k < cfg.max_len and not broadcast
-        keeping = KeepStage(plan, k, nparts, threshold, offsets, answer)
-        ex.map_batched(nparts, keeping.run)
-        st.passes.append(
-            PassRecord(
-                length=k,
-                count_threshold=floor,
-                threshold=threshold,
-                candidates=count["counted"],
-                distinct=distinct,
-                kept=kept,
-                partitions=nparts,
-                key_bits=[code.prefix_bits, code.last_bits],
-                lookup="broadcast" if broadcast else "join",
-                seconds=round(time.time() - t0, 3),
-                stages={
-                    "count": round(t_count - t0, 3),
-                    "merge": round(t_merge - t_count, 3),
-                    "keep": round(time.time() - t_merge, 3),
-                },
-            )
+        broadcast = kept * 8 <= cfg.broadcast_budget or self.ex.name == "local"
+        keeping = KeepStage(
+            self.plan, k, nparts, threshold, offsets, k < cfg.max_len and not broadcast
         )
-        st.threshold, st.kept = threshold, kept
-        st.prev = {"nparts": nparts, "broadcast": broadcast}
-        st.next = k + 1 if kept else cfg.max_len + 1
-        st.codes[k] = [code.prefix_bits, code.last_bits]
-        save_state(work, st)  # pass k is a completed unit: a rerun continues after it
+        self.ex.map_batched(nparts, keeping.run)
+        self.st.offsets[k] = offsets
+        self.st.prev = {"nparts": nparts, "broadcast": broadcast}
+        self.st.codes[k] = [code.prefix_bits, code.last_bits]
+        return kept, {
+            "candidates": count["counted"],
+            "distinct": count["distinct"],
+            "partitions": nparts,
+            "key_bits": [code.prefix_bits, code.last_bits],
+            "lookup": "broadcast" if broadcast else "join",
+        }
+
+    def done(self, k: int, threshold: int, record: PassRecord) -> None:
+        st = self.st
+        st.threshold, st.kept = threshold, record.kept
+        st.next = k + 1 if record.kept else self.plan.cfg.max_len + 1
+        save_state(self.plan.work, st)  # pass k is a completed unit: a rerun continues after it
         if k > 2:  # the previous pass's per-unit files were consumed by this one
-            sweeper.sweep(unit_files(plan, k - 1))
-        k = st.next
+            self.sweeper.sweep(unit_files(self.plan, k - 1))
+
+
+def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableManifest:
+    cfg = plan.cfg
+    sweeper = Sweeper()
+    run_passes(BuildPasses(ex, plan, st, sweeper), cfg, st.hists, st.passes, st.next, st.threshold)
     sweeper.wait()
-    totals, passes = st.totals, st.passes
     t0 = time.time()
-    PROGRESS.stage("select")
+    chosen = select(st.hists, cfg.size)
     plan.codes = {k: KeyCode(*bits) for k, bits in st.codes.items()}
-    cutoff, cut_len, selected, by_len = selection(hists, cfg.size)
-    groups = Groups(hists, cutoff, cut_len)
-    # the decode of length k holds every selected (k-1)-gram's tokens in each task;
-    # past the budget it goes by key range
-    widest = max(
+    by_range = _decode_width(chosen.groups, st.offsets) > cfg.broadcast_budget
+    select_stages = write_table(
+        ex,
+        plan,
+        st.offsets,
+        chosen.groups,
+        chosen.cutoff,
+        chosen.cut_len,
+        chosen.size,
+        staging,
+        by_range,
+    )
+    wf.remove_tree(plan.work)
+    select_record = {
+        "decode": "ranges" if by_range else "broadcast",
+        "seconds": round(time.time() - t0, 3),
+        **select_stages,
+    }
+    return table_manifest(
+        ex.name,
+        cfg,
+        plan.shards,
+        st.totals,
+        st.passes,
+        chosen,
+        select_record,
+        units=len(plan.units),
+        seconds=round(time.time() - t_start, 3),
+    )
+
+
+def _decode_width(groups: Groups, offsets_by_len: dict[int, list[int]]) -> int:
+    """The most bytes a decode task holds with every selected (k-1)-gram's tokens (the
+    broadcast decode); past the budget it goes by key range."""
+    return max(
         (
             int(groups.size[groups.length == k].sum()) * (k - 1) * 4
             + offsets_by_len.get(k - 1, [0])[-1] * 8
             for k in offsets_by_len
         ),
         default=0,
-    )
-    by_range = widest > cfg.broadcast_budget
-    select_stages = write_table(
-        ex, plan, offsets_by_len, groups, cutoff, cut_len, selected, staging, by_range
-    )
-    wf.remove_tree(work)
-    return TableManifest(
-        engine=ex.name,
-        config=cfg.record(),
-        inputs=[shard_record(s) for s in shards],
-        units=len(units),
-        totals=totals,
-        passes=passes,
-        cutoff_count=cutoff if selected else None,
-        fgrams=selected,
-        by_length={str(k): n for k, n in sorted(by_len.items())},
-        select={
-            "decode": "ranges" if by_range else "broadcast",
-            "seconds": round(time.time() - t0, 3),
-            **select_stages,
-        },
-        seconds=round(time.time() - t_start, 3),
-        table=table_record(),
     )

@@ -33,6 +33,6 @@ resume state), `passes` (count, merge, keep), `select` (decode, rank, write),
 and `driver` (the checks, the pass loop, the manifest, publishing).
 """
 
-from fgram.jobs.build.driver import run_build
+from fgram.jobs.table.driver import run_build
 
 __all__ = ["run_build"]

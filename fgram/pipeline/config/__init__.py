@@ -1,0 +1,2 @@
+"""The commands' typed options: the mechanism and the shared options (`options`), and
+each command's config (`commands`)."""
