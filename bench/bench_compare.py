@@ -43,7 +43,8 @@ def main() -> None:
     results = {}
     # compile the numba kernels once (cached on disk) so neither timed run pays it
     subprocess.run(
-        [sys.executable, "-c", "from fgram.pipeline.warmup import warm_up; warm_up()"], check=True
+        [sys.executable, "-c", "from fgram.pipeline.kernels.warmup import warm_up; warm_up()"],
+        check=True,
     )
     for engine in ("spark", "local"):
         out = os.path.join(args.work, f"cmp-{engine}")

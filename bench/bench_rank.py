@@ -1,8 +1,8 @@
 """Side by side: the select's rank tasks (number rows of whole (count, length) groups and
 write them as Parquet), this checkout's `table.write_ranked` against another version of
-`fgram/pipeline/table.py`, on the rows of a real table.
+`fgram/pipeline/formats/table.py`, on the rows of a real table.
 
-    git show REV:fgram/pipeline/table.py > /tmp/table_rev.py
+    git show REV:fgram/pipeline/formats/table.py > /tmp/table_rev.py
     python bench/bench_rank.py TABLE_DIR --against /tmp/table_rev.py [--tasks 4] [--repeat 3]
 
 TABLE_DIR: an f-gram table (a build's or a version's `fgrams/`). Its rows are split
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--size", type=int, default=None)
-    ap.add_argument("--against", help="another version of fgram/pipeline/table.py")
+    ap.add_argument("--against", help="another version of fgram/pipeline/formats/table.py")
     a = ap.parse_args()
     rows = load_rows(a.table)
     hists = {

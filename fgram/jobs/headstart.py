@@ -73,8 +73,8 @@ class Starting:
 
     def wait(self) -> None:
         """Wait for the background start to end. A warm-up job still running is
-        cancelled: the run is over (a small build ended ~3 s before the workers
-        were warm, and waited for them)."""
+        cancelled: the run is over (a small build can end before the workers are
+        warm, and would wait for them)."""
         if self._thread.ident is None:
             return
         with self._lock:

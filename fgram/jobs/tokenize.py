@@ -67,8 +67,7 @@ def task_threads(cfg: TokenizeConfig, units: int) -> int:
     holds (``spark.task.cpus``, 1 by default), and on this machine (local mode,
     --engine local) the cores that fewer units than cores leave idle shared among
     them. Twice, because a task's own Python work (reading, parsing, writing) leaves
-    its core idle part of the time: on 2 cores, a thread per task was 0.88x of two,
-    and one task (one compressed file) with one thread 0.6x."""
+    its core idle part of the time (docs/internals.md has the measurement)."""
     if cfg.threads is not None:
         return cfg.threads
     try:

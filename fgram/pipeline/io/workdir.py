@@ -267,7 +267,7 @@ class Sweeper:
     """Removes consumed intermediates in a background thread, one batch at a time.
 
     Unlinking frees every block of a file: a pass's consumed files (GBs at 500M
-    tokens) took the driver 1-2 s between passes while the cores idled.
+    tokens) kept the driver busy between passes while the cores idled.
     """
 
     def __init__(self) -> None:

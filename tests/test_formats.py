@@ -1,0 +1,109 @@
+"""A token format is one object behind `ShardFormat`: a new one is a subclass and a
+line in the registry, and build, coverage and annotate (and the tags reader) take its
+files with no other change."""
+
+import os
+
+import numpy as np
+import pyarrow.fs as pafs
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from oracle import select
+
+import fgram
+from fgram.pipeline.formats import registry
+from fgram.pipeline.formats.base import digest, mtime
+from fgram.pipeline.formats.flat import FlatFormat, flat_blocks
+from fgram.pipeline.formats.reading import ReadOptions, Shard, Unit
+
+
+class OneDocumentU32(FlatFormat):
+    """Raw little-endian uint32 tokens, one document per ``.u32`` file (no separator, no
+    --dtype): the flat format's units, reading and tags, its own name and description."""
+
+    name = "u32"
+    extensions = (".u32",)
+
+    def describe(self, fs, path, uri, info, opts):
+        blocks = flat_blocks(fs, path, info.size)
+        return Shard(
+            uri=uri,
+            format=self.name,
+            size=info.size,
+            mtime=mtime(info),
+            dtype="<u4",
+            n_items=info.size // 4,
+            checksum=digest(info.size, blocks),
+        )
+
+    def read(self, shard, unit, opts, overlap, scratch=None):
+        return super().read(shard, unit, ReadOptions(storage=opts.storage), overlap, scratch)
+
+
+def _registered(monkeypatch):
+    fmt = OneDocumentU32()
+    formats = (*registry.FORMATS, fmt)  # the registry's one line
+    monkeypatch.setattr(registry, "FORMATS", formats)
+    monkeypatch.setattr(registry, "BY_NAME", {f.name: f for f in formats})
+    return fmt
+
+
+def test_the_registry_finds_formats_by_name_and_file_name(monkeypatch):
+    assert registry.format_for("x/a.parquet").name == "parquet"
+    assert registry.format_for("A.BIN").name == registry.format_for("a.npy").name == "flat"
+    assert registry.format_for("a.u32") is None and not registry.token_file("a.u32")
+    fmt = _registered(monkeypatch)
+    assert registry.format_for("d/a.u32") is fmt and registry.token_file("d/a.u32")
+    assert registry.format_of(Shard("a.u32", "u32", 8, None)) is fmt
+    assert registry.KNOWN == ".parquet, .bin or .npy"  # what an unknown file is told
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    docs=st.lists(st.lists(st.integers(1, 6), max_size=40), min_size=1, max_size=5),
+    unit=st.integers(3, 50),
+)
+def test_a_new_format_builds_and_tags_like_the_oracle(tmp_path_factory, monkeypatch, docs, unit):
+    assume(any(docs))  # an input without tokens is refused, as for every format
+    _registered(monkeypatch)
+    d = tmp_path_factory.mktemp("u32")
+    (d / "corpus").mkdir()
+    for i, doc in enumerate(docs):
+        np.asarray(doc, "<u4").tofile(d / "corpus" / f"doc-{i}.u32")
+    opts = dict(max_len=4, min_count=2, engine="local", unit_tokens=unit)
+    fgram.build(d / "t", [d / "corpus"], **opts)
+    rows = [(tuple(r["tokens"]), r["count"]) for r in fgram.show(d / "t", top=10**6)["top_fgrams"]]
+    names = sorted(f"doc-{i}.u32" for i in range(len(docs)))  # the files in name order
+    ordered = [docs[int(n[4:-4])] for n in names]
+    assert rows == select(ordered, 4, 2, None)
+    if not rows:
+        return
+    fgram.index(d / "t")
+    m = fgram.annotate(d / "t", [d / "corpus"], d / "tags", engine="local", unit_tokens=unit)
+    assert m["layout"]["u32"] == OneDocumentU32.tag_layout
+    n = sum(map(len, ordered))
+    (tokens, fid, mlen), *rest = fgram.training_sequences(d / "tags", n, drop_last=False)
+    assert rest == [] and tokens.tolist() == [t for doc in ordered for t in doc]
+    ids = {g: i for i, (g, _) in enumerate(rows)}
+    want_len, want_id = [], []
+    for doc in ordered:  # each position's longest f-gram ending there, inside its document
+        for i in range(len(doc)):
+            n_best = max((k for k in range(2, 5) if tuple(doc[max(i + 1 - k, 0) : i + 1]) in ids
+                          and i + 1 >= k), default=1)  # fmt: skip
+            want_len.append(n_best)
+            want_id.append(ids[tuple(doc[i + 1 - n_best : i + 1])] if n_best > 1 else -1)
+    assert mlen.tolist() == want_len and fid.tolist() == want_id
+
+
+def test_a_units_tokens_come_from_its_format(tmp_path, monkeypatch):
+    fmt = _registered(monkeypatch)
+    path = tmp_path / "a.u32"
+    np.asarray([5, 6, 7, 8, 9], "<u4").tofile(path)
+    fs = pafs.LocalFileSystem()
+    shard = fmt.describe(fs, str(path), str(path), fs.get_file_info(str(path)), ReadOptions())
+    assert (shard.n_items, shard.dtype, shard.format) == (5, "<u4", "u32")
+    stream = registry.read_unit(shard, Unit(0, 1, 3), ReadOptions(doc_sep=7), overlap=1)
+    assert stream.tokens.tolist() == [6, 7, 8] and stream.limit == 2  # no separator here
+    assert os.path.getsize(path) == shard.size
