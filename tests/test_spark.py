@@ -142,3 +142,23 @@ def test_the_daemon_module_only_where_fgram_launches_local_spark(monkeypatch):
     assert sp.DAEMON not in sp.spark_settings("spark://127.0.0.1:7077", None)[1]
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.master=local[2] pyspark-shell")
     assert sp.DAEMON not in sp.spark_settings("local[2]", None)[1]
+
+
+def test_the_master_of_a_context_still_being_made(monkeypatch):
+    """A context another thread is still making has no master yet (SparkContext's
+    __init__ registers itself first): its master is read as the one it is made with,
+    never an AttributeError."""
+    from types import SimpleNamespace
+
+    from pyspark import SparkContext
+
+    from fgram.spark.session import effective_master
+
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
+    monkeypatch.setattr(SparkContext, "_active_spark_context", SimpleNamespace())
+    assert effective_master(None) == "local[*]"
+    assert effective_master("spark://h:7077") == "spark://h:7077"
+    running = SimpleNamespace(master="spark://h:7077")
+    monkeypatch.setattr(SparkContext, "_active_spark_context", running)
+    assert effective_master(None) == "spark://h:7077"

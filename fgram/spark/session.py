@@ -254,9 +254,11 @@ def effective_master(master: str | None) -> str:
         return master
     from pyspark import SparkContext
 
-    active = SparkContext._active_spark_context
+    # a context that another thread is still making has no master yet (SparkContext's
+    # __init__ registers it first): then the master it is being made with is this one's
+    active = getattr(SparkContext._active_spark_context, "master", None)
     if active is not None:
-        return str(active.master)
+        return str(active)
     submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
         "SPARK_ENV_LOADED"
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import fnmatch
 import glob as globlib
 import os
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -46,12 +48,92 @@ def discover(
         fs, path = filesystem(original, storage)
         with reading(original):
             found.extend(_expand(fs, path, original, known, what))
-    seen, unique = set(), []
+    seen: dict[Any, str] = {}
+    unique = []
     for item in found:
-        if item[2] not in seen:
-            seen.add(item[2])
-            unique.append(item)
+        key = _identity(*item)
+        if key in seen:
+            if seen[key] != item[2]:  # a link to, or a second name of, a file already taken
+                warn_once(f"{item[2]}: the same file as {seen[key]}; read once")
+            continue
+        seen[key] = item[2]
+        unique.append(item)
     return unique
+
+
+def _identity(fs: pafs.FileSystem, path: str, uri: str) -> Any:
+    """What names a file whatever the path to it: its device and inode on this machine
+    (links and hard links alike), else its URI."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    return uri
+
+
+def _local_glob(pattern: str) -> list[str]:
+    """The files a local pattern matches, in name order. ``**`` (any folders) walks its
+    root with `_local_files`, so a loop of links ends (Python's recursive glob follows
+    it forever); other patterns match one level per part, as glob does."""
+    if "**" not in pattern:
+        return sorted(m for m in globlib.glob(pattern) if os.path.isfile(m))
+    root = pattern[: min(pattern.find(c) for c in "*?[" if c in pattern)].rpartition(os.sep)[0]
+    regex = re.compile(_glob_regex(pattern))
+    return sorted(f for f in _local_files(root or os.curdir) if regex.fullmatch(f))
+
+
+def _glob_regex(pattern: str) -> str:
+    """A glob pattern as a regular expression: ``**/`` any folders (none too), ``*`` and
+    ``?`` within one name, ``[...]`` a set."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append(f"(?:.*{re.escape(os.sep)})?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append(f"[^{re.escape(os.sep)}]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append(f"[^{re.escape(os.sep)}]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return "".join(out)
+
+
+def _local_files(folder: str) -> list[str]:
+    """The files below a local folder, links followed, every folder walked once: a link
+    back up (a loop) or a second link to a folder walked already is left out, with a
+    warning."""
+    files, walked = [], set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        st = os.stat(root)
+        if (st.st_dev, st.st_ino) in walked:
+            dirs[:] = []
+            warn_once(f"{root}: a link to a folder read already; read once")
+            continue
+        walked.add((st.st_dev, st.st_ino))
+        dirs.sort()
+        files += [p for n in names if os.path.isfile(p := os.path.join(root, n))]
+    return files
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(line: str) -> None:
+    """A warning on stderr, once per process (inputs are listed more than once a run)."""
+    if line not in _WARNED:
+        _WARNED.add(line)
+        sys.stderr.write(f"fgram: warning: {line}\n")
 
 
 def check_inputs(
@@ -101,7 +183,7 @@ def _expand(
     """One input argument's files: a glob's matches, a folder's known files, or the file."""
     if any(ch in path for ch in "*?["):
         if isinstance(fs, pafs.LocalFileSystem):
-            matches = sorted(m for m in globlib.glob(path, recursive=True) if os.path.isfile(m))
+            matches = _local_glob(path)
         else:
             root = path.split("*")[0].rsplit("/", 1)[0]
             infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
@@ -118,21 +200,20 @@ def _expand(
         raise InputError(original, "no such file or directory")
     if info.type != pafs.FileType.Directory:
         return [(fs, path, _uri(fs, path, original))]
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    if isinstance(fs, pafs.LocalFileSystem):
+        listed = _local_files(path)
+    else:
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        listed = [i.path for i in infos if i.type == pafs.FileType.File]
     files = sorted(
-        i.path
-        for i in infos
-        if i.type == pafs.FileType.File
-        and known(i.path)
-        and not os.path.basename(i.path).startswith((".", "_"))
-        and not any(
-            p.startswith((".", "_")) for p in os.path.relpath(i.path, path).split(os.sep)[:-1]
-        )
+        f
+        for f in listed
+        if known(f)
+        and not os.path.basename(f).startswith((".", "_"))
+        and not any(p.startswith((".", "_")) for p in os.path.relpath(f, path).split(os.sep)[:-1])
     )
     if not files:
-        text = known is token_file and any(
-            i.type == pafs.FileType.File and is_text_file(i.path) for i in infos
-        )
+        text = known is token_file and any(is_text_file(f) for f in listed)
         raise InputError(original, f"directory holds no {what}{TEXT_HINT if text else ''}")
     return [(fs, f, _uri(fs, f, original)) for f in files]
 
