@@ -4,9 +4,11 @@ publishing (`publish.finish`), under one writer's lock."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,35 +62,40 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     return _build_table(cfg, spark, t_start)
 
 
-def _build_table(
-    cfg: BuildConfig, spark, t_start: float, text: dict | None = None, out: Location | None = None
-) -> dict:
-    """``out``: the output, checked already (else checked here)."""
+def _build_table(cfg: BuildConfig, spark, t_start: float) -> dict:
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
-    if out is None:
-        out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
+    with _output_held(cfg) as out:
+        return _run_locked(cfg, spark, out, t_start, tokenizer)
+
+
+@contextlib.contextmanager
+def _output_held(cfg: BuildConfig) -> Iterator[Location]:
+    """The output, checked (a bad path is one line before anything starts), then its
+    lock taken and the output checked again under it: a run that published there
+    between the two is never replaced without --overwrite."""
+    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
-        return _run_locked(cfg, spark, out, t_start, tokenizer, text)
+        yield check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
 
 
 def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
     """Tokenize the text inputs into a folder of the run (``.TABLE.fgram-text``, beside
-    its staging folder), then build from those shards. The folder goes once the table is
-    published; a failed run keeps it for --resume."""
+    its staging folder), then build from those shards, the output's lock held from
+    before the first token. The folder goes once the table is published; a failed run
+    keeps it for --resume."""
     from fgram.jobs.tokenize import tokenize_inputs
 
-    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)  # before the work
     assert cfg.tokenizer is not None
-    folder = staging_for(out, runs_here(cfg), what="text")
-    where = folder if isinstance(folder, str) else folder.uri
-    tokens = tokenize_inputs(cfg, where, cfg.resume)
-    text = {
-        key: tokens[key]
-        for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
-    }
-    manifest = _build_table(
-        dataclasses.replace(cfg, inputs=[where], tokenizer=None), spark, t_start, text, out
-    )
+    with _output_held(cfg) as out:
+        folder = staging_for(out, runs_here(cfg), what="text")
+        where = folder if isinstance(folder, str) else folder.uri
+        tokens = tokenize_inputs(cfg, where, cfg.resume)
+        text = {
+            key: tokens[key]
+            for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
+        }
+        shards, tokenizer = dataclasses.replace(cfg, inputs=[where], tokenizer=None).tokenized()
+        manifest = _run_locked(shards, spark, out, t_start, tokenizer, text)
     wf.remove_tree(folder)
     return manifest
 

@@ -75,9 +75,7 @@ def _held(staging: str) -> bool:
     if m is None:
         return False
     out = os.path.join(os.path.dirname(staging), m.group("name"))
-    lock = FileLock(out)
-    holder = lock._holder() if os.path.exists(lock.path) else None
-    return holder is not None and not lock._is_stale(holder)
+    return FileLock(out).held() is not None
 
 
 def leftovers(folders: list[str]) -> list[Entry]:

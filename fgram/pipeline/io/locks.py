@@ -5,6 +5,7 @@ claims in a folder, the oldest live claim wins, renewed while the run lasts)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -26,13 +27,17 @@ def OutputLock(out: Place, beat: float = 10.0, stale: float = 120.0) -> FileLock
 
 
 class FileLock:
-    """One writer per output: a lock file beside it, created exclusively.
+    """One writer per output: a lock file beside it, held with ``flock`` for the run.
 
-    It holds the owner's host and pid; a heartbeat thread touches it every
-    ``beat`` seconds. A lock is stale (and taken over) when its owner's
-    process is gone (same host) or its heartbeat is older than ``stale``
-    seconds (another host: a crashed or unreachable run), so a killed run
-    never blocks the output for good.
+    The file holds the owner's host and pid; a heartbeat thread touches it every
+    ``beat`` seconds. Taking it is one atomic step on this machine: an exclusive
+    ``flock`` (the kernel lets one process hold it, and drops it when the process dies,
+    kill -9 too), then the holder the file names is judged under it: a live process
+    here, or another host's heartbeat younger than ``stale`` seconds (a shared mount,
+    where flock may not reach that host), still holds the output; a dead or silent one
+    is replaced by writing this run's name over it. No check-then-delete: two runs
+    taking over one stale lock cannot both win. A file removed while a run waited for
+    it (the holder ending) is tried again.
     """
 
     def __init__(self, out: str, beat: float = 10.0, stale: float = 120.0):
@@ -41,41 +46,89 @@ class FileLock:
         self.beat, self.stale = beat, stale
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._fd: int | None = None
 
     def __enter__(self) -> FileLock:
         me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
-        for _ in range(3):
+        for _ in range(10):
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is not None and not self._is_stale(holder):
-                    raise LockedError(
-                        f"{self.out}: another fgram run is writing it (pid {holder.get('pid')} "
-                        f"on {holder.get('host')}, lock {self.path}); if that run is gone, "
-                        f"delete the lock"
-                    ) from None
-                self._remove_stale()
+                taken = self._take(fd, me)
+            except BaseException:
+                os.close(fd)
+                raise
+            if not taken:  # the file was removed meanwhile (its holder ended): again
+                os.close(fd)
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
+            self._fd = fd
             thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
             thread.start()
             return self
         raise LockedError(f"{self.out}: could not take the lock {self.path}")
 
+    def _take(self, fd: int, me: dict[str, Any]) -> bool:
+        """Under ``flock``: whether this run now holds the lock; LockedError when another
+        live run does."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._locked(self._read(fd)) from None
+        try:
+            if os.fstat(fd).st_ino != os.stat(self.path).st_ino:
+                return False
+        except FileNotFoundError:
+            return False
+        holder = self._read(fd)
+        if holder and not self._is_stale(holder):
+            raise self._locked(holder)
+        data = json.dumps(me).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+        return True
+
+    def _locked(self, holder: dict[str, Any] | None) -> LockedError:
+        who = (
+            f"pid {holder.get('pid')} on {holder.get('host')}" if holder else "a run taking it now"
+        )
+        return LockedError(
+            f"{self.out}: another fgram run is writing it ({who}, lock {self.path}); if "
+            f"that run is gone, delete the lock"
+        )
+
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         with contextlib.suppress(FileNotFoundError):
-            os.remove(self.path)
+            os.remove(self.path)  # still held: a run that opened it meanwhile tries again
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
-    def _holder(self) -> dict[str, Any] | None:
+    def held(self) -> dict[str, Any] | None:
+        """The live run holding the lock (its host, pid), or None (no lock, or a stale
+        one): the test `fgram clean` makes before it removes a run's leftovers."""
         try:
-            with open(self.path) as f:
-                holder: dict[str, Any] = json.load(f)
-                return holder
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        try:
+            holder = self._read(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return holder or {}  # a live process here holds it
+            return holder if holder and not self._is_stale(holder) else None
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _read(fd: int) -> dict[str, Any] | None:
+        try:
+            data = os.pread(fd, 65536, 0)
+            holder = json.loads(data) if data else None
         except (OSError, ValueError):
-            return None  # half-written or just removed: judged by its age below
+            return None  # half-written: judged like an empty one
+        return holder if isinstance(holder, dict) else None
 
     def _is_stale(self, holder: dict[str, Any]) -> bool:
         try:
@@ -85,14 +138,6 @@ class FileLock:
         if holder.get("host") == socket.gethostname():
             return not process_alive(int(holder.get("pid", -1)))
         return age > self.stale
-
-    def _remove_stale(self) -> None:
-        stale = f"{self.path}.stale-{uuid.uuid4().hex[:8]}"
-        try:  # rename first: of two runs taking over, only one wins
-            os.rename(self.path, stale)
-            os.remove(stale)
-        except FileNotFoundError:
-            pass
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.beat):
