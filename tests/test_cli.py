@@ -285,6 +285,15 @@ def test_show_with_tokenizer_prints_text(runner, tmp_path):
     res = runner.invoke(cli, ["show", str(out), "--tokenizer", str(tmp_path / "tokenizer.json")])
     assert res.exit_code == 0, res.output
     assert "'the cat sat'" in res.output and "'the cat'" in res.output
+    folder = runner.invoke(cli, ["show", str(out), "--tokenizer", str(tmp_path)])  # its folder
+    assert folder.exit_code == 0 and folder.output == res.output
+    assert runner.invoke(cli, ["index", str(out)]).exit_code == 0
+    look = ["lookup", str(out), "--tokenizer", str(tmp_path), "--tokens"]
+    assert runner.invoke(cli, [*look, "1,2,3"]).exit_code == 0
+    res = runner.invoke(cli, [*look, "1,2,9"])  # 4 words in its vocabulary
+    assert (
+        res.exit_code == 2 and "9 is not a token id of the table's vocabulary (0..3)" in res.output
+    )
 
 
 def _listening(pids: set[int]) -> set[str]:

@@ -196,6 +196,9 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     assert res.exit_code == 2 and "embeddings: exists; pass --overwrite" in res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
     assert res.exit_code == 2 and "separated by commas or spaces" in res.output
+    for bad in ("99999999999", "-1"):  # no vocabulary named: ids of 0..2**31-1
+        res = runner.invoke(cli, ["lookup", str(out), "--tokens", f"1,2,{bad}"])
+        assert res.exit_code == 2 and f"--tokens: {bad} is not a token id" in res.output
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3"])
     assert res.exit_code == 0 and len(res.output.strip().splitlines()) == 4
     m = json.load(open(out / "manifest.json"))

@@ -270,6 +270,7 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
     fgram lookup fgrams --tokens 464,3290,286
     fgram lookup fgrams --text "the cat sat" --tokenizer tokenizer.json
     """
+    from fgram.pipeline.kernels.keys import MAX_TOKEN
     from fgram.pipeline.tables.embed import FgramStore
     from fgram.pipeline.tables.index import FgramIndex
 
@@ -278,7 +279,8 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
     from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.tables.versions import open_table
 
-    tok = table_tokenizer(tokenizer, open_table(table, parse_storage(storage))[1])
+    manifest = open_table(table, parse_storage(storage))[1]
+    tok = table_tokenizer(tokenizer, manifest)
     if text is not None:
         if tok is None:
             fail("--text needs --tokenizer tokenizer.json (the table's manifest names none here)")
@@ -288,6 +290,12 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
             ids = [int(t) for t in tokens.replace(",", " ").split()]
         except ValueError:
             fail(f"--tokens {tokens!r}: expected token ids separated by commas or spaces")
+        vocab = (manifest.get("tokenizer") or {}).get("vocab_size") or MAX_TOKEN + 1
+        if tok is not None:
+            vocab = tok.get_vocab_size(with_added_tokens=True)
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            fail(f"--tokens: {bad[0]} is not a token id of the table's vocabulary (0..{vocab - 1})")
     opts = parse_storage(storage)
     index = FgramIndex.open(table, mode=mode, storage=opts)
     try:
