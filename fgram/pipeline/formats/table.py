@@ -3,6 +3,7 @@ written as one Parquet file per rank task."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from typing import Any
@@ -13,6 +14,7 @@ import pyarrow.parquet as pq
 from numpy.typing import DTypeLike
 
 from fgram.pipeline.errors import FgramError
+from fgram.pipeline.io.failures import writing
 from fgram.pipeline.io.storage import Place
 from fgram.pipeline.kernels.ranking import Groups, place_ranked, rank_order, scatter_rows
 
@@ -133,7 +135,13 @@ def write_table(table: pa.Table, path: Place) -> None:
     if isinstance(path, str) or path.local:  # aside, then renamed: whole or not at all
         target = path if isinstance(path, str) else path.path
         tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
-        pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+        try:
+            with writing(target):
+                pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
         os.replace(tmp, target)
         return
     buf = pa.BufferOutputStream()

@@ -4,8 +4,12 @@ that says whether a retry may pass (`failure`)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-from collections.abc import Iterable
+import re
+import shutil
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fgram.pipeline.errors import (
@@ -103,12 +107,49 @@ def endpoint_of(options: dict[str, Any] | None) -> str:
     return f" at {end}" if end else ""
 
 
+def no_space(exc: BaseException) -> bool:
+    """Whether a write failed for lack of space: ENOSPC, pyarrow's words for it, or
+    numpy's short write (``N requested and M written``, which carries no errno)."""
+    text = str(exc)
+    return (
+        isinstance(exc, OSError)
+        and exc.errno == errno.ENOSPC
+        or "No space left" in text
+        or re.search(r"\d+ requested and \d+ written", text) is not None
+    )
+
+
+def full(path: str) -> OutputError:
+    """The one line for a write to a local ``path`` that found its device full."""
+    free = "?"
+    with contextlib.suppress(OSError):
+        free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free:,}"
+    return OutputError(
+        f"{path}: no space left on the device ({free} bytes free); free some, or give "
+        f"another --work-dir or output, and run again"
+    )
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+    """A local write: the device full is one `OutputError` naming ``path`` (`full`);
+    other failures pass as they are."""
+    try:
+        yield
+    except OSError as exc:
+        if no_space(exc):
+            raise full(path) from None
+        raise
+
+
 def failure(
     uri: str, exc: BaseException, options: dict[str, Any] | None = None, reading: bool = False
 ) -> FgramError:
     """The error to raise for a storage call on ``uri`` that failed with ``exc``."""
     if isinstance(exc, FgramError):
         return exc
+    if not reading and no_space(exc):
+        return full(uri)
     cause, passing = explain(exc, options)
     if passing:
         return StorageUnavailable(f"{uri}: {cause}")
