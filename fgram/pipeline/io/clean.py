@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from fgram.pipeline.io.cache import cache_dir
 
-LEFTOVER = re.compile(r"^\.(?P<name>.+)\.fgram-(?P<what>staging|text|old|lock)(-[0-9a-f]+)?$")
+LEFTOVER = re.compile(r"^\.(?P<name>.+)\.fgram-(?P<what>staging|text|old|copy|lock)(-[0-9a-f]+)?$")
 
 
 @dataclass
@@ -95,6 +95,7 @@ def leftovers(folders: list[str]) -> list[Entry]:
                         "staging": "unfinished run's work (--resume would use it)",
                         "text": "unfinished build's tokens (--resume would use them)",
                         "old": "interrupted publish's old output",
+                        "copy": "interrupted publish's copy (of a --work-dir elsewhere)",
                         "lock": "stale lock",
                     }[m.group("what")]
                     out.append(Entry(path, kind, _size(path)))

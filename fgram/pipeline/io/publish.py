@@ -122,13 +122,34 @@ def publish(staging: str, out: str) -> None:
     `out` see either the old complete output or the new complete one.
     """
     out = os.path.abspath(out)
+    src = staging
+    if os.stat(staging).st_dev != os.stat(os.path.dirname(out)).st_dev:
+        src = _copied_beside(staging, out)  # a rename cannot cross filesystems
     if os.path.exists(out):
         old = _beside(out, f"old-{uuid.uuid4().hex[:12]}")
         os.rename(out, old)
-        os.rename(staging, out)
+        os.rename(src, out)
         shutil.rmtree(old, ignore_errors=True)
     else:
-        os.rename(staging, out)
+        os.rename(src, out)
+    if src != staging:  # published: the work folder elsewhere goes
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _copied_beside(staging: str, out: str) -> str:
+    """A staging folder on another filesystem than ``out`` (a --work-dir elsewhere)
+    copied beside ``out``, its work files left out, so that the publishing rename stays
+    one atomic step on the output's filesystem."""
+    from fgram.pipeline.io.failures import writing
+
+    copy = _beside(out, f"copy-{uuid.uuid4().hex[:12]}")
+    try:
+        with writing(copy):
+            shutil.copytree(staging, copy, ignore=lambda d, _: ["_work"] if d == staging else [])
+    except BaseException:
+        shutil.rmtree(copy, ignore_errors=True)
+        raise
+    return copy
 
 
 def data_files(staging: Place) -> list[str]:

@@ -1,5 +1,7 @@
-"""A full disk: one line naming the file and the space left, exit status 2, nothing
-published and nothing left behind (a small tmpfs this test mounts; root only)."""
+"""Disks as deployments have them, on a small tmpfs the tests mount (root only; skipped
+with the reason elsewhere): a full one is one line naming the file and the space left,
+exit status 2, nothing published or left behind; a work folder on another filesystem
+than the output still publishes atomically."""
 
 import os
 import subprocess
@@ -38,3 +40,20 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, small_disk):
     assert str(small_disk) in lines[0] and "bytes free" in lines[0]
     assert "Traceback" not in res.stderr
     assert os.listdir(small_disk) == []  # nothing published, no staging, no .tmp
+
+
+def test_a_work_folder_on_another_filesystem_publishes(tmp_path, small_disk):
+    """--work-dir on another filesystem than the output: the finished table is copied
+    beside the output, then renamed into place (one atomic step there); the same table
+    as a build without it, and no work left in either place."""
+    import fgram
+
+    src = tmp_path / "corpus"
+    generate(str(src), 20_000, vocab=300, fmt="bin", files=2)
+    opts = {"doc_sep": 0, "engine": "local", "min_count": 2, "max_len": 4}
+    fgram.build(tmp_path / "here", [src], **opts)
+    fgram.build(tmp_path / "t", [src], work_dir=str(small_disk), **opts)
+    want = fgram.show(tmp_path / "here", top=10**6)["top_fgrams"]
+    assert fgram.show(tmp_path / "t", top=10**6)["top_fgrams"] == want
+    assert os.listdir(small_disk) == []
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".")) == []
