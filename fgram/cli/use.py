@@ -284,6 +284,10 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
     if text is not None:
         if tok is None:
             fail("--text needs --tokenizer tokenizer.json (the table's manifest names none here)")
+        if tokenizer:
+            from fgram.pipeline.formats.tokenizer import check_tokenizer, load_spec
+
+            check_tokenizer(manifest, load_spec(tokenizer).record(), tokenizer, table)
         ids = tok.encode(text, add_special_tokens=False).ids
     else:
         try:

@@ -45,6 +45,7 @@ from fgram.pipeline.formats.inputs import (
 )
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import FORMATS, format_of
+from fgram.pipeline.formats.tokenizer import check_tokenizer, load_spec
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
 from fgram.pipeline.io.locks import OutputLock
@@ -147,10 +148,11 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         cfg = dataclasses.replace(cfg, tokenizer=_table_tokenizer(cfg))
     if cfg.tokenizer:
         return _coverage_of_text(cfg, spark)
-    cfg = cfg.tokenized()[0]  # `fgram tokenize` outputs say how to read them
+    cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     table = resolve_table(cfg.table, cfg.storage)
     cfg = _sizes_checked(cfg, table)
     index = FgramIndex.open(table, storage=cfg.storage)
+    check_tokenizer(_manifest(table), tokenizer, ", ".join(cfg.inputs), table.uri)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
@@ -169,13 +171,17 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
             raise
 
 
+def _manifest(table: Location) -> dict:
+    manifest: dict = table.child("manifest.json").read_json()
+    return manifest
+
+
 def _table_tokenizer(cfg: AnnotateConfig) -> str:
     """The tokenizer the table's manifest names (text inputs of a coverage), when its
     file is here with the same content."""
     from fgram.pipeline.formats.tokenizer import known_tokenizer
 
-    manifest = resolve_table(cfg.table, cfg.storage).child("manifest.json").read_json()
-    path = known_tokenizer(manifest)
+    path = known_tokenizer(_manifest(resolve_table(cfg.table, cfg.storage)))
     if path is None:
         raise ConfigError(
             f"{', '.join(cfg.inputs)}: text; give its tokenizer (--tokenizer): the table's "
@@ -189,7 +195,7 @@ def _sizes_checked(cfg: AnnotateConfig, table: Location) -> AnnotateConfig:
     (`coverage.check_sizes`)."""
     if cfg.sizes is None:
         return cfg
-    manifest = table.child("manifest.json").read_json()
+    manifest = _manifest(table)
     sizes = sorted(set(cfg.sizes))
     check_sizes(sizes, int(manifest["fgrams"]), manifest["config"].get("size"), table.uri)
     return dataclasses.replace(cfg, sizes=sizes)
@@ -207,7 +213,9 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
         raise ConfigError("annotate tags token shards: tokenize the text first (fgram tokenize)")
     check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
     table = resolve_table(cfg.table, cfg.storage)
-    _sizes_checked(cfg, table)  # before the text is tokenized
+    given = load_spec(cfg.tokenizer).record()  # before the text is tokenized
+    check_tokenizer(_manifest(table), given, cfg.tokenizer, table.uri)
+    _sizes_checked(cfg, table)
     folder = staging_for(table, runs_here(cfg), unique=True, what="text")
     where = folder if isinstance(folder, str) else folder.uri
     try:

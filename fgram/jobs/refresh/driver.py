@@ -30,6 +30,7 @@ from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.formats.reading import Shard
+from fgram.pipeline.formats.tokenizer import check_tokenizer
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.publish import finish, staging_for
@@ -92,6 +93,7 @@ def _run_locked(
     if previous is not None:
         vpath = vs.version_path(root, previous)
         old = load_json(wf.join(vpath, "manifest.json"))
+        check_tokenizer(old, tokenizer, ", ".join(cfg.inputs), f"its current version {previous}")
         if old.get("run_fingerprint") == digest:
             return {
                 "version": previous,

@@ -104,6 +104,22 @@ def table_tokenizer(given: str | None, manifest: dict[str, Any]) -> Any:
     return tokenizer(load_spec(path))
 
 
+def check_tokenizer(
+    table: dict[str, Any], given: dict[str, Any] | None, what: str, where: str
+) -> None:
+    """Tokens meet a table: ``given`` (a tokenizer's record: name, sha256; None when the
+    tokens do not say) must be the tokenizer the table's manifest names, when it names
+    one. Another one's ids mean other words: a match against them is silently wrong."""
+    ours = table.get("tokenizer") or {}
+    if not given or not ours.get("sha256") or given.get("sha256") == ours["sha256"]:
+        return
+    raise ConfigError(
+        f"{what}: tokenized with {given.get('name')} (sha256 {str(given.get('sha256'))[:12]}), "
+        f"but {where} was built with {ours.get('name')} (sha256 {ours['sha256'][:12]}): "
+        f"its token ids mean other words; use that tokenizer"
+    )
+
+
 def known_tokenizer(manifest: dict[str, Any]) -> str | None:
     """The path of the tokenizer a table's manifest names, when its file is on this
     machine with the same content (sha256); else None."""
