@@ -41,10 +41,16 @@ class OneDocumentU32(FlatFormat):
 
 
 def _registered(monkeypatch):
+    """The registry's one line, made in this process: the local engine's workers forked
+    from it have it too (its clean workers, used once an object store has been, start
+    from the registry file itself, so they are kept out here)."""
+    import fgram.jobs.executors as executors
+
     fmt = OneDocumentU32()
-    formats = (*registry.FORMATS, fmt)  # the registry's one line
+    formats = (*registry.FORMATS, fmt)
     monkeypatch.setattr(registry, "FORMATS", formats)
     monkeypatch.setattr(registry, "BY_NAME", {f.name: f for f in formats})
+    monkeypatch.setattr(executors, "object_store_used", lambda: False)
     return fmt
 
 

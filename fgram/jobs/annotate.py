@@ -36,6 +36,7 @@ from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.pipeline.formats import registry
 from fgram.pipeline.formats.inputs import (
     holds_text,
     plan_shards,
@@ -44,7 +45,7 @@ from fgram.pipeline.formats.inputs import (
     tokens_of,
 )
 from fgram.pipeline.formats.reading import Shard, Unit
-from fgram.pipeline.formats.registry import FORMATS, format_of
+from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.formats.tokenizer import check_tokenizer, load_spec
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
@@ -283,7 +284,7 @@ def _annotate(
         "inputs": [shard_record(s) for s in shards],
         "units": [{"shard": un.shard, "start": un.start, "stop": un.stop} for un in units],
         "coverage": coverage,
-        "layout": {f.name: f.tag_layout for f in FORMATS},
+        "layout": {f.name: f.tag_layout for f in registry.FORMATS},
         "seconds": round(time.time() - t0, 3),
     }
     if staging is not None:

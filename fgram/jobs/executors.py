@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.workers import Workers, serve
 from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
 from fgram.pipeline.io.storage import object_store_used
 
@@ -173,14 +174,14 @@ def _call_pickled(item):
     return _PAYLOAD[1](i)
 
 
-_CLEAN = None
+_CLEAN: tuple[int, Workers] | None = None
 
 
-def _clean_pool(processes: int):
-    """A pool of workers forked from a fresh server process that has loaded the kernels,
-    kept for the process's later jobs. Arrow's S3 client is not fork-safe (a child forked
-    while the parent's client held its lock waits on it forever), so once this process
-    has used an object store, its own forks are out."""
+def _clean_pool(processes: int) -> Workers:
+    """Workers forked from a fresh server process that has loaded the kernels, kept for
+    the process's later jobs. Arrow's S3 client is not fork-safe (a child forked while
+    the parent's client held its lock waits on it forever), so once this process has
+    used an object store, its own forks are out."""
     global _CLEAN
     if _CLEAN is None or _CLEAN[0] != processes:
         import atexit
@@ -188,15 +189,15 @@ def _clean_pool(processes: int):
         _drop_clean_pool()
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["fgram.jobs.local_worker"])
-        _CLEAN = (processes, ctx.Pool(processes))
-        atexit.register(_drop_clean_pool)  # ended before exit (left to the GC, it warns)
+        _CLEAN = (processes, Workers(ctx, processes, functools.partial(serve, call=_call_pickled)))
+        atexit.register(_drop_clean_pool)  # ended before exit
     return _CLEAN[1]
 
 
 def _drop_clean_pool() -> None:
     global _CLEAN
     if _CLEAN is not None:
-        _CLEAN[1].terminate()
+        _CLEAN[1].kill()
         _CLEAN = None
 
 
@@ -231,28 +232,30 @@ class LocalExecutor(Executor):
         if object_store_used():
             return self._map_clean(n, fn, progress)
         _FN = fn
-        try:  # results in order; the first failure ends the pool (and its other tasks) at once
-            with mp.get_context("fork").Pool(min(self.parallelism, n)) as pool:
-                return list(_counted(pool.imap(_call, range(n), chunksize=1), progress))
-        except Exception as exc:  # noqa: BLE001
-            reraise(exc)
+        workers = Workers(
+            mp.get_context("fork"), min(self.parallelism, n), functools.partial(serve, call=_call)
+        )
+        try:  # results in order; the first failure ends the other workers' tasks at once
+            results = list(_counted(workers.imap(range(n)), progress))
+        except BaseException as exc:
+            workers.kill()
+            if isinstance(exc, Exception):
+                reraise(exc)
+            raise
         finally:
             _FN = None
+        workers.close()
+        return results
 
     def _map_clean(self, n: int, fn, progress: bool = False) -> list:
-        """``map`` on the clean pool: the function travels pickled by value (cloudpickle,
-        as Spark sends it), and the first failure ends the pool's other tasks."""
+        """``map`` on the clean workers: the function travels pickled by value
+        (cloudpickle, as Spark sends it), and the first failure ends the others' tasks."""
         from pyspark import cloudpickle
 
         payload = cloudpickle.dumps(fn)
-        pool = _clean_pool(self.parallelism)
+        workers = _clean_pool(self.parallelism)
         try:
-            return list(
-                _counted(
-                    pool.imap(_call_pickled, [(payload, i) for i in range(n)], chunksize=1),
-                    progress,
-                )
-            )
+            return list(_counted(workers.imap([(payload, i) for i in range(n)]), progress))
         except BaseException as exc:
             _drop_clean_pool()
             if isinstance(exc, Exception):

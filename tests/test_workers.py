@@ -1,0 +1,61 @@
+"""The local engine's workers: the first failed task ends a job at once, every time,
+also while the other workers are sending results, on forked and clean workers alike;
+a worker that dies is an error, not a hang; the next job runs."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import fgram.jobs.executors as executors
+from fgram.jobs.executors import LocalExecutor
+from fgram.jobs.workers import WorkerDied
+
+
+def _big_or_fail(i):
+    if i == 3:
+        raise RuntimeError("task 3 fails")
+    return np.zeros(2**18)  # 2 MiB answers in flight while task 3 fails
+
+
+def _killed(i):
+    if i == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.1)
+    return i
+
+
+@pytest.fixture
+def bounded():
+    """A hang fails the test instead of stalling the suite."""
+
+    def stop(*_):
+        raise TimeoutError("the job did not end")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["forked", "clean"])
+def test_a_failed_task_ends_the_job_at_once_every_time(monkeypatch, bounded, clean):
+    monkeypatch.setattr(executors, "object_store_used", lambda: clean)
+    ex = LocalExecutor(2)
+    for _ in range(15):
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="task 3 fails"):
+            ex.map(8, _big_or_fail)
+        assert time.monotonic() - t0 < 30
+    assert ex.map(4, lambda i: i * i) == [0, 1, 4, 9]  # and the next job runs
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["forked", "clean"])
+def test_a_dead_worker_is_an_error(monkeypatch, bounded, clean):
+    monkeypatch.setattr(executors, "object_store_used", lambda: clean)
+    with pytest.raises(WorkerDied, match="ended without an answer .*-9"):
+        LocalExecutor(2).map(4, _killed)
+    assert LocalExecutor(2).map(3, lambda i: -i) == [0, -1, -2]
