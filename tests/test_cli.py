@@ -532,3 +532,39 @@ def test_synth_refuses_an_existing_corpus_without_overwrite(tmp_path):
     assert "exists; pass --overwrite" in _err(runner.invoke(cli, args))
     assert runner.invoke(cli, [*args, "--files", "1", "--overwrite"]).exit_code == 0
     assert len(os.listdir(tmp_path / "c")) == 2  # one shard and its meta: no old shard left
+
+
+_RACE = """
+import os, signal, sys
+import click
+from fgram.cli import cli, main
+from fgram.pipeline.errors import FgramError
+
+@cli.command("race")
+def race():
+    # a worker of the process group hit by the same Ctrl-C fails its task, and that
+    # failure reaches the driver before the driver's own KeyboardInterrupt does
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+    except KeyboardInterrupt:
+        exc = {cls}("worker: expected str, bytes or os.PathLike object")
+        exc.fgram_kept = "the completed passes are kept in X"
+        raise exc from None
+
+sys.argv = ["fgram", "race"]
+main()
+"""
+
+
+@pytest.mark.parametrize("cls", ["FgramError", "RuntimeError"])
+def test_ctrl_c_whose_task_failure_comes_back_first_is_still_interrupted(cls):
+    """Ctrl-C reaches every process of the group: whichever ending comes back first, the
+    run ends as interrupted (exit 130, what is kept), never as the worker's error."""
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-c", _RACE.format(cls=cls)], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 130, res.stderr
+    assert said(res.stderr) == ["fgram: interrupted; the completed passes are kept in X"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+from typing import NoReturn
 
 import click
 
@@ -16,6 +18,21 @@ from fgram.pipeline.errors import FgramError
 from fgram.version import __version__
 
 GLOBAL = {"-q": 0, "--quiet": 0, "--log-level": 1}  # the group's options: values they take
+SIGINTS: list[int] = []  # Ctrl-C seen by this process (`note_sigint`)
+
+
+def note_sigint() -> None:
+    """Ctrl-C noted as well as raised: it also reaches the Spark and worker processes
+    of the group, whose failure may come back to the driver before its own
+    KeyboardInterrupt does; a run that saw one ends as interrupted whatever comes first."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return  # not the main thread's default: someone else's handler, left alone
+
+    def on_sigint(signum, frame):
+        SIGINTS.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_sigint)
 
 
 def hoisted(args: list[str]) -> list[str]:
@@ -54,6 +71,8 @@ class _Commands(click.Group):
         except KeyboardInterrupt as exc:
             raise Interrupted(getattr(exc, "fgram_kept", None)) from None
         except FgramError as exc:
+            if SIGINTS:  # a task's failure under the same Ctrl-C came back first
+                raise Interrupted(getattr(exc, "fgram_kept", None)) from None
             fail(str(exc))
 
 
@@ -112,12 +131,18 @@ for command in (
     cli.add_command(command)
 
 
+def _interrupted(kept: str | None) -> NoReturn:
+    click.echo(f"fgram: interrupted{'; ' + kept if kept else ''}", err=True)
+    sys.exit(130)
+
+
 def main() -> None:
     """The `fgram` command: every way a run can end is one line on stderr (a traceback only
     with --log-level debug), exit 0, 2 (bad input or options: `FgramError`), 1 (anything
     else, e.g. a failed Spark job) or 130 (interrupted)."""
     from fgram.jobs.progress import PROGRESS
 
+    note_sigint()
     try:
         finished = False
         try:
@@ -131,10 +156,10 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (Interrupted, click.exceptions.Abort, KeyboardInterrupt) as exc:
-        kept = exc.args[0] if isinstance(exc, Interrupted) and exc.args else None
-        click.echo(f"fgram: interrupted{'; ' + kept if kept else ''}", err=True)
-        sys.exit(130)
+        _interrupted(exc.args[0] if isinstance(exc, Interrupted) and exc.args else None)
     except Exception as exc:  # noqa: BLE001 - one line instead of a py4j traceback
+        if SIGINTS:  # the Ctrl-C reached a worker, whose failure came back first
+            _interrupted(getattr(exc, "fgram_kept", None))
         from fgram.pipeline.errors import task_failure
         from fgram.spark.session import log_level
 
