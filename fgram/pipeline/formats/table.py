@@ -3,7 +3,6 @@ written as one Parquet file per rank task."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from typing import Any
@@ -14,7 +13,7 @@ import pyarrow.parquet as pq
 from numpy.typing import DTypeLike
 
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.io.failures import writing
+from fgram.pipeline.io.failures import aside
 from fgram.pipeline.io.storage import Place
 from fgram.pipeline.kernels.ranking import Groups, place_ranked, rank_order, scatter_rows
 
@@ -135,13 +134,8 @@ def write_table(table: pa.Table, path: Place) -> None:
     if isinstance(path, str) or path.local:  # aside, then renamed: whole or not at all
         target = path if isinstance(path, str) else path.path
         tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            with writing(target):
-                pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-            raise
+        with aside(tmp, target):
+            pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
         os.replace(tmp, target)
         return
     buf = pa.BufferOutputStream()

@@ -142,6 +142,20 @@ def writing(path: str) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def aside(tmp: str, path: str) -> Iterator[None]:
+    """Writing ``path`` through ``tmp`` (renamed into place by the caller): a failed
+    write leaves no ``tmp`` behind, and the device full is one line naming ``path``
+    (`writing`)."""
+    try:
+        with writing(path):
+            yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
 def failure(
     uri: str, exc: BaseException, options: dict[str, Any] | None = None, reading: bool = False
 ) -> FgramError:

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from fgram.pipeline.errors import ConfigError, FgramError, InputError, OutputError
-from fgram.pipeline.io.failures import failure, first_line, redact
+from fgram.pipeline.io.failures import aside, failure, first_line, redact
 
 SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file")
 # bounded: a dead endpoint fails in seconds, not minutes (the SDK's own retries, 3 tries)
@@ -268,7 +268,7 @@ class Location:
             if self.local:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
                 tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-                with open(tmp, "wb") as f:
+                with aside(tmp, self.path), open(tmp, "wb") as f:
                     f.write(data)
                 os.replace(tmp, self.path)
                 return

@@ -16,13 +16,12 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from typing import Any, TypeGuard, overload
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from fgram.pipeline.io.failures import writing
+from fgram.pipeline.io.failures import aside
 from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.kernels.scratch import Scratch
 
@@ -35,19 +34,6 @@ def _local(path: Place) -> str:
     return path.path if isinstance(path, Location) else path
 
 
-@contextlib.contextmanager
-def _aside(tmp: str, path: str) -> Iterator[None]:
-    """Writing ``path`` through ``tmp``: a failed write leaves no ``tmp`` behind, and the
-    device full is one line naming ``path`` (`failures.writing`)."""
-    try:
-        with writing(path):
-            yield
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
 def save_array(path: Place, arr: np.ndarray) -> None:
     if _remote(path):
         buf = io.BytesIO()
@@ -56,7 +42,7 @@ def save_array(path: Place, arr: np.ndarray) -> None:
         return
     path = _local(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with _aside(tmp, path), open(tmp, "wb") as f:
+    with aside(tmp, path), open(tmp, "wb") as f:
         np.save(f, np.ascontiguousarray(arr), allow_pickle=False)
     os.replace(tmp, path)
 
@@ -155,7 +141,7 @@ def save_json(path: Place, obj: Any, durable: bool = True) -> None:
         return
     path = _local(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with _aside(tmp, path), open(tmp, "w") as f:
+    with aside(tmp, path), open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
         if durable:
