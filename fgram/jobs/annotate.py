@@ -151,7 +151,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         return _coverage_of_text(cfg, spark)
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     table = resolve_table(cfg.table, cfg.storage)
-    cfg = _sizes_checked(cfg, table)
+    cfg = _sizes_checked(cfg, table, None)  # a bad size is said before a missing index
     index = FgramIndex.open(table, storage=cfg.storage)
     check_tokenizer(_manifest(table), tokenizer, ", ".join(cfg.inputs), table.uri)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
@@ -191,12 +191,12 @@ def _table_tokenizer(cfg: AnnotateConfig) -> str:
     return path
 
 
-def _sizes_checked(cfg: AnnotateConfig, table: Location) -> AnnotateConfig:
-    """``cfg`` with its sizes ascending and distinct, each one the table answers
-    (`coverage.check_sizes`)."""
+def _sizes_checked(cfg: AnnotateConfig, table: Location, manifest: dict | None) -> AnnotateConfig:
+    """``cfg`` with its sizes ascending and distinct, each one the table (its
+    ``manifest``, read here when not given) answers (`coverage.check_sizes`)."""
     if cfg.sizes is None:
         return cfg
-    manifest = _manifest(table)
+    manifest = manifest or _manifest(table)
     sizes = sorted(set(cfg.sizes))
     check_sizes(sizes, int(manifest["fgrams"]), manifest["config"].get("size"), table.uri)
     return dataclasses.replace(cfg, sizes=sizes)
@@ -214,9 +214,10 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
         raise ConfigError("annotate tags token shards: tokenize the text first (fgram tokenize)")
     check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
     table = resolve_table(cfg.table, cfg.storage)
+    manifest = _manifest(table)
     given = load_spec(cfg.tokenizer).record()  # before the text is tokenized
-    check_tokenizer(_manifest(table), given, cfg.tokenizer, table.uri)
-    _sizes_checked(cfg, table)
+    check_tokenizer(manifest, given, cfg.tokenizer, table.uri)
+    _sizes_checked(cfg, table, manifest)
     folder = staging_for(table, runs_here(cfg), unique=True, what="text")
     where = folder if isinstance(folder, str) else folder.uri
     try:

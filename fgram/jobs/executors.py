@@ -201,6 +201,18 @@ def _drop_clean_pool() -> None:
         _CLEAN = None
 
 
+def _answers(workers: Workers, items, progress: bool, end: Callable[[], None]) -> list:
+    """The workers' answers in order; the first failure ends them all at once (``end``)
+    and is raised as our own error when it is one."""
+    try:
+        return list(_counted(workers.imap(items), progress))
+    except BaseException as exc:
+        end()
+        if isinstance(exc, Exception):
+            reraise(exc)
+        raise
+
+
 def _counted(results, progress: bool):
     """The results as they come, each one reported to the progress display."""
     for r in results:
@@ -235,17 +247,11 @@ class LocalExecutor(Executor):
         workers = Workers(
             mp.get_context("fork"), min(self.parallelism, n), functools.partial(serve, call=_call)
         )
-        try:  # results in order; the first failure ends the other workers' tasks at once
-            results = list(_counted(workers.imap(range(n)), progress))
-        except BaseException as exc:
-            workers.kill()
-            if isinstance(exc, Exception):
-                reraise(exc)
-            raise
+        try:
+            return _answers(workers, range(n), progress, workers.kill)
         finally:
             _FN = None
-        workers.close()
-        return results
+            workers.close()  # after a failure, they are gone already
 
     def _map_clean(self, n: int, fn, progress: bool = False) -> list:
         """``map`` on the clean workers: the function travels pickled by value
@@ -253,14 +259,8 @@ class LocalExecutor(Executor):
         from pyspark import cloudpickle
 
         payload = cloudpickle.dumps(fn)
-        workers = _clean_pool(self.parallelism)
-        try:
-            return list(_counted(workers.imap([(payload, i) for i in range(n)]), progress))
-        except BaseException as exc:
-            _drop_clean_pool()
-            if isinstance(exc, Exception):
-                reraise(exc)
-            raise
+        items = [(payload, i) for i in range(n)]
+        return _answers(_clean_pool(self.parallelism), items, progress, _drop_clean_pool)
 
 
 def guess_parallelism(master: str | None) -> int:
