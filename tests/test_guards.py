@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pyarrow.fs as pafs
+import pytest
 from helpers import said
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -55,9 +56,52 @@ def test_uint16_read_of_uint32_tokens(tmp_path):
 def test_a_long_single_document_names_the_separator_candidates(tmp_path):
     toks = _corpus(np.random.default_rng(3), 50000, 300000, sep=50256).astype(np.uint16)
     found = _check(tmp_path, toks.tobytes(), "uint16", n_items=LONG_DOCUMENT + 1)
-    assert len(found) == 1 and "one document" in found[0] and "50256 (" in found[0]
-    short = _check(tmp_path, toks.tobytes(), "uint16")  # a shorter file: no opinion
-    assert short == []
+    assert len(found) == 1 and "one document" in found[0] and "50256" in found[0]
+
+
+def _documents(rng, lengths, sep: int, vocab: int = 30000) -> np.ndarray:
+    """Documents of the given lengths (Zipf-ish ids in 1..vocab-1), each ended by sep."""
+    parts = []
+    for n in lengths:
+        parts += [rng.zipf(1.3, n) % (vocab - 1) + 1, [sep]]
+    return np.concatenate(parts).astype(np.int64)
+
+
+@pytest.mark.parametrize(
+    ("sep", "docs", "length", "vocab"),
+    [
+        (0, 250, 4000, 30000),  # ~1M tokens, below the one-long-document size
+        (50256, 5, 50, 50000),  # a few hundred tokens: an end-of-text id
+        (1000, 20, 100, 1000),  # an id appended after a small vocabulary
+    ],
+)
+def test_a_separator_left_out_is_named_by_how_it_recurs_whatever_the_size(
+    tmp_path, sep, docs, length, vocab
+):
+    rng = np.random.default_rng(sep)
+    lengths = rng.integers(length * 9 // 10, length * 11 // 10, docs)
+    toks = _documents(rng, lengths, sep, vocab).astype(np.uint16)
+    found = _check(tmp_path, toks.tobytes(), "uint16")
+    assert len(found) == 1 and f"id {sep} recurs like a separator" in found[0], found
+    assert found[0].endswith(f"pass --doc-sep {sep}")
+    assert _check(tmp_path, toks.tobytes(), "uint16", doc_sep=sep) == []
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_ordinary_ids_are_not_taken_for_separators(tmp_path, seed):
+    """Ids 0 and the largest as ordinary tokens: uniform ids (the largest as rare as its
+    neighbours, 0 spaced at random), and text where 0 is a word that comes in bursts
+    ("!" in GPT-2's vocabulary) and never doubled."""
+    rng = np.random.default_rng(seed)
+    vocab = int(rng.integers(200, 20000))
+    uniform = rng.integers(0, vocab, int(rng.integers(20000, 400000)))
+    assert _check(tmp_path, uniform.astype(np.uint16).tobytes(), "uint16") == []
+    text = np.minimum(rng.zipf(1.3, 300000), vocab)
+    loud = np.repeat(rng.random(300) < 0.2, 1000)  # exclaimed stretches of 1000 tokens
+    bang = loud & (rng.random(300000) < 0.02)
+    bang[1:] &= ~bang[:-1]  # "!!" is a token of its own
+    text[bang] = 0
+    assert _check(tmp_path, text.astype(np.uint16).tobytes(), "uint16") == []
 
 
 def test_a_separator_that_never_occurs(tmp_path):

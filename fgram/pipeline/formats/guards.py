@@ -8,12 +8,16 @@ first as an `InputError` with ``--strict``.
 - bytes that look like text (a README copied to ``x.bin``);
 - 32-bit reads of 16-bit data (values that are pairs of tokens) and the reverse
   (every other 16-bit value a high half near zero);
-- a flat file read as one long document while a token looks like a separator;
+- a flat file read without --doc-sep while an id recurs as document ends do (rare,
+  never twice in a row, and an end-of-text id of a known tokenizer, or spaced apart
+  unlike an ordinary token as frequent, or the largest id standing apart from the
+  others), whatever the file's size; or read as one document of over 2^20 tokens;
 - a separator that never occurs.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -21,9 +25,13 @@ import numpy as np
 from fgram.pipeline.errors import InputError
 
 LONG_DOCUMENT = 1 << 20  # tokens: one document longer than this is a missing --doc-sep
+RECURS = 3  # occurrences in the sample before an id's recurrence says "separator"
+SEPARATOR_SHARE = 0.02  # document ends are rare: at most this share of the tokens
 PAIRS = 1 << 20  # 32-bit token ids this large (5% of them) are pairs of 16-bit ones
 # end-of-text ids of common tokenizers (GPT-2, cl100k, o200k, Llama 2, Llama 3, Qwen 2, OLMo)
 KNOWN_SEPARATORS = (0, 1, 2, 50256, 100257, 199999, 128001, 151643, 50279)
+DEDICATED_SEPARATORS = (50256, 100257, 199999, 128001, 151643, 50279)  # never a word
+SPACED_ALPHA = 0.01  # chance that an ordinary token's spacing is taken for documents'
 PRINTABLE = np.zeros(256, bool)
 PRINTABLE[[9, 10, 13]] = True
 PRINTABLE[32:127] = True
@@ -93,19 +101,11 @@ def check_flat(
                 f"32-bit tokens; wrong --dtype? (try --dtype uint32)"
             )
             return found
-    if doc_sep is None and n_items > LONG_DOCUMENT:
-        candidates = list(dict.fromkeys([*KNOWN_SEPARATORS, int(values.max())]))
-        seen = [(c, int((values == c).sum())) for c in candidates]
-        seen = [(c, n) for c, n in seen if n][:3]
-        hint = ""
-        if seen:  # end-of-text ids of common tokenizers first, then the largest id
-            named = ", ".join(f"{c} ({n}x)" for c, n in seen)
-            hint = (
-                f"; in a sample of {len(values)} tokens: {named}: if one of them separates "
-                f"documents, pass --doc-sep ID"
-            )
-        found.append(f"{uri}: read as one document of {n_items} tokens (no --doc-sep){hint}")
-    elif doc_sep is not None and not (values == doc_sep).any():
+    if doc_sep is None:
+        line = _missing_separator(uri, values, index, n_items)
+        if line:
+            found.append(line)
+    elif not (values == doc_sep).any():
         whole = len(values) >= n_items
         found.append(
             f"{uri}: the separator {doc_sep} never occurs"
@@ -114,6 +114,97 @@ def check_flat(
             f"{len(values)} tokens; is --doc-sep right?"
         )
     return found
+
+
+def recurs_like_a_separator(values: np.ndarray, index: np.ndarray, c: int) -> bool:
+    """Whether id ``c`` recurs in the sample as document ends do: at least `RECURS` times,
+    rare (at most `SEPARATOR_SHARE` of the tokens) and never twice in a row."""
+    at = index[values == c]
+    return bool(
+        len(at) >= RECURS
+        and len(at) <= SEPARATOR_SHARE * len(values)
+        and not (np.diff(np.sort(at)) == 1).any()
+    )
+
+
+def spaced_like_documents(values: np.ndarray, index: np.ndarray, c: int) -> bool:
+    """Whether the occurrences of ``c`` keep apart as document ends do, unlike an ordinary
+    token as frequent: with p its share of the sample, an ordinary token recurs within
+    the next r tokens with chance 1 - (1-p)^r (more, as words come in bursts), while
+    documents shorter than g = 1/(8p), an eighth of the mean, are rare. Over the
+    stretches the sample holds (r up to g, as far as the stretch goes), said when the
+    near repeats seen are at most a quarter of those expected and that few would come
+    by chance under `SPACED_ALPHA` (a Poisson tail)."""
+    order = np.argsort(index, kind="stable")
+    idx, vals = index[order], values[order]
+    run = np.concatenate([[0], np.cumsum(np.diff(idx) != 1)])  # contiguous stretches
+    last = idx[np.append(np.flatnonzero(np.diff(run)), len(idx) - 1)][run]
+    at = np.flatnonzero(vals == c)
+    if len(at) < 2:
+        return False
+    p = len(at) / len(vals)
+    g = int(1 / (8 * p))
+    if g < 2:
+        return False
+    pos = idx[at]
+    reach = np.minimum(g, last[at] - pos)  # tokens after it that the sample holds
+    gap = np.append(np.diff(pos), g + 1)
+    same = np.append(run[at][1:] == run[at][:-1], False)
+    seen = int((same & (gap <= reach)).sum())
+    expected = float((1 - (1 - p) ** reach).sum())
+    if seen > expected / 4:
+        return False
+    term = tail = math.exp(-expected)  # P(Poisson(expected) <= seen)
+    for i in range(1, seen + 1):
+        term *= expected / i
+        tail += term
+    return tail <= SPACED_ALPHA
+
+
+def _stands_apart(values: np.ndarray) -> bool:
+    """Whether the largest id is one apart from the ids below it, as an end-of-text id
+    appended after a vocabulary is: more frequent than the 16 next largest together (in
+    random or ordinary text the largest id is as rare as its neighbours)."""
+    ids, counts = np.unique(values, return_counts=True)
+    return len(ids) > 16 and bool(counts[-1] > counts[-17:-1].sum())
+
+
+def _missing_separator(uri: str, values: np.ndarray, index: np.ndarray, n_items: int) -> str | None:
+    """The finding for a flat file read without --doc-sep, whatever its size: an id that
+    recurs like a separator (`recurs_like_a_separator`; the end-of-text ids of common
+    tokenizers, then the largest id), or one document longer than `LONG_DOCUMENT`."""
+    top = int(values.max())
+    candidates = list(dict.fromkeys([*KNOWN_SEPARATORS, top]))
+    like = [  # an end-of-text id recurring so; an id of everyday use (0, "!" in GPT-2)
+        c  # also spaced apart as documents are; the largest id also standing apart
+        for c in candidates
+        if recurs_like_a_separator(values, index, c)
+        and (
+            c in DEDICATED_SEPARATORS
+            or spaced_like_documents(values, index, c)
+            or (c == top and _stands_apart(values))
+        )
+    ]
+    if like:
+        c = like[0]
+        return (
+            f"{uri}: read as one document of {n_items} tokens (no --doc-sep), but id {c} "
+            f"recurs like a separator ({int((values == c).sum())}x in a sample of "
+            f"{len(values)} tokens, never twice in a row): if it separates documents, "
+            f"pass --doc-sep {c}"
+        )
+    if n_items <= LONG_DOCUMENT:
+        return None
+    seen = [(c, int((values == c).sum())) for c in candidates]
+    seen = [(c, n) for c, n in seen if n][:3]
+    hint = ""
+    if seen:  # end-of-text ids of common tokenizers first, then the largest id
+        named = ", ".join(f"{c} ({n}x)" for c, n in seen)
+        hint = (
+            f"; in a sample of {len(values)} tokens: {named}: if one of them separates "
+            f"documents, pass --doc-sep ID"
+        )
+    return f"{uri}: read as one document of {n_items} tokens (no --doc-sep){hint}"
 
 
 def report(findings: list[str], strict: bool) -> None:
