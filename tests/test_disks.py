@@ -1,7 +1,7 @@
 """Disks as deployments have them, on a small tmpfs the tests mount (root only; skipped
 with the reason elsewhere): a full one is one line naming the file and the space left,
-exit status 2, nothing published or left behind; a work folder on another filesystem
-than the output still publishes atomically."""
+exit status 2, nothing published, the completed work kept for --resume; a work folder
+on another filesystem than the output still publishes atomically."""
 
 import os
 import subprocess
@@ -25,21 +25,40 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(where)], check=False)
 
 
-def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, small_disk):
+def test_a_full_disk_is_one_line_keeps_the_work_and_resumes_once_there_is_room(
+    tmp_path, small_disk
+):
     src = tmp_path / "corpus"
     generate(str(src), 3_000_000, vocab=20_000, fmt="bin", files=1)
     out = small_disk / "t"
-    res = subprocess.run(
-        [sys.executable, "-m", "fgram", "build", str(out), str(src), "--doc-sep", "0",
-         "--engine", "local", "--unit-tokens", "500K"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    cmd = [sys.executable, "-m", "fgram", "build", str(out), str(src), "--doc-sep", "0",
+           "--engine", "local", "--unit-tokens", "500K"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     lines = [line for line in res.stderr.splitlines() if line.startswith("fgram: error")]
     assert res.returncode == 2, res.stderr
     assert len(lines) == 1 and "no space left on the device" in lines[0], res.stderr
     assert str(small_disk) in lines[0] and "bytes free" in lines[0]
+    assert lines[0].endswith("rerun with --resume once there is room")
     assert "Traceback" not in res.stderr
-    assert os.listdir(small_disk) == []  # nothing published, no staging, no .tmp
+    staging = small_disk / ".t.fgram-staging"
+    assert os.listdir(small_disk) == [staging.name]  # nothing published; the work kept
+    assert not [f for f in _files(staging) if f.endswith(".tmp")]  # no half-written file
+    grown = subprocess.run(
+        ["mount", "-o", "remount,size=64m", str(small_disk)], capture_output=True
+    )
+    assert grown.returncode == 0, grown.stderr
+    res = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    import fgram
+
+    fgram.build(tmp_path / "ref", [src], doc_sep=0, engine="local", unit_tokens="500K")
+    want = fgram.show(tmp_path / "ref", top=10**6)["top_fgrams"]
+    assert fgram.show(out, top=10**6)["top_fgrams"] == want
+    assert os.listdir(small_disk) == ["t"]
+
+
+def _files(root) -> list[str]:
+    return [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
 
 
 def test_a_work_folder_on_another_filesystem_publishes(tmp_path, small_disk):

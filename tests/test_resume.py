@@ -257,3 +257,34 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
     )
     assert res.returncode == 0 and said(res.stderr) == [], res.stderr[-2000:]
     assert result(out) == select(docs, 4, 5, 3000)
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_failed_publish_then_resume_keeps_every_pass(spark, tmp_path, monkeypatch, engine):
+    """The table written, then publishing fails (a store gone mid-commit, a full disk):
+    the passes stay in the staging folder, and --resume publishes without counting a
+    unit again."""
+    import fgram.jobs.table.driver as driver
+
+    docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2], [3, 1, 2, 3, 1]] * 4
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    out = tmp_path / "o"
+    real = driver.finish
+
+    def fails(*args, **kwargs):
+        raise OSError("connection reset while publishing")
+
+    monkeypatch.setattr(driver, "finish", fails)
+    kw = dict(doc_sep=0, min_count=2, max_len=4, unit_tokens=8, engine=engine)
+    with pytest.raises(OSError, match="while publishing") as caught:
+        build(spark, [tmp_path / "a.bin"], out, **kw)
+    assert "rerun with --resume" in caught.value.fgram_kept
+    assert not out.exists()
+    work = os.path.join(staging_path(str(out)), "_work")
+    assert json.load(open(os.path.join(work, "state.json")))["next"] == 5  # every pass
+    monkeypatch.setattr(driver, "finish", real)
+    m = build(spark, [tmp_path / "a.bin"], out, resume=True, **kw)
+    assert m["resumed"] == {"from_pass": 5, "units_counted_before": 0}
+    assert result(out) == select(docs, 4, 2, None)
+    assert sorted(os.listdir(out)) == ["_SUCCESS", "fgrams", "manifest.json"]
+    assert not os.path.exists(staging_path(str(out)))

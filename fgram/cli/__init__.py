@@ -71,9 +71,10 @@ class _Commands(click.Group):
         except KeyboardInterrupt as exc:
             raise Interrupted(getattr(exc, "fgram_kept", None)) from None
         except FgramError as exc:
+            kept = getattr(exc, "fgram_kept", None)  # a store down, a disk full: work kept
             if SIGINTS:  # a task's failure under the same Ctrl-C came back first
-                raise Interrupted(getattr(exc, "fgram_kept", None)) from None
-            fail(str(exc))
+                raise Interrupted(kept) from None
+            fail(f"{exc}{'; ' + kept if kept else ''}")
 
 
 @click.group(

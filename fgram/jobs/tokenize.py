@@ -266,6 +266,10 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
         wf.make_dirs(wf.join(staging, "shards"))
         try:
             manifest = _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep)
+            manifest["resumed"] = resumed
+            manifest["run_fingerprint"] = digest
+            manifest["seconds"] = round(time.time() - t0, 3)
+            finish(staging, out, manifest)  # the work goes with the publish, not before
         except BaseException as exc:
             if not keeps_work(exc):
                 wf.remove_tree(staging)
@@ -275,11 +279,6 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
                     f"rerun with --resume to continue"
                 )
             raise
-        manifest["resumed"] = resumed
-        manifest["run_fingerprint"] = digest
-        manifest["seconds"] = round(time.time() - t0, 3)
-        wf.remove_tree(wf.join(staging, "_work"))
-        finish(staging, out, manifest)
     PROGRESS.end()
     return manifest
 

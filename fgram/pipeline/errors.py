@@ -2,9 +2,9 @@
 
 - `FgramError` subclasses fail the whole run with one clear line.
 - `InputError` names the input file (or option) and what is wrong with it.
-- `StorageUnavailable` (an object store that does not answer) stops the run
-  with one line too, but keeps its completed work: ``--resume`` continues
-  once the store is back.
+- `StorageUnavailable` (an object store that does not answer) and `NoSpace` (a
+  full device) stop the run with one line too, but keep its completed work:
+  ``--resume`` continues once the store is back or there is room.
 - Anything else (a Spark job that failed, an interrupt, a killed driver)
   leaves the run's completed passes in place for ``--resume``.
 """
@@ -64,6 +64,17 @@ class LockedError(OutputError):
 class StorageUnavailable(FgramError):
     """An object store did not answer (refused, timed out): worth a --resume later."""
 
+    resume_when = "once it answers"
+
+
+class NoSpace(OutputError):
+    """A device full: worth a --resume once there is room (the completed work is kept)."""
+
+    resume_when = "once there is room"
+
+
+RESUMABLE = (StorageUnavailable, NoSpace)  # our own verdicts that keep the completed work
+
 
 class WorkerSetupError(FgramError):
     """A task could not start its work where it ran (an import failed there): no retry or
@@ -94,7 +105,7 @@ def task_failure(text: str) -> tuple[str, str | None]:
 def keeps_work(exc: BaseException) -> bool:
     """Whether a run stopped by ``exc`` keeps its completed work for --resume: every
     failure but our own verdicts on the input, the options or the output."""
-    return not isinstance(exc, FgramError) or isinstance(exc, StorageUnavailable)
+    return not isinstance(exc, FgramError) or isinstance(exc, RESUMABLE)
 
 
 def error_classes() -> dict[str, type[FgramError]]:

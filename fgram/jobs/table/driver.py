@@ -31,7 +31,7 @@ from fgram.jobs.table.passes import (
 from fgram.jobs.table.select import write_table
 from fgram.jobs.table.state import BuildState, prepare_staging, resume_record, save_state
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import FgramError, StorageUnavailable, keeps_work
+from fgram.pipeline.errors import RESUMABLE, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
@@ -138,10 +138,10 @@ def _run_locked(
         where = getattr(staging, "uri", staging)
         if not keeps_work(exc):
             wf.remove_tree(staging)
-        elif isinstance(exc, StorageUnavailable):  # one line: the cause, then what is kept
-            raise StorageUnavailable(
+        elif isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
+            raise type(exc)(
                 f"{exc}; the completed passes are kept in {where}: "
-                f"rerun with --resume once it answers"
+                f"rerun with --resume {exc.resume_when}"
             ) from None
         else:  # for the command line's one line (cli.main)
             exc.fgram_kept = (  # type: ignore[attr-defined]
@@ -245,8 +245,8 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableMani
         staging,
         by_range,
     )
-    wf.remove_tree(plan.work)
-    select_record = {
+    select_record = {  # the work stays until the table is published (`finish`): a failed
+        # publish resumes after the passes
         "decode": "ranges" if by_range else "broadcast",
         "seconds": round(time.time() - t0, 3),
         **select_stages,

@@ -16,6 +16,7 @@ from fgram.pipeline.errors import (
     ConfigError,
     FgramError,
     InputError,
+    NoSpace,
     OutputError,
     StorageUnavailable,
 )
@@ -119,12 +120,12 @@ def no_space(exc: BaseException) -> bool:
     )
 
 
-def full(path: str) -> OutputError:
+def full(path: str) -> NoSpace:
     """The one line for a write to a local ``path`` that found its device full."""
     free = "?"
     with contextlib.suppress(OSError):
         free = f"{shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free:,}"
-    return OutputError(
+    return NoSpace(
         f"{path}: no space left on the device ({free} bytes free); free some, or give "
         f"another --work-dir or output, and run again"
     )
@@ -132,7 +133,7 @@ def full(path: str) -> OutputError:
 
 @contextlib.contextmanager
 def writing(path: str) -> Iterator[None]:
-    """A local write: the device full is one `OutputError` naming ``path`` (`full`);
+    """A local write: the device full is one `NoSpace` naming ``path`` (`full`);
     other failures pass as they are."""
     try:
         yield

@@ -119,12 +119,16 @@ def publish(staging: str, out: str) -> None:
     atomically (two renames).
 
     The caller writes `_SUCCESS` into staging before this; readers that see
-    `out` see either the old complete output or the new complete one.
+    `out` see either the old complete output or the new complete one. The staging
+    folder's ``_work`` (what --resume continues from) goes only now, so a failure
+    anywhere before (the manifest on a full disk, the copy) can still be resumed.
     """
     out = os.path.abspath(out)
     src = staging
     if os.stat(staging).st_dev != os.stat(os.path.dirname(out)).st_dev:
         src = _copied_beside(staging, out)  # a rename cannot cross filesystems
+    else:  # the run's work goes last, at the rename: a failure before it keeps it
+        shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)
     if os.path.exists(out):
         old = _beside(out, f"old-{uuid.uuid4().hex[:12]}")
         os.rename(out, old)
