@@ -4,7 +4,7 @@ The public API (`fgram.api`), loaded on first use so that ``import fgram`` stays
 light (Spark's worker daemon imports it before it forks):
 
     fgram.build, fgram.refresh, fgram.tokenize, fgram.index, fgram.annotate,
-    fgram.coverage, fgram.report, fgram.embed, fgram.show, fgram.diff,
+    fgram.coverage, fgram.report, fgram.embed, fgram.show, fgram.diff, fgram.verify,
     fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences, fgram.open_table,
     fgram.table_dataset
 """
@@ -28,6 +28,7 @@ __all__ = [
     "table_dataset",
     "tokenize",
     "training_sequences",
+    "verify",
 ]
 
 

@@ -133,6 +133,15 @@ def show(table, top: int = 10, storage: dict | None = None) -> dict:
     return {**manifest, "top_fgrams": rows}
 
 
+def verify(table, deep: bool = False, storage: dict | None = None) -> dict:
+    """`fgram verify TABLE`: every file of the table, its index and its embeddings checked
+    against the size (``deep``: and sha256) recorded when written; ``problems`` lists
+    what is not (`fgram.pipeline.tables.verify`)."""
+    from fgram.pipeline.tables.verify import verify as check
+
+    return check(str(table), deep=deep, storage=storage)
+
+
 def diff(old, new, top: int = 10, storage: dict | None = None) -> dict:
     """`fgram diff OLD NEW`: f-grams added and removed between two tables, the cutoff, and
     the ``top`` most frequent of each."""

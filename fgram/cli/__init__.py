@@ -128,6 +128,7 @@ for command in (
     report.report_command,
     use.embed_command,
     use.lookup_command,
+    use.verify_command,
 ):
     cli.add_command(command)
 

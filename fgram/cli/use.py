@@ -1,4 +1,5 @@
-"""The commands that read a table: show, diff, index, annotate, coverage, embed, lookup."""
+"""The commands that read a table: show, diff, index, annotate, coverage, embed, lookup,
+verify."""
 
 from __future__ import annotations
 
@@ -325,3 +326,45 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
         click.echo(line)
     if store is None:
         click.echo("  (no embeddings: `fgram embed` adds a row per f-gram)")
+
+
+@click.command("verify", short_help="Check every file of a table as written.")
+@click.argument("table", metavar="TABLE")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Read every byte against its sha256 and check the index's arrays (by default "
+    "sizes only: a listing).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@storage_option
+def verify_command(table, deep, as_json, storage):
+    """Check that every file of table TABLE, its index and its embeddings is as it was
+    written: present, of its size and (with --deep) of its sha256. Exit status 2 when
+    one is not, each such file on a line of its own.
+
+    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+
+    \b
+    fgram verify fgrams --deep
+    """
+    from fgram.pipeline.tables.verify import verify
+
+    found = verify(table, deep=deep, storage=parse_storage(storage))
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+    else:
+        for line in found["problems"]:
+            click.echo(f"damaged: {line}")
+        for uri in found["unrecorded"]:
+            click.echo(f"unchecked: {uri} (no size was recorded for it)")
+    what = "sizes and sha256" if deep else "sizes"
+    if found["problems"]:
+        fail(
+            f"{found['table']}: {len(found['problems'])} file(s) damaged or missing of "
+            f"{found['files']} checked ({what}); rebuild what is named"
+        )
+    if not as_json:
+        click.echo(
+            f"{found['table']}: {found['files']} files, {found['bytes']} bytes: as written ({what})"
+        )

@@ -199,6 +199,10 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
         shutil.rmtree(staging, ignore_errors=True)
         return meta
     meta["seconds"] = round(time.time() - t0, 3)
+    size = os.path.getsize(path)  # with the sha256: what `FgramStore.open` and verify check
+    meta["files"] = {
+        "matrix.npy": {"object": "matrix.npy", "sha256": meta["sha256"], "bytes": size}
+    }
     save_json(os.path.join(staging, "embeddings.json"), meta)
     old = final.path + ".old"
     shutil.rmtree(old, ignore_errors=True)

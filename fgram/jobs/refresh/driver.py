@@ -130,7 +130,7 @@ def _run_locked(
         wf.remove_tree(work)
         manifest.seconds = round(time.time() - t_start, 3)
         record = manifest.to_json()
-        finish(staging, out, record, new_folder=True)
+        finish(staging, out, record, new_folder=True, checksums=True)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
         PROGRESS.end()  # the last stage's line
     except BaseException:

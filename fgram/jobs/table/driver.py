@@ -130,7 +130,7 @@ def _run_locked(
         manifest.tokenizer = tokenizer
         manifest.text = text
         record = manifest.to_json()
-        finish(staging, out, record)
+        finish(staging, out, record, checksums=True)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
         PROGRESS.end()  # the last stage's line
         return record

@@ -177,7 +177,13 @@ def generation_name(rel: str, gen: str) -> str:
     return f"{head}-{gen}.{ext}" if dot and "/" not in ext else f"{rel}-{gen}"
 
 
-def finish(staging: Place, out: Place, manifest: dict[str, Any], new_folder: bool = False) -> None:
+def finish(
+    staging: Place,
+    out: Place,
+    manifest: dict[str, Any],
+    new_folder: bool = False,
+    checksums: bool = False,
+) -> None:
     """Publish the finished staging folder (a local path, or a `Location` on the same
     object store as ``out``) as ``out`` with ``manifest``, which names every file of the
     output (``files``). ``new_folder``: ``out`` is a folder no reader knows yet (a
@@ -187,16 +193,23 @@ def finish(staging: Place, out: Place, manifest: dict[str, Any], new_folder: boo
     store, where nothing renames: the data files under names of their own generation
     (an older output stays whole beside them), then ``manifest.json`` (the switch: a
     reader that reads it finds every file it names), then `_SUCCESS`, then the older
-    generation's objects are deleted."""
+    generation's objects are deleted.
+
+    ``checksums``: the manifest also holds each file's size and sha256 (``checksums``,
+    by the names in ``files``; `fgram verify` checks them), from a staging folder on
+    this machine (one on the store gives sizes only)."""
     loc = as_location(out)
     if isinstance(staging, Location) and staging.local:
         staging = staging.path
     files = data_files(staging)
+    sums = _checksums(staging, files) if checksums else None
     if loc.local:
         from fgram.pipeline.io.workdir import save_json
 
         assert isinstance(staging, str)  # a local output is staged on this machine
         manifest["files"] = files
+        if sums is not None:
+            manifest["checksums"] = sums
         save_json(os.path.join(staging, MANIFEST), manifest)
         with open(os.path.join(staging, SUCCESS), "w"):
             pass
@@ -206,6 +219,8 @@ def finish(staging: Place, out: Place, manifest: dict[str, Any], new_folder: boo
     names = {rel: rel if new_folder else generation_name(rel, gen) for rel in files}
     manifest["files"] = sorted(names.values())
     manifest["generation"] = gen
+    if sums is not None:
+        manifest["checksums"] = {names[rel]: rec for rel, rec in sums.items()}
     commit_generation(
         loc,
         {
@@ -220,6 +235,21 @@ def finish(staging: Place, out: Place, manifest: dict[str, Any], new_folder: boo
         staging.remove_tree()
     else:
         discard(staging)
+
+
+def _checksums(staging: Place, files: list[str]) -> dict[str, dict[str, Any]]:
+    """Each data file's ``bytes`` and (staged on this machine) ``sha256``."""
+    from fgram.pipeline.io.cache import file_sha256
+
+    if isinstance(staging, Location):
+        return {rel: {"bytes": staging.child(rel).info().size} for rel in files}
+    return {
+        rel: {
+            "bytes": os.path.getsize(os.path.join(staging, rel)),
+            "sha256": file_sha256(os.path.join(staging, rel)),
+        }
+        for rel in files
+    }
 
 
 def commit_generation(

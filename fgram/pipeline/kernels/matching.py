@@ -26,19 +26,33 @@ _START = np.uint32(1 << 31)  # match_longest: "a document starts here" bit
 
 
 _TOKEN = np.uint32((1 << 31) - 1)
+# what a probe of a damaged table finds (a run past the overflow rows, an id out of
+# range): the kernels stop and return DAMAGED, and their callers raise an error naming
+# the index; never a read out of bounds (a flipped bit must not crash a server)
+DAMAGED = -2
+OK = 0
 
 
 @compiled(cache=True, inline="always")
-def _probe_from(tab: U64s, s: int, q: np.uint64) -> int:
-    """Linear probing from slot offset ``s`` (tab is flat [key, value, key, value, ...])."""
-    while True:
+def _probe_from(tab: U64s, s: int, q: np.uint64, nf: int) -> int:
+    """Linear probing from slot offset ``s`` (tab is flat [key, value, key, value, ...]):
+    the value of key ``q``, -1 where absent, DAMAGED past the table's end or where the
+    value is not an id below ``nf``."""
+    while s + 1 < len(tab):
         k = tab[s]
         if k == q:
             found: int = np.int64(tab[s + 1])
-            return found
+            return found if 0 <= found < nf else DAMAGED
         if k == EMPTY:
             return -1
         s += 2
+    return DAMAGED
+
+
+@compiled(cache=True, inline="always")
+def _valid(r: int, nf: int) -> bool:
+    """Whether ``r`` is a found id (below ``nf``) or -1 (none): anything else is damage."""
+    return -1 <= r < nf
 
 
 @compiled(cache=True)
@@ -57,10 +71,15 @@ def fill_table(tab: U64s, shift: np.uint64, keys: U64s, vals: Array) -> bool:
 
 
 @compiled(cache=True)
-def find_keys(tab: U64s, shift: np.uint64, queries: U64s, out: I64s) -> None:
-    """out[i] = value of queries[i], -1 where absent."""
+def find_keys(tab: U64s, shift: np.uint64, queries: U64s, out: I64s, nf: int) -> int:
+    """out[i] = value of queries[i] (an id below ``nf``), -1 where absent; OK, or
+    DAMAGED (`_probe_from`)."""
     for i in range(len(queries)):
-        out[i] = _probe_from(tab, np.int64(queries[i] >> shift) * 2, queries[i])
+        r = _probe_from(tab, np.int64(queries[i] >> shift) * 2, queries[i], nf)
+        if r == DAMAGED:
+            return DAMAGED
+        out[i] = r
+    return OK
 
 
 @compiled(cache=True, nogil=True)
@@ -70,8 +89,9 @@ def match_longest(
     fid: I64s,
     mlen: U8s,
     lanes: int,
-) -> None:
-    """Longest f-gram ending at every position (see `index.FgramIndex.match`).
+) -> int:
+    """Longest f-gram ending at every position (see `index.FgramIndex.match`); OK, or
+    DAMAGED where the index is (`_probe_from`, a suffix link out of range).
 
     ``ix`` = (max_len, tabs, shifts, suffix): ``tabs[L-2]``/``shifts[L-2]``: the flat hash
     table of length L;
@@ -88,6 +108,7 @@ def match_longest(
     its first own position sees every f-gram that can end there.
     """
     max_len, tabs, shifts, suffix = ix
+    nf = len(suffix)
     n = len(tokens)
     seg = (n + lanes - 1) // lanes if n else 0
     own = np.empty(lanes, np.int64)
@@ -119,6 +140,8 @@ def match_longest(
                 continue
             if clen[g] == max_len:  # cannot grow: shorten first
                 cid[g] = suffix[cid[g]]
+                if not _valid(cid[g], nf):
+                    return DAMAGED
                 clen[g] = max_len - 1
             pend[npend] = g
             npend += 1
@@ -142,10 +165,13 @@ def match_longest(
                 L = clen[g]
                 if kk[x] == qs[x]:
                     r = np.int64(vv[x])
+                    r = r if r < nf else DAMAGED
                 elif kk[x] == EMPTY:
                     r = -1
                 else:
-                    r = _probe_from(tabs[L - 1], sl[x] + 2, qs[x])
+                    r = _probe_from(tabs[L - 1], sl[x] + 2, qs[x], nf)
+                if r < -1:
+                    return DAMAGED
                 if r >= 0:
                     cid[g] = r
                     clen[g] = L + 1
@@ -162,7 +188,10 @@ def match_longest(
             for x in range(npend):  # shorten by one: suffix links
                 g = pend[x]
                 cid[g] = suffix[cid[g]]
+                if not _valid(cid[g], nf):
+                    return DAMAGED
                 clen[g] -= 1
+    return OK
 
 
 @compiled(cache=True)
@@ -172,14 +201,16 @@ def step_matches(
     prev: I64s,
     tok: I64s,
     ix: IndexArrays,
-) -> None:
-    """One new token per sequence: update each (longest match id, length) in place.
+) -> int:
+    """One new token per sequence: update each (longest match id, length) in place; OK,
+    or DAMAGED (`match_longest`).
 
     ``clen`` 0 means the sequence is empty (the token starts it), 1 means no
     match ends at the previous token (``prev`` is that token). Same walk as
     `match_longest`: extend, else shorten by suffix links; at most K-1 probes.
     """
     max_len, tabs, shifts, suffix = ix
+    nf = len(suffix)
     for b in range(len(tok)):
         L = clen[b]
         if L == 0:
@@ -190,11 +221,15 @@ def step_matches(
         t = np.uint64(tok[b])
         if max_len == L:
             c = suffix[c]
+            if not _valid(c, nf):
+                return DAMAGED
             L -= 1
         while True:
             pre = np.uint64(prev[b]) if L == 1 else np.uint64(c)
             q = chain_key1(pre, t)
-            r = _probe_from(tabs[L - 1], np.int64(q >> shifts[L - 1]) * 2, q)
+            r = _probe_from(tabs[L - 1], np.int64(q >> shifts[L - 1]) * 2, q, nf)
+            if r == DAMAGED:
+                return DAMAGED
             if r >= 0:
                 c = r
                 L += 1
@@ -203,9 +238,12 @@ def step_matches(
                 c = -1
                 break
             c = suffix[c]
+            if not _valid(c, nf):
+                return DAMAGED
             L -= 1
         cid[b] = c
         clen[b] = L
+    return OK
 
 
 @compiled(cache=True)
@@ -214,10 +252,10 @@ def last_matches(
     ix: IndexArrays,
     fid: I64s,
     mlen: U8s,
-) -> None:
+) -> int:
     """Longest match ending at the last token of each row of ``tails`` [B, w]
     (each row its own document): `step_matches` over the w columns. Writes
-    ``fid`` (-1 where none) and ``mlen`` (1 where none)."""
+    ``fid`` (-1 where none) and ``mlen`` (1 where none); OK, or DAMAGED."""
     n = len(tails)
     prev = np.zeros(n, np.int64)
     col = np.empty(n, np.int64)
@@ -226,11 +264,13 @@ def last_matches(
     for j in range(tails.shape[1]):
         for b in range(n):
             col[b] = tails[b, j]
-        step_matches(cid, clen, prev, col, ix)
+        if step_matches(cid, clen, prev, col, ix) != OK:
+            return DAMAGED
         prev[:] = col
     for b in range(n):
         fid[b] = cid[b] if clen[b] >= 2 else -1
         mlen[b] = max(clen[b], 1)
+    return OK
 
 
 @compiled(cache=True)

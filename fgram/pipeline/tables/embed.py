@@ -33,6 +33,7 @@ from fgram.pipeline.kernels.matching import gather_rows, last_matches, step_matc
 from fgram.pipeline.tables.index import (
     FgramIndex,
     check_mode,
+    damaged,
     manifest_fingerprint,
     part_arrays,
     read_meta,
@@ -157,7 +158,8 @@ class FgramStore:
             ix = self.index
             fid = np.empty(len(contexts), np.int64)
             mlen = np.empty(len(contexts), np.uint8)
-            last_matches(contexts[:, -window:], ix.arrays, fid, mlen)
+            if last_matches(contexts[:, -window:], ix.arrays, fid, mlen):
+                raise damaged(ix.where)
             return self.rows(fid), mlen, fid < 0
         flat, starts, last = [], [], []
         at = 0
@@ -192,7 +194,8 @@ class FgramStore:
         tok = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if len(tok) != len(state["id"]):
             raise ValueError(f"step: {len(tok)} tokens for a batch of {len(state['id'])}")
-        step_matches(state["id"], state["len"], state["prev"], tok, self.index.arrays)
+        if step_matches(state["id"], state["len"], state["prev"], tok, self.index.arrays):
+            raise damaged(self.index.where)
         state["prev"] = tok.copy()
         fid = np.where(state["len"] >= 2, state["id"], -1)
         return self.rows(fid), np.maximum(state["len"], 1).astype(np.uint8), fid < 0

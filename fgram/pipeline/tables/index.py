@@ -50,11 +50,13 @@ VERSION = 2
 class HashTable:
     """Open addressing over uniformly mixed uint64 keys: flat rows of (key, value)."""
 
-    def __init__(self, rows: np.ndarray):
+    def __init__(self, rows: np.ndarray, limit: int = 1 << 62, where: str = "an index"):
         self.rows = rows  # [slots + OVERFLOW, 2] uint64
         self.flat = rows.reshape(-1)
         self.bits = int(np.log2(len(rows) - OVERFLOW))
         self.shift = np.uint64(64 - self.bits)
+        self.limit = limit  # the values are ids below this (the table's f-grams)
+        self.where = where  # named when a probe finds the table damaged
 
     @classmethod
     def build(cls, keys: np.ndarray, vals: np.ndarray) -> HashTable:
@@ -74,8 +76,17 @@ class HashTable:
     def find(self, q: np.ndarray) -> np.ndarray:
         """Value of each query key, -1 where absent."""
         out = np.empty(len(q), dtype=np.int64)
-        matching.find_keys(self.flat, self.shift, np.asarray(q, np.uint64), out)
+        if matching.find_keys(self.flat, self.shift, np.asarray(q, np.uint64), out, self.limit):
+            raise damaged(self.where)
         return out
+
+
+def damaged(where: str) -> FgramError:
+    """The error of a lookup that found the index damaged (`matching.DAMAGED`)."""
+    return FgramError(
+        f"{where}: damaged (a lookup ran past a hash table or found an id out of range); "
+        f"`fgram verify` names the file; rebuild it with `fgram index --overwrite`"
+    )
 
 
 def chain_key(prefix: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -154,6 +165,7 @@ def write_index(out: Place, storage: dict[str, Any] | None = None) -> dict[str, 
         meta["lengths"][str(length)] = {"n": int(len(ids)), "slots": 1 << table.bits}
     save_array(os.path.join(tmp, "suffix.npy"), suffix)
     if loc.local:
+        meta["files"] = file_records(tmp)  # what `open` and `fgram verify` check
         save_json(os.path.join(tmp, "index.json"), meta)
         discard(final.path)
         os.rename(tmp, final.path)
@@ -169,21 +181,43 @@ def publish_parts(folder: str, dest: Location, meta: dict[str, Any], meta_name: 
     """Upload the array files of a local ``folder`` to the object-store folder ``dest``
     under names of a new generation, with their sha256 in ``meta["files"]``, then
     ``meta`` as ``meta_name`` (the switch), then delete what is left of older ones."""
-    gen = uuid.uuid4().hex[:12]
-    names = sorted(os.listdir(folder))
-    meta["files"] = {
-        n: {
-            "object": generation_name(n, gen),
-            "sha256": file_sha256(os.path.join(folder, n)),
-            "bytes": os.path.getsize(os.path.join(folder, n)),
-        }
-        for n in names
-    }
+    meta["files"] = file_records(folder, uuid.uuid4().hex[:12])
+    names = sorted(meta["files"])
     commit_generation(
         dest,
         {meta["files"][n]["object"]: os.path.join(folder, n) for n in names},
         [(meta_name, json_bytes(meta))],
     )
+
+
+def file_records(folder: str, gen: str | None = None) -> dict[str, dict[str, Any]]:
+    """Each file of a local ``folder`` -> its ``object`` name (of generation ``gen`` on a
+    store; its own name locally), ``sha256`` and ``bytes``: what a reader checks."""
+    return {
+        n: {
+            "object": generation_name(n, gen) if gen else n,
+            "sha256": file_sha256(os.path.join(folder, n)),
+            "bytes": os.path.getsize(os.path.join(folder, n)),
+        }
+        for n in sorted(os.listdir(folder))
+    }
+
+
+def _open_local(path: str, entry: dict[str, Any] | None) -> np.ndarray:
+    """A part's array memory-mapped, its size checked first against its record (a file
+    cut short, or grown, is an error naming it, never a crash or a short read)."""
+    fix = "damaged or changed; `fgram verify` checks every file, and rebuilding it mends it"
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        raise FgramError(f"{path}: missing; {fix}") from None
+    if entry is not None and size != entry["bytes"]:
+        raise FgramError(f"{path}: {size} bytes where its metadata says {entry['bytes']}: {fix}")
+    try:
+        arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+        return arr
+    except (ValueError, OSError, EOFError) as exc:
+        raise FgramError(f"{path}: not a readable array ({exc}): {fix}") from None
 
 
 def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[str], np.ndarray]:
@@ -194,7 +228,7 @@ def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[
 
     def load(name: str) -> np.ndarray:
         if folder.local:
-            arr = np.load(os.path.join(folder.path, name), mmap_mode="r")
+            arr = _open_local(os.path.join(folder.path, name), meta.get("files", {}).get(name))
             return np.array(arr) if mode == "ram" else np.asarray(arr)
         entry = meta.get("files", {}).get(name)
         if entry is None:
@@ -226,6 +260,26 @@ def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
     return ids
 
 
+def check_shapes(
+    where: str, meta: dict[str, Any], rows: dict[int, np.ndarray], suffix: np.ndarray
+) -> None:
+    """Each array as index.json describes it (its slots, the table's f-grams, the dtypes the
+    kernels read): a file of another index or a damaged header is an error on open."""
+    fix = "damaged or changed; rebuild it with `fgram index --overwrite`"
+    for L, r in rows.items():
+        slots = int(meta["lengths"].get(str(L), {}).get("slots", -OVERFLOW))
+        if r.shape != (slots + OVERFLOW, 2) or r.dtype != np.uint64:
+            raise FgramError(
+                f"{where}/table-{L}.npy: shape {r.shape} of {r.dtype} where index.json "
+                f"says ({slots + OVERFLOW}, 2) of uint64: {fix}"
+            )
+    if suffix.shape != (meta["fgrams"],) or suffix.dtype.kind != "i":
+        raise FgramError(
+            f"{where}/suffix.npy: shape {suffix.shape} of {suffix.dtype} where index.json "
+            f"says ({meta['fgrams']},) of integers: {fix}"
+        )
+
+
 class FgramIndex:
     """Exact f-gram lookups over a build output. ``FgramIndex.open(OUT)``."""
 
@@ -234,6 +288,7 @@ class FgramIndex:
         self.suffix = suffix
         self.meta = meta
         self.max_len = meta["max_len"]
+        self.where = "an index"  # its folder, once opened: named by `damaged`
         lengths = range(2, self.max_len + 1)
         # what the matching kernels read (`matching.IndexArrays`)
         self.arrays: IndexArrays = (
@@ -260,9 +315,13 @@ class FgramIndex:
         if loc.child("manifest.json").exists() and manifest_fingerprint(loc) != meta["table"]:
             raise FgramError(f"{loc.uri}: the index was built for another f-gram table; rebuild it")
         load = part_arrays(folder, meta, mode)
-
-        tables = {L: HashTable(load(f"table-{L}.npy")) for L in range(2, meta["max_len"] + 1)}
-        return cls(tables, load("suffix.npy"), meta)
+        n, where = int(meta["fgrams"]), folder.uri
+        rows = {L: load(f"table-{L}.npy") for L in range(2, meta["max_len"] + 1)}
+        suffix = load("suffix.npy")
+        check_shapes(where, meta, rows, suffix)
+        index = cls({L: HashTable(r, n, where) for L, r in rows.items()}, suffix, meta)
+        index.where = where
+        return index
 
     def ids(self, ngrams: Sequence[Sequence[int]]) -> np.ndarray:
         """fgram_id of each n-gram (a sequence of token ids), -1 where it is not an f-gram."""
@@ -298,5 +357,6 @@ class FgramIndex:
         fid = np.empty(n, dtype=np.int64)
         mlen = np.empty(n, dtype=np.uint8)
         lanes = max(1, min(int(lanes), n))
-        matching.match_longest(marked, self.arrays, fid, mlen, lanes)
+        if matching.match_longest(marked, self.arrays, fid, mlen, lanes):
+            raise damaged(self.where)
         return fid, mlen

@@ -1,0 +1,149 @@
+"""Published files checked: `fgram verify` finds any changed byte of a table, its index
+or its embeddings; an index or store with a damaged file is an error naming it, on open
+or at the lookup that meets the damage, never a crash or a silent wrong answer past
+what the checks can see."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import build, write_bin
+
+import fgram
+from fgram.pipeline.errors import FgramError
+from fgram.pipeline.kernels.keys import EMPTY
+
+FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A table with its index and embeddings, and tokens to look up."""
+    root = tmp_path_factory.mktemp("verify")
+    rng = np.random.default_rng(0)
+    docs = [list(rng.integers(1, 40, int(rng.integers(20, 200)))) for _ in range(60)]
+    write_bin(str(root / "c.bin"), docs, sep=0)
+    build(None, [root / "c.bin"], root / "t", doc_sep=0, min_count=2, max_len=4, engine="local")
+    fgram.index(root / "t")
+    fgram.embed(root / "t", model="fgram.pipeline.models:echo", engine="local")
+    tokens = np.concatenate([np.asarray(d) for d in docs])
+    return root / "t", tokens
+
+
+def _copy(src, dst):
+    """A copy of a table to damage (the module's table stays whole)."""
+    subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+    return dst
+
+
+def _flip(path, at: int, bit: int = 0) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ (1 << bit)]))
+
+
+def _data_files(root) -> list[str]:
+    """Every file but the manifests and metadata (which name the others)."""
+    every = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    return sorted(p for p in every if not p.endswith((".json", "_SUCCESS")))
+
+
+def test_a_whole_table_verifies_and_says_what_it_checked(made):
+    table, _ = made
+    found = fgram.verify(table, deep=True)
+    assert found["problems"] == [] and found["unrecorded"] == []
+    data = _data_files(table)
+    assert {os.path.relpath(p, table).split(os.sep)[0] for p in data} == {
+        "fgrams",
+        "index",
+        "embeddings",
+    }
+    assert found["files"] == len(data) and found["bytes"] == sum(map(os.path.getsize, data))
+    res = subprocess.run([FGRAM, "verify", str(table), "--deep"], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip().endswith("as written (sizes and sha256)")
+
+
+@pytest.mark.parametrize("part", ["fgrams", "index", "embeddings"])
+def test_one_flipped_bit_anywhere_is_found_by_deep_and_named(made, tmp_path, part):
+    table = _copy(made[0], tmp_path / "t")
+    rng = np.random.default_rng(len(part))
+    for path in [p for p in _data_files(table) if f"{os.sep}{part}{os.sep}" in p]:
+        at, bit = int(rng.integers(0, os.path.getsize(path))), int(rng.integers(0, 8))
+        _flip(path, at, bit)
+        assert fgram.verify(table)["problems"] == []  # sizes alone cannot see it
+        problems = fgram.verify(table, deep=True)["problems"]
+        assert problems == [f"{path}: its bytes changed since written (sha256 differs)"]
+        res = subprocess.run(
+            [FGRAM, "verify", str(table), "--deep"], capture_output=True, text=True
+        )
+        assert res.returncode == 2 and f"damaged: {path}" in res.stdout, res.stdout
+        assert res.stderr.startswith("fgram: error: ") and "damaged or missing" in res.stderr
+        _flip(path, at, bit)  # put back: as written again
+        assert fgram.verify(table, deep=True)["problems"] == []
+
+
+@pytest.mark.parametrize("name", ["suffix.npy", "table-3.npy"])
+def test_a_truncated_index_file_is_an_error_naming_it(made, tmp_path, name):
+    table = _copy(made[0], tmp_path / "t")
+    path = table / "index" / name
+    os.truncate(path, os.path.getsize(path) - 8)
+    with pytest.raises(FgramError, match=rf"{path}: \d+ bytes where its metadata says \d+"):
+        fgram.FgramIndex.open(table)
+    with pytest.raises(FgramError, match=str(path)):
+        fgram.FgramStore.open(table, mode="mmap")
+    problems = fgram.verify(table)["problems"]
+    assert problems == [
+        f"{path}: {os.path.getsize(path)} bytes where {os.path.getsize(path) + 8} were written"
+    ]
+
+
+def _rewrite(path, change) -> None:
+    """Change an index array in place, as a damaged disk or a stray write would."""
+    arr = np.load(path, mmap_mode="r+")
+    change(arr)
+    arr.flush()
+    del arr
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ("table-2.npy", lambda a: a.__setitem__((slice(None), 0), np.uint64(12345))),  # no EMPTY
+        ("table-2.npy", lambda a: a.__setitem__((a[:, 0] != EMPTY, 1), np.uint64(1 << 40))),
+        ("table-3.npy", lambda a: a.__setitem__((a[:, 0] != EMPTY, 1), np.uint64(1 << 63))),
+        ("suffix.npy", lambda a: a.__setitem__(slice(None), 2**31 - 1)),
+        ("suffix.npy", lambda a: a.__setitem__(slice(None), -7)),
+    ],
+    ids=["no-empty-slot", "id-too-large", "id-negative", "suffix-too-large", "suffix-negative"],
+)
+def test_a_damaged_index_is_an_error_at_the_lookup_never_a_crash(made, tmp_path, damage):
+    """Damage that the size check on open cannot see: the lookups that meet it stop with
+    an error naming the index (bounds-checked kernels), in every reader: match, ids,
+    the store's prefill, decoding step and last-token lookups; verify --deep finds it."""
+    table = _copy(made[0], tmp_path / "t")
+    tokens = made[1]
+    name, change = damage
+    _rewrite(table / "index" / name, change)
+    for mode in ("mmap", "ram"):
+        index = fgram.FgramIndex.open(table, mode=mode)
+        with pytest.raises(FgramError, match=rf"{table / 'index'}: damaged"):
+            index.match(tokens)
+        if name.startswith("table-2"):  # the lookup of n-grams probes the tables only
+            with pytest.raises(FgramError, match="damaged"):
+                index.ids([list(tokens[i : i + 2]) for i in range(300)])
+        store = fgram.FgramStore.open(table, mode=mode)
+        with pytest.raises(FgramError, match="damaged"):
+            store.embed_sequence(tokens)
+        windows = np.lib.stride_tricks.sliding_window_view(tokens[:2000], 6)
+        with pytest.raises(FgramError, match="damaged"):
+            store.embed_last(np.ascontiguousarray(windows))
+        state = store.start(64)
+        with pytest.raises(FgramError, match="damaged"):
+            for j in range(60):  # 64 sequences, a token each per step
+                store.step(state, tokens[j * 64 : (j + 1) * 64])
+    problems = fgram.verify(table, deep=True)["problems"]
+    assert any(name in p for p in problems), problems
