@@ -288,3 +288,51 @@ def test_a_failed_publish_then_resume_keeps_every_pass(spark, tmp_path, monkeypa
     assert result(out) == select(docs, 4, 2, None)
     assert sorted(os.listdir(out)) == ["_SUCCESS", "fgrams", "manifest.json"]
     assert not os.path.exists(staging_path(str(out)))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
+    spark, tmp_path, monkeypatch, capfd, k
+):
+    """A killed run's unit files altered before --resume (a disk's damage, a stray
+    write: +1 on counts): the marker's checksum finds it. The unit is counted again
+    where what it was counted from is still there (pass 2: the input), and the table is
+    the one an uninterrupted run makes; else (pass 3: pass 2's files of the unit went
+    once it was counted) one line naming the file, and a run without --resume."""
+    import fgram.jobs.table.driver as driver
+
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 4], [3, 1, 2, 3, 1, 4]] * 5
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    out = tmp_path / "o"
+    real = driver.BuildPasses.done
+
+    def crash_after_counting(self, at, threshold, record):
+        if at == k:
+            raise RuntimeError("killed")
+        real(self, at, threshold, record)
+
+    monkeypatch.setattr(driver.BuildPasses, "done", crash_after_counting)
+    kw = dict(doc_sep=0, min_count=2, max_len=4, unit_tokens=16, engine="local")
+    with pytest.raises(RuntimeError, match="killed"):
+        build(spark, [tmp_path / "a.bin"], out, **kw)
+    monkeypatch.setattr(driver.BuildPasses, "done", real)
+    folder = os.path.join(staging_path(str(out)), "_work", f"pass{k}")
+    changed = sorted(glob.glob(os.path.join(folder, "unit-*.counts.npy")))[:2]
+    assert changed, os.listdir(folder)
+    for path in changed:
+        counts = np.load(path)
+        counts[: max(1, len(counts) // 2)] += 1
+        np.save(path, counts)
+    capfd.readouterr()
+    if k == 3:
+        with pytest.raises(OutputError, match="rerun without --resume") as caught:
+            build(spark, [tmp_path / "a.bin"], out, resume=True, **kw)
+        assert str(caught.value).split(":")[0] in changed
+        build(spark, [tmp_path / "a.bin"], out, **kw)
+    else:
+        m = build(spark, [tmp_path / "a.bin"], out, resume=True, **kw)
+        assert m["resumed"]["from_pass"] == k
+        err = capfd.readouterr().err
+        for path in changed:
+            assert f"{path}: not as it was written" in err, err
+    assert result(out) == select(docs, 4, 2, None)

@@ -5,6 +5,7 @@ its results as files (a count task also a completion marker, for --resume)."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 from dataclasses import dataclass, field
 
@@ -62,6 +63,7 @@ class UnitCount(JsonRecord):
     counted: int  # candidate positions counted
     distinct: int  # distinct keys
     max_token: int  # the largest token id read (-1: none)
+    files: dict[str, dict[str, int]] = field(default_factory=dict)  # what -> `save_array`'s
 
 
 @dataclass
@@ -129,8 +131,13 @@ def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) ->
 def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> UnitCount:
     cfg = plan.cfg
     wd = WorkDir(plan.work)
+    damaged = None
     if wf.exists(wd.unit_done(k, u)):  # counted already (head start, or a resumed run)
-        return _marker(wd, k, u)
+        done = _marker(wd, k, u)
+        damaged = _damaged(wd, k, done) if cfg.resume else None  # a killed run's: checked
+        if damaged is None:
+            return done
+        wf.remove(wd.unit_done(k, u))  # counted again, from what it was counted from
     unit = plan.units[u]
     stream = read_unit(
         plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1, scratch=SCRATCH
@@ -147,6 +154,11 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
             assert prev is not None  # the previous pass's record, after pass 2
             answers = _unit_answers(plan, wd, k - 1, u, prev)
         except (FileNotFoundError, OutputError, InputError):
+            if damaged is not None:  # the previous pass's files of the unit went after it
+                raise OutputError(
+                    f"{damaged}: not as it was written, and what it was counted from is "
+                    f"gone; rerun without --resume to start over"
+                ) from None
             if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
                 return _marker(wd, k, u)
             raise
@@ -155,12 +167,14 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
     uniq, counts, order, counted = unit_table(
         ids, tokens, k, stream.limit, want_order=not last, code=code, scratch=SCRATCH
     )
-    save_array(wd.unit(k, u, "keys"), uniq)
-    save_array(wd.unit(k, u, "counts"), counts)
+    files = {
+        "keys": save_array(wd.unit(k, u, "keys"), uniq),
+        "counts": save_array(wd.unit(k, u, "counts"), counts),
+    }
     if not last:
         assert order is not None  # asked for
-        save_array(wd.unit(k, u, "pos"), order[0])
-        save_array(wd.unit(k, u, "starts"), order[1])
+        files["pos"] = save_array(wd.unit(k, u, "pos"), order[0])
+        files["starts"] = save_array(wd.unit(k, u, "starts"), order[1])
     stats = UnitCount(
         unit=u,
         documents=stream.documents,
@@ -168,6 +182,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
         counted=counted,
         distinct=len(uniq),
         max_token=stream.max_token,
+        files=files,
     )
     save_json(wd.unit_done(k, u), stats.to_json(), durable=False)  # the completion marker, last
     if k > 2:
@@ -180,6 +195,22 @@ def _marker(wd: WorkDir, k: int, u: int) -> UnitCount:
     if stats is None:  # a marker of another format: the unit is counted again
         raise OutputError(f"{wd.unit_done(k, u)}: a completion marker of another format")
     return stats
+
+
+def _damaged(wd: WorkDir, k: int, stats: UnitCount) -> str | None:
+    """The first of a counted unit's files that is not as its marker says it was written
+    (a resumed run's, which may have changed since), said to be counted again; None when
+    every one is whole."""
+    for what, record in stats.files.items():
+        path = wd.unit(k, stats.unit, what)
+        if not wf.intact(path, record):
+            where = str(getattr(path, "uri", path))
+            sys.stderr.write(
+                f"fgram: warning: {where}: not as it was written; "
+                f"unit {stats.unit} of pass {k} is counted again\n"
+            )
+            return where
+    return None
 
 
 UNIT_FILES = ("keys", "counts", "pos", "starts")
