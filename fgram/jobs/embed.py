@@ -41,6 +41,7 @@ from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import file_sha256
+from fgram.pipeline.io.locks import working_in
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
@@ -187,7 +188,8 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
     todo = [
         c for c in range(nchunks) if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))
     ]
-    model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
+    with working_in(os.path.join(staging, "done")):  # this run's (`fgram clean`)
+        model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
     meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), model_seconds)
     shutil.rmtree(os.path.join(staging, "done"))

@@ -50,7 +50,7 @@ from fgram.pipeline.formats.text import (
 from fgram.pipeline.formats.token_shards import ShardWriter
 from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import check_output, finish, staging_for
 from fgram.pipeline.io.storage import Place
 from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
@@ -265,7 +265,8 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
         resumed = claim_staging(staging, fingerprint, cfg.resume, out.uri, "tokenize run")
         wf.make_dirs(wf.join(staging, "shards"))
         try:
-            manifest = _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep)
+            with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
+                manifest = _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep)
             manifest["resumed"] = resumed
             manifest["run_fingerprint"] = digest
             manifest["seconds"] = round(time.time() - t0, 3)

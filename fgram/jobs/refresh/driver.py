@@ -32,7 +32,7 @@ from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.tokenizer import check_tokenizer
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import finish, staging_for
 from fgram.pipeline.io.storage import check_bucket, locate
 from fgram.pipeline.io.workdir import load_json, save_json
@@ -113,30 +113,30 @@ def _run_locked(
     work = wf.join(staging, "_work")
     wf.make_dirs(work)
     wf.make_dirs(objects_dir(root))
-    # Spark's JVM starts (seconds) while the driver plans and counts new units
-    starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
-    try:
-        bound = (
-            old.get("cutoff_count")
-            if use_bound and old_store and old.get("fgrams") == cfg.size
-            else None
-        )
-        manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
-        manifest.run_fingerprint = digest
-        manifest.tokenizer = tokenizer
-        assert manifest.refresh is not None
-        manifest.refresh["previous"] = previous
-        save_json(wf.join(staging, "store.json"), store.to_json())
-        wf.remove_tree(work)
-        manifest.seconds = round(time.time() - t_start, 3)
-        record = manifest.to_json()
-        finish(staging, out, record, new_folder=True, checksums=True)
-        starting.wait()  # a warm-up job still running would be cut off at exit, noisily
-        PROGRESS.end()  # the last stage's line
-    except BaseException:
-        starting.wait()
-        wf.remove_tree(staging)
-        raise
+    with working_in(work):  # marked as this run's until published (`fgram clean`)
+        # Spark's JVM starts (seconds) while the driver plans and counts new units
+        starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
+        try:
+            bound = (
+                old.get("cutoff_count")
+                if use_bound and old_store and old.get("fgrams") == cfg.size
+                else None
+            )
+            manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
+            manifest.run_fingerprint = digest
+            manifest.tokenizer = tokenizer
+            assert manifest.refresh is not None
+            manifest.refresh["previous"] = previous
+            save_json(wf.join(staging, "store.json"), store.to_json())
+            manifest.seconds = round(time.time() - t_start, 3)
+            record = manifest.to_json()
+            finish(staging, out, record, new_folder=True, checksums=True)
+            starting.wait()  # a warm-up job still running would be cut off at exit, noisily
+            PROGRESS.end()  # the last stage's line
+        except BaseException:
+            starting.wait()
+            wf.remove_tree(staging)
+            raise
     vs.switch_current(root, vid)
     pruned = vs.prune(root, keep)
     return {

@@ -34,7 +34,7 @@ from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import RESUMABLE, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import check_output, finish, staging_for
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import Sweeper
@@ -103,6 +103,13 @@ def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
 def _run_locked(
     cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer=None, text=None
 ) -> dict:
+    with contextlib.ExitStack() as live:  # the staging marked as this run's (`working_in`)
+        return _run_marked(cfg, spark, out, t_start, tokenizer, text, live)
+
+
+def _run_marked(
+    cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer, text, live
+) -> dict:
     # Spark's JVM starts (seconds, about one core) while the driver plans, loads
     # the kernels and counts pass-2 units itself on the other core
     starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
@@ -113,6 +120,7 @@ def _run_locked(
         warm_up()  # compile (or load) the kernels once here, not in every worker at once
         fingerprint = run_fingerprint(cfg, shards)
         staging, state = prepare_staging(cfg, out, fingerprint)
+        live.enter_context(working_in(wf.join(staging, "_work")))
         plan = Plan(cfg, shards, units, wf.join(staging, "_work"))
         resumed = resume_record(plan, state)
     except BaseException as exc:

@@ -10,7 +10,9 @@
   (``.NAME.fgram-old-*``), a stale lock (``.NAME.fgram-lock``), an embed's
   staging (``embeddings.staging``).
 
-Nothing that a live run holds (its lock's process is alive) is listed.
+Nothing that a live run holds is listed: a run marks the folder it works in
+(`locks.working_in`, an flock the kernel drops when the process dies), and a
+staging folder named after an output whose lock is live is that run's too.
 """
 
 from __future__ import annotations
@@ -68,9 +70,12 @@ def cache_entries() -> list[Entry]:
 
 
 def _held(staging: str) -> bool:
-    """Whether the run that a staging folder belongs to still runs (its lock is live)."""
-    from fgram.pipeline.io.locks import FileLock
+    """Whether the run that a staging folder belongs to still runs: it works there
+    (`locks.is_live`), or the lock of the output it is named after is live."""
+    from fgram.pipeline.io.locks import FileLock, is_live
 
+    if os.path.isdir(staging) and is_live(staging):
+        return True
     m = LEFTOVER.match(os.path.basename(staging))
     if m is None:
         return False
@@ -99,7 +104,7 @@ def leftovers(folders: list[str]) -> list[Entry]:
                         "lock": "stale lock",
                     }[m.group("what")]
                     out.append(Entry(path, kind, _size(path)))
-                elif name == "embeddings.staging":
+                elif name == "embeddings.staging" and not _held(path):
                     out.append(Entry(path, "unfinished embed's rows", _size(path)))
     return out
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from fgram.pipeline.errors import LockedError
@@ -242,3 +243,45 @@ class LeaseLock:
             self._thread.join(timeout=5)
         with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
             self.claim.remove()
+
+
+LIVE = "live.lock"  # in a run's local work folder: flocked while the run lasts
+
+
+@contextlib.contextmanager
+def working_in(folder: Place) -> Iterator[None]:
+    """A run works in the local ``folder`` (its staging's ``_work``, an embed's ``done``):
+    an ``flock`` on ``folder/live.lock`` for as long, dropped by the kernel when the
+    process dies (kill -9 too). `fgram clean` asks `is_live` before it lists a staging
+    folder, wherever it is (a --work-dir, the cache's ``remote-runs``, a refresh's
+    version, an embed's): the same test as the output's lock, not a guess from names.
+    A folder on an object store is not marked (clean lists local folders only)."""
+    if isinstance(folder, Location):
+        if not folder.local:
+            yield
+            return
+        folder = folder.path
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, LIVE), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        with contextlib.suppress(BlockingIOError):  # held already: this run's own
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+def is_live(staging: str) -> bool:
+    """Whether a live run works in a local staging folder (a `working_in` mark in it)."""
+    for sub in ("_work", "done"):
+        try:
+            fd = os.open(os.path.join(staging, sub, LIVE), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+    return False
