@@ -128,6 +128,9 @@ class TableManifest(JsonRecord):
     timing: dict[str, float] | None = optional()  # a refresh's planning
     refresh: dict[str, Any] | None = optional()  # a refresh: shards new, kept, removed
     files: list[str] | None = optional()  # the table's files (`publish.finish` adds them)
+    # name in files -> its "bytes" and "sha256" (`publish.finish`; `fgram verify` checks)
+    checksums: dict[str, dict[str, Any]] | None = optional()
+    generation: str | None = optional()  # on an object store: the files' generation
     tokenizer: dict[str, Any] | None = optional()  # inputs made by `fgram tokenize`: its tokenizer
     text: dict[str, Any] | None = optional()  # a build from text: its inputs, documents, seconds
 
