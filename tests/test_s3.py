@@ -242,6 +242,27 @@ def test_lease_of_a_dead_run_is_taken_over(s3):
         assert not claim.exists()
 
 
+@pytest.mark.parametrize("skew", [200.0, -200.0])
+def test_a_lease_is_judged_by_the_stores_clock_not_the_hosts(s3, monkeypatch, skew):
+    """Another host's claim, just written: a host whose clock runs 200 s ahead must not
+    take it for stale (nor one 200 s behind); one the store wrote 130 s ago is stale
+    whatever this host's clock says."""
+    bucket = s3.bucket()
+    out = locate(f"s3://{bucket}/t")
+    claim = out.sibling(".t.fgram-lock").child("other-host-1-abc.json")
+    claim.write_json({"host": "another-host", "pid": 1, "started": 0})
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + skew)
+    with pytest.raises(LockedError, match="another fgram run is writing it"):
+        with LeaseLock(out, stale=120.0):
+            pass
+    assert claim.exists()
+    lock = LeaseLock(out, stale=1.0)  # the same claim, old by the store's clock
+    time.sleep(2.5)
+    with lock:
+        assert not claim.exists()
+
+
 def _one_line_error(res, *needles):
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
     lines = said(res.stderr.strip())
@@ -362,9 +383,12 @@ def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
 
 
 @pytest.mark.slow
-def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
-    """Input and output on a server of this test's own, stopped during pass 3: one line,
-    exit 2, the completed passes kept; once it is back, --resume gives the table."""
+@pytest.mark.parametrize("how", ["crash", "freeze"])
+def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path, how):
+    """Input and output on a server of this test's own, stopped during pass 3 (a crash:
+    connections refused; a freeze, SIGSTOP: connections taken, nothing answered): one
+    line in bounded time, exit 2, the completed passes kept; once it is back, --resume
+    gives the table."""
     server = SeaweedS3(str(tmp_path / "weed")).start()
     try:
         bucket = server.bucket()
@@ -413,17 +437,27 @@ def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path):
             120,
             "pass 3",
         )
-        server.stop(hard=True)  # at once, as a crash: in the middle of the pass
+        if how == "crash":
+            server.stop(hard=True)  # at once: in the middle of the pass
+        else:
+            assert server.proc is not None
+            os.kill(server.proc.pid, signal.SIGSTOP)
         t0 = time.time()
-        out, err = proc.communicate(timeout=120)
-        assert time.time() - t0 < 60  # bounded retries, and the first failure ends it
+        out, err = proc.communicate(timeout=300)
+        took = time.time() - t0
+        print(f"{how}: the build ended {took:.1f} s after the store stopped")
+        assert took < 60  # bounded retries; the first failure ends it
         _one_line_error(
             subprocess.CompletedProcess(cmd, proc.returncode, out, err),
             uri[:-4],
-            "cannot reach the object store",
+            "cannot reach the object store" if how == "crash" else "did not answer in time",
             "--resume",
         )
-        server.start()
+        if how == "crash":
+            server.start()
+        else:
+            assert server.proc is not None
+            os.kill(server.proc.pid, signal.SIGCONT)
         res = subprocess.run(
             cmd + ["--resume"],
             env={**os.environ, **env},

@@ -14,7 +14,7 @@ import click
 
 from fgram.cli import make, report, use
 from fgram.cli.options import Interrupted, fail
-from fgram.pipeline.errors import FgramError
+from fgram.pipeline.errors import FgramError, StorageUnavailable
 from fgram.version import __version__
 
 GLOBAL = {"-q": 0, "--quiet": 0, "--log-level": 1}  # the group's options: values they take
@@ -74,7 +74,7 @@ class _Commands(click.Group):
             kept = getattr(exc, "fgram_kept", None)  # a store down, a disk full: work kept
             if SIGINTS:  # a task's failure under the same Ctrl-C came back first
                 raise Interrupted(kept) from None
-            fail(f"{exc}{'; ' + kept if kept else ''}")
+            fail(f"{exc}{'; ' + kept if kept else ''}", at_once=isinstance(exc, StorageUnavailable))
 
 
 @click.group(

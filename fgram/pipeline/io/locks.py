@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from fgram.pipeline.errors import LockedError
+from fgram.pipeline.errors import LockedError, StorageUnavailable
 from fgram.pipeline.io.publish import as_location, lock_path
 from fgram.pipeline.io.storage import Location, Place
 
@@ -168,9 +168,15 @@ class LeaseLock:
     with strongly consistent listing (S3 and SeaweedFS), of two claims written before
     either listing, the later listing sees both. A holder rewrites its claim every
     ``beat`` seconds; a claim is stale (deleted by the next run) when its run is gone
-    (same host) or it was last written more than ``stale`` seconds ago."""
+    (same host) or it was last written more than ``stale`` seconds ago by the store's
+    clock: its object's time against that of the claim just written (hosts' clocks
+    may disagree by minutes; the store's times are one clock).
+
+    Released at the end in a bounded wait (`RELEASE_WAIT`): a store that froze is not
+    waited for; the claim then expires by itself."""
 
     ATTEMPTS = 5
+    RELEASE_WAIT = 5.0
 
     def __init__(self, out: Location, beat: float = 10.0, stale: float = 120.0):
         self.out = out
@@ -194,7 +200,8 @@ class LeaseLock:
         seen = None
         for attempt in range(self.ATTEMPTS):
             self.claim.write_json(self.me)
-            live = [n for n in self.folder.names() if n != self.claim.name and self._live(n)]
+            now = self.claim.info().mtime  # the store's clock, as it wrote our claim
+            live = [n for n in self.folder.names() if n != self.claim.name and self._live(n, now)]
             if not live:
                 thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
                 thread.start()
@@ -218,8 +225,9 @@ class LeaseLock:
         except Exception:  # noqa: BLE001 - gone meanwhile
             return None
 
-    def _live(self, name: str) -> bool:
-        """Whether another run's claim still counts; stale ones are deleted."""
+    def _live(self, name: str, now: Any) -> bool:
+        """Whether another run's claim still counts (``now``: the store's time of our own
+        claim); stale ones are deleted."""
         other = self.folder.child(name)
         info, holder = other.info(), self._read(name)
         if holder is None or info.mtime is None:
@@ -227,7 +235,8 @@ class LeaseLock:
         if holder.get("host") == self.me["host"]:
             alive = process_alive(int(holder.get("pid", -1)))
         else:
-            alive = time.time() - info.mtime.timestamp() <= self.stale
+            ref = now.timestamp() if now is not None else time.time()
+            alive = ref - info.mtime.timestamp() <= self.stale
         if not alive:
             other.remove()
         return alive
@@ -237,12 +246,21 @@ class LeaseLock:
             with contextlib.suppress(Exception):  # noqa: BLE001 - the next beat tries again
                 self.claim.write_json({**self.me, "beat": time.time()})
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: Any, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
-        with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
-            self.claim.remove()
+            self._thread.join(timeout=1)  # a beat hung on a frozen store is left behind
+        if kind is not None and issubclass(kind, StorageUnavailable):
+            return  # the store does not answer: the claim expires by itself
+        done = threading.Event()
+
+        def release() -> None:
+            with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
+                self.claim.remove()
+            done.set()
+
+        threading.Thread(target=release, daemon=True).start()
+        done.wait(self.RELEASE_WAIT)
 
 
 LIVE = "live.lock"  # in a run's local work folder: flocked while the run lasts

@@ -29,8 +29,11 @@ from fgram.pipeline.errors import ConfigError, FgramError, InputError, OutputErr
 from fgram.pipeline.io.failures import aside, failure, first_line, redact
 
 SCHEMES = ("s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "file")
-# bounded: a dead endpoint fails in seconds, not minutes (the SDK's own retries, 3 tries)
-S3_DEFAULTS = {"connect_timeout": 5.0, "request_timeout": 60.0}
+# bounded: a dead endpoint fails in seconds, one that takes connections and never answers
+# (a frozen server) in about half a minute, not minutes (the SDK's own retries, 3 tries).
+# request_timeout is curl's low-speed time: seconds with no bytes moving, not a cap on a
+# transfer, so a large object streams for as long as it flows
+S3_DEFAULTS = {"connect_timeout": 5.0, "request_timeout": 10.0}
 S3_ATTEMPTS = 3
 # what the SDKs read from the environment: a filesystem made under other values is another one
 ENV_SETTINGS = (
