@@ -21,7 +21,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from helpers import build, result, wait_for_files
+from helpers import build, result, said, wait_for_files
 from oracle import select, split_flat
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -101,32 +101,42 @@ class Cluster:
             "--webui-port",
             str(self.ui),
         )
-        self.workers = [
-            self._start(
-                f"worker{i}",
-                "org.apache.spark.deploy.worker.Worker",
-                self.url,
-                "--host",
-                "127.0.0.1",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--port",
-                str(self.worker_ports[2 * i]),
-                "--webui-port",
-                str(self.worker_ports[2 * i + 1]),
-                "--work-dir",
-                os.path.join(self.tmp, f"w{i}"),
-            )
-            for i in range(workers)
-        ]
-        deadline = time.time() + 120
-        while self.alive_workers() < workers:
-            assert time.time() < deadline, "the workers did not register"
-            assert all(p.poll() is None for p in self.procs), "a cluster process died"
-            time.sleep(0.5)
+        self.workers = [self._worker(i) for i in range(workers)]
+        self.wait_workers(workers)
         return self
+
+    def _worker(self, i):
+        return self._start(
+            f"worker{i}",
+            "org.apache.spark.deploy.worker.Worker",
+            self.url,
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            "1",
+            "--memory",
+            "1g",
+            "--port",
+            str(self.worker_ports[2 * i]),
+            "--webui-port",
+            str(self.worker_ports[2 * i + 1]),
+            "--work-dir",
+            os.path.join(self.tmp, f"w{i}"),
+        )
+
+    def add_worker(self, i):
+        """Worker ``i`` (again): a lost one replaced."""
+        self.workers.append(self._worker(i))
+        self.wait_workers(1)
+
+    def wait_workers(self, n):
+        deadline = time.time() + 120
+        while self.alive_workers() < n:
+            assert time.time() < deadline, "the workers did not register"
+            assert all(p.poll() is None for p in self.procs if p in self.workers[-n:]), (
+                "a cluster process died"
+            )
+            time.sleep(0.5)
 
     def alive_workers(self) -> int:
         """ALIVE workers, from the master's JSON page. A port picked free can be taken by
@@ -283,6 +293,53 @@ def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_
         assert proc.returncode == 0, err[-3000:]
         assert c.alive_workers() == 1
         assert result(out) == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
+    finally:
+        c.stop()
+
+
+def test_every_worker_lost_is_one_line_in_bounded_time_then_a_rerun_finishes(
+    spark, corpus, tmp_path
+):
+    """The only worker killed while its executor embeds (a slow model: the job is on
+    the cluster when it dies): no executor is left, and Spark would wait for one
+    forever. The run ends in one line within the wait it was given, its chunks kept;
+    with a worker back, a rerun gives the same rows as a local run."""
+    src, _ = corpus
+    table = tmp_path / "t"
+    _local(spark, src, table)
+    here = os.path.dirname(__file__)
+    c = Cluster(str(tmp_path))
+    try:
+        c.start(workers=1)
+        cmd = [os.path.join(BIN, "fgram"), "embed", str(table), "--model",
+               "slow_models:slow_echo", "--float", "float32", "--chunk-rows", "50",
+               "--batch", "50", "--master", c.url, "--conf", "spark.fgram.executorWait=15",
+               "--conf", f"spark.executorEnv.PYTHONPATH={here}"]  # fmt: skip
+        env = dict(_env(), PYTHONPATH=here)
+        proc = subprocess.Popen(
+            cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        done = table / "embeddings.staging" / "done"
+        wait_for_files(str(done / "0*"), proc, 300, "a chunk")
+        c.kill(c.workers[0])
+        t0 = time.time()
+        _, err = proc.communicate(timeout=300)
+        assert time.time() - t0 < 90, err[-3000:]
+        lines = [line for line in said(err) if line.startswith("fgram")]  # Spark's ERROR
+        assert proc.returncode == 2 and len(lines) == 1, err[-3000:]  # lines apart
+        assert "no executor for 15 s" in lines[0], lines[0]
+        assert not (table / "embeddings").exists() and os.listdir(done)
+        c.add_worker(1)
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        rows = (table / "embeddings" / "matrix.npy").read_bytes()
+        res = subprocess.run(
+            [*cmd[:11], "--engine", "local", "--overwrite"], env=env, capture_output=True,
+            text=True, timeout=600,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert (table / "embeddings" / "matrix.npy").read_bytes() == rows
     finally:
         c.stop()
 

@@ -253,9 +253,8 @@ def test_a_lease_is_judged_by_the_stores_clock_not_the_hosts(s3, monkeypatch, sk
     claim.write_json({"host": "another-host", "pid": 1, "started": 0})
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + skew)
-    with pytest.raises(LockedError, match="another fgram run is writing it"):
-        with LeaseLock(out, stale=120.0):
-            pass
+    with pytest.raises(LockedError, match="another fgram run is writing it"), LeaseLock(out):
+        pass
     assert claim.exists()
     lock = LeaseLock(out, stale=1.0)  # the same claim, old by the store's clock
     time.sleep(2.5)

@@ -18,7 +18,13 @@ from typing import NoReturn
 
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.workers import Workers, serve
-from fgram.pipeline.errors import FgramError, WorkerSetupError, from_marker_text, task_failure
+from fgram.pipeline.errors import (
+    ClusterUnavailable,
+    FgramError,
+    WorkerSetupError,
+    from_marker_text,
+    task_failure,
+)
 from fgram.pipeline.io.storage import object_store_used
 
 
@@ -77,6 +83,58 @@ class Executor:
         return [r for batch in out for r in batch]
 
 
+EXECUTOR_WAIT = "spark.fgram.executorWait"  # seconds a job waits with no executor at all
+
+
+class ExecutorGuard:
+    """A job on a cluster that has no executor left (every worker lost, or none ever
+    came) would wait for one forever: this watch, beside the job, cancels it once there
+    has been none for ``spark.fgram.executorWait`` seconds (default 120: long enough for
+    a cluster that scales up from nothing to bring its first), and `error` is the one
+    line to raise. Local mode (the driver is the executor) is never watched."""
+
+    def __init__(self, sc, every: float = 1.0):
+        import threading
+
+        self.sc, self.every = sc, every
+        self.wait = float(sc.getConf().get(EXECUTOR_WAIT, "120"))
+        self.watched = not str(sc.master).startswith("local")
+        self.lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ExecutorGuard:
+        if self.watched:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+
+    def executors(self) -> int:
+        """Executors registered now (the driver's own entry apart)."""
+        return int(self.sc._jsc.sc().getExecutorMemoryStatus().size()) - 1
+
+    def _run(self) -> None:
+        since = None
+        while not self._done.wait(self.every):
+            try:
+                none = self.executors() <= 0
+            except Exception:  # noqa: BLE001 - the context is stopping: nothing to watch
+                return
+            since = (since or time.time()) if none else None
+            if since is not None and time.time() - since >= self.wait:
+                self.lost = True
+                self.sc.cancelAllJobs()
+                return
+
+    def error(self) -> ClusterUnavailable:
+        return ClusterUnavailable(
+            f"{self.sc.master}: no executor for {self.wait:g} s (every worker lost, or none "
+            f"came; --conf {EXECUTOR_WAIT}=SECONDS waits longer)"
+        )
+
+
 class SparkExecutor(Executor):
     name = "spark"
 
@@ -102,9 +160,13 @@ class SparkExecutor(Executor):
         watched = progress and PROGRESS.enabled
         if watched:
             self._watch()
+        guard = ExecutorGuard(self.sc)
         try:
-            return self.sc.parallelize(range(n), n).map(fn).collect()
+            with guard:
+                return self.sc.parallelize(range(n), n).map(fn).collect()
         except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
+            if guard.lost:
+                raise guard.error() from None
             reraise(exc)
         finally:
             if watched:

@@ -73,7 +73,14 @@ class NoSpace(OutputError):
     resume_when = "once there is room"
 
 
-RESUMABLE = (StorageUnavailable, NoSpace)  # our own verdicts that keep the completed work
+class ClusterUnavailable(FgramError):
+    """A cluster with no executor left for a while (its workers gone, or none came)."""
+
+    resume_when = "once the cluster has workers"
+
+
+# our own verdicts that keep the completed work
+RESUMABLE = (StorageUnavailable, NoSpace, ClusterUnavailable)
 
 
 class WorkerSetupError(FgramError):
