@@ -336,3 +336,28 @@ def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
         for path in changed:
             assert f"{path}: not as it was written" in err, err
     assert result(out) == select(docs, 4, 2, None)
+
+
+def test_resume_takes_the_same_input_spelled_otherwise(spark, tmp_path, monkeypatch):
+    """A rerun names the input by another path to the same file (absolute instead of
+    relative): it is the same run, and --resume continues it."""
+    import fgram.jobs.table.driver as driver
+
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 4]] * 5
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    monkeypatch.chdir(tmp_path)
+    real = driver.BuildPasses.done
+
+    def crash(self, k, threshold, record):
+        if k == 3:
+            raise RuntimeError("killed")
+        real(self, k, threshold, record)
+
+    monkeypatch.setattr(driver.BuildPasses, "done", crash)
+    kw = dict(doc_sep=0, min_count=2, max_len=4, unit_tokens=16, engine="local")
+    with pytest.raises(RuntimeError, match="killed"):
+        build(spark, ["a.bin"], tmp_path / "o", **kw)
+    monkeypatch.setattr(driver.BuildPasses, "done", real)
+    m = build(spark, [str(tmp_path / "a.bin")], tmp_path / "o", resume=True, **kw)
+    assert m["resumed"]["from_pass"] == 3
+    assert result(tmp_path / "o") == select(docs, 4, 2, None)

@@ -15,9 +15,12 @@ SCRATCH = Scratch()  # a worker's count tasks reuse its work arrays
 
 
 def run_fingerprint(cfg: BuildConfig, shards) -> dict:
-    """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
+    """What a run's intermediates depend on: a rerun may reuse them only if it is equal.
+    The inputs are the files they resolve to (``inputs``: a path spelled otherwise, a
+    relative one from another folder, is the same input), not the words given."""
     rec = cfg.record()
     for key in (
+        "inputs",
         "output",
         "overwrite",
         "resume",

@@ -221,7 +221,17 @@ def _bases(units: list[TextUnit], counts: list[tuple[int, int]]) -> list[list[in
 
 def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]) -> dict:
     rec = cfg.record()
-    for key in ("output", "overwrite", "resume", "engine", "master", "conf", "storage", "threads"):
+    for key in (
+        "inputs",
+        "output",
+        "overwrite",
+        "resume",
+        "engine",
+        "master",
+        "conf",
+        "storage",
+        "threads",
+    ):  # the inputs: the files they resolve to, below
         rec.pop(key)
     rec["tokenizer"] = spec.sha256
     return {"fgram_version": __version__, "config": rec, "inputs": [f.record() for f in files]}
