@@ -59,3 +59,18 @@ def test_a_dead_worker_is_an_error(monkeypatch, bounded, clean):
     with pytest.raises(WorkerDied, match="ended without an answer .*-9"):
         LocalExecutor(2).map(4, _killed)
     assert LocalExecutor(2).map(3, lambda i: -i) == [0, -1, -2]
+
+
+def _env_of(i):
+    return os.environ.get("FGRAM_TEST_SETTING")
+
+
+@pytest.mark.parametrize("clean", [False, True], ids=["forked", "clean"])
+def test_workers_see_the_environment_of_the_job_not_of_their_start(monkeypatch, bounded, clean):
+    """An endpoint or credentials set between two jobs of one process reach the second
+    job's workers (clean workers come from a server started with the first job)."""
+    monkeypatch.setattr(executors, "object_store_used", lambda: clean)
+    monkeypatch.setenv("FGRAM_TEST_SETTING", "first")
+    assert LocalExecutor(2).map(3, _env_of) == ["first"] * 3
+    monkeypatch.setenv("FGRAM_TEST_SETTING", "second")
+    assert LocalExecutor(2).map(3, _env_of) == ["second"] * 3

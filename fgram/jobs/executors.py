@@ -236,22 +236,27 @@ def _call_pickled(item):
     return _PAYLOAD[1](i)
 
 
-_CLEAN: tuple[int, Workers] | None = None
+_CLEAN: tuple[tuple[int, int], Workers] | None = None
 
 
 def _clean_pool(processes: int) -> Workers:
     """Workers forked from a fresh server process that has loaded the kernels, kept for
-    the process's later jobs. Arrow's S3 client is not fork-safe (a child forked while
-    the parent's client held its lock waits on it forever), so once this process has
-    used an object store, its own forks are out."""
+    the process's later jobs while this process's environment stays as it was (made
+    again with the new one when it changes: the server's children would have the
+    environment of its start, without credentials or an endpoint set since). Arrow's
+    S3 client is not fork-safe (a child forked while the parent's client held its lock
+    waits on it forever), so once this process has used an object store, its own forks
+    are out."""
     global _CLEAN
-    if _CLEAN is None or _CLEAN[0] != processes:
+    key = (processes, hash(frozenset(os.environ.items())))
+    if _CLEAN is None or _CLEAN[0] != key:
         import atexit
 
         _drop_clean_pool()
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["fgram.jobs.local_worker"])
-        _CLEAN = (processes, Workers(ctx, processes, functools.partial(serve, call=_call_pickled)))
+        target = functools.partial(serve, call=_call_pickled, env=dict(os.environ))
+        _CLEAN = (key, Workers(ctx, processes, target))
         atexit.register(_drop_clean_pool)  # ended before exit
     return _CLEAN[1]
 

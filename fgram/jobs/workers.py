@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -25,10 +26,14 @@ class WorkerDied(RuntimeError):
     fails (exit status 1), its work kept for --resume."""
 
 
-def serve(conn: Connection, call: Callable[[Any], Any]) -> None:
+def serve(conn: Connection, call: Callable[[Any], Any], env: dict[str, str] | None = None) -> None:
     """A worker's loop: each message a task for ``call``, answered (ok, value); None
-    ends it."""
+    ends it. ``env``: the environment to work in (the driver's now: a worker forked by a
+    server started earlier has that server's)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     while True:
         try:
             item = conn.recv()
