@@ -138,3 +138,29 @@ def test_every_command_takes_a_refresh_folder(runner, tmp_path):
     assert after[-1].split()[-4:] == ["1", "2", "3", "4"]
     seqs = list(training_sequences(str(tmp_path / "tags"), 4))
     assert seqs and seqs[0][0].tolist() == [1, 2, 3, 1]
+
+
+def test_a_failed_refresh_leaves_no_store_objects_behind(tmp_path, monkeypatch):
+    """A refresh that fails after writing store objects (a full disk, a lost cluster)
+    removes them: no version names them, and a retry must not pile up more."""
+    import fgram
+    import fgram.jobs.refresh.driver as driver
+    from fgram.jobs.refresh.store import objects_dir
+
+    rng = np.random.default_rng(3)
+    docs = [list(rng.integers(1, 20, 60)) for _ in range(30)]
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    write_bin(str(tmp_path / "b.bin"), docs[::-1], sep=0)
+    root = tmp_path / "root"
+    kw = dict(doc_sep=0, min_count=2, max_len=4, engine="local")
+    fgram.refresh(root, [tmp_path / "a.bin"], **kw)
+    before = sorted(os.listdir(objects_dir(str(root))))
+
+    def fails(self, k, threshold, record):
+        raise RuntimeError("failed after writing objects")
+
+    monkeypatch.setattr(driver.RefreshPasses, "done", fails)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="after writing objects"):
+            fgram.refresh(root, [tmp_path / "a.bin", tmp_path / "b.bin"], **kw)
+        assert sorted(os.listdir(objects_dir(str(root)))) == before

@@ -4,6 +4,7 @@ store.json of the new version, publishing it and switching ``current``."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -136,6 +137,8 @@ def _run_locked(
         except BaseException:
             starting.wait()
             wf.remove_tree(staging)
+            with contextlib.suppress(Exception):  # noqa: BLE001 - a store that stopped
+                collect_garbage(root)  # this run's objects: no version names them
             raise
     vs.switch_current(root, vid)
     pruned = vs.prune(root, keep)
