@@ -245,3 +245,39 @@ def test_device_needs_a_factory_that_takes_one(tmp_path):
         cli, ["embed", str(out), "--model", ECHO, "--device", "cpu", "--engine", "local"]
     )
     assert res.exit_code == 2 and "takes no device argument" in res.output
+
+
+def test_rows_changed_in_a_killed_runs_staging_are_embedded_again(tmp_path, monkeypatch, capfd):
+    """A killed embed's rows altered before the rerun (a disk's damage, a stray write):
+    each chunk's marker holds a checksum of its rows; a changed chunk is said and
+    embedded again, and the published matrix is the one a clean run writes."""
+    import fgram.jobs.embed as embed
+
+    out = small_table(tmp_path)
+    cfg = EmbedConfig(
+        table=str(out), model="fgram.pipeline.models:echo", float="float32", chunk_rows=2,
+        engine="local",
+    )  # fmt: skip
+    real, calls = embed.embed_chunk, []
+
+    def dies_at_the_fourth(*args):
+        if len(calls) == 3:
+            raise RuntimeError("killed")
+        calls.append(real(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(embed, "embed_chunk", dies_at_the_fourth)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_embed(cfg)
+    monkeypatch.setattr(embed, "embed_chunk", real)
+    staged = np.load(out / "embeddings.staging" / "matrix.npy", mmap_mode="r+")
+    staged[2, 0] += 1.0  # chunk 1's first row
+    staged.flush()
+    del staged
+    capfd.readouterr()
+    meta = run_embed(cfg)
+    assert meta["chunks_resumed"] == 2  # chunks 0 and 2; chunk 1 again
+    assert "the rows of chunk 1 are not as they were written" in capfd.readouterr().err
+    resumed = np.load(out / "embeddings" / "matrix.npy")
+    run_embed(EmbedConfig(**{**cfg.__dict__, "overwrite": True}))
+    assert np.array_equal(np.load(out / "embeddings" / "matrix.npy"), resumed)

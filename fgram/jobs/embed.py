@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -130,9 +131,32 @@ def embed_chunk(
     matrix[lo:hi] = rows
     matrix.flush()
     del matrix
-    with open(os.path.join(staging, "done", f"{c:08d}"), "w"):
-        pass
+    with open(os.path.join(staging, "done", f"{c:08d}"), "w") as marker:
+        marker.write(str(wf.word_sum(rows)))  # what a resumed run checks the rows by
     return _MODEL_SECONDS[0] - before
+
+
+def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
+    """The chunks of a local staging matrix still to embed: those without a marker, and
+    those whose rows are not what their marker says was written (a killed run's rows
+    changed since: said, and embedded again)."""
+    matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r")
+    todo = []
+    for c in range(nchunks):
+        marker = os.path.join(staging, "done", f"{c:08d}")
+        if not os.path.exists(marker):
+            todo.append(c)
+            continue
+        with open(marker) as f:
+            written = f.read().strip()
+        rows = matrix[c * chunk_rows : (c + 1) * chunk_rows]
+        if written and int(written) != wf.word_sum(rows):
+            sys.stderr.write(
+                f"fgram: warning: {os.path.join(staging, 'matrix.npy')}: the rows of chunk "
+                f"{c} are not as they were written; embedded again\n"
+            )
+            todo.append(c)
+    return todo
 
 
 embed_task = as_task(embed_chunk)
@@ -185,9 +209,7 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
         )
         save_json(params_path, params)
     nchunks = -(-total // cfg.chunk_rows)
-    todo = [
-        c for c in range(nchunks) if not os.path.exists(os.path.join(staging, "done", f"{c:08d}"))
-    ]
+    todo = _chunks_to_do(staging, nchunks, cfg.chunk_rows)
     with working_in(os.path.join(staging, "done")):  # this run's (`fgram clean`)
         model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
