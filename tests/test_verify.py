@@ -147,3 +147,16 @@ def test_a_damaged_index_is_an_error_at_the_lookup_never_a_crash(made, tmp_path,
                 store.step(state, tokens[j * 64 : (j + 1) * 64])
     problems = fgram.verify(table, deep=True)["problems"]
     assert any(name in p for p in problems), problems
+
+
+def test_open_with_verify_refuses_a_changed_byte_that_opening_alone_cannot_see(made, tmp_path):
+    """A value flipped to another valid id: lookups would answer wrongly without a sign;
+    ``open(verify=True)`` checks every byte first and names the file."""
+    table = _copy(made[0], tmp_path / "t")
+    path = table / "index" / "suffix.npy"
+    _rewrite(path, lambda a: a.__setitem__(np.flatnonzero(a >= 0)[:1], 0))
+    fgram.FgramIndex.open(table)  # sizes and shapes as written: opens
+    for opener in (fgram.FgramIndex.open, fgram.FgramStore.open):
+        with pytest.raises(FgramError, match=rf"{path}: its bytes changed since written"):
+            opener(table, verify=True)
+    fgram.FgramIndex.open(made[0], verify=True)  # a whole one opens

@@ -37,6 +37,7 @@ from fgram.pipeline.tables.index import (
     manifest_fingerprint,
     part_arrays,
     read_meta,
+    verify_whole,
 )
 from fgram.pipeline.tables.versions import resolve_table
 
@@ -102,14 +103,21 @@ class FgramStore:
 
     @classmethod
     def open(
-        cls, out: Place, mode: str = "ram", storage: dict[str, Any] | None = None
+        cls,
+        out: Place,
+        mode: str = "ram",
+        storage: dict[str, Any] | None = None,
+        verify: bool = False,
     ) -> FgramStore:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows
         from disk on demand (from an object store: from a local copy in the cache,
-        checked against its sha256)."""
+        checked against its sha256). ``verify``: every byte of the table, its index and
+        embeddings checked against its sha256 first (`index.verify_whole`)."""
         check_mode(mode)
         loc = resolve_table(out, storage)
+        if verify:
+            verify_whole(loc)
         folder = loc.child("embeddings")
         meta = read_meta(
             folder.child("embeddings.json"),

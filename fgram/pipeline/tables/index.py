@@ -260,6 +260,20 @@ def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
     return ids
 
 
+def verify_whole(loc: Location) -> None:
+    """Every file of a table, its index and embeddings, against its sha256: the first that
+    is not as written is an error naming it (`verify.verify`, deep)."""
+    from fgram.pipeline.tables.verify import verify
+
+    found = verify(loc, deep=True)
+    if found["problems"]:
+        more = len(found["problems"]) - 1
+        raise FgramError(
+            f"{found['problems'][0]}{f' (and {more} more)' if more else ''}: rebuild what "
+            f"is named (`fgram verify {loc.uri}` lists every file)"
+        )
+
+
 def check_shapes(
     where: str, meta: dict[str, Any], rows: dict[int, np.ndarray], suffix: np.ndarray
 ) -> None:
@@ -300,14 +314,22 @@ class FgramIndex:
 
     @classmethod
     def open(
-        cls, out: Place, mode: str = "mmap", storage: dict[str, Any] | None = None
+        cls,
+        out: Place,
+        mode: str = "mmap",
+        storage: dict[str, Any] | None = None,
+        verify: bool = False,
     ) -> FgramIndex:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``mode="mmap"`` maps the arrays (shared through the page cache,
         opens in milliseconds; from an object store, a local copy in the cache);
-        ``"ram"`` reads them into this process's memory (faster lookups, a private copy)."""
+        ``"ram"`` reads them into this process's memory (faster lookups, a private copy).
+        Sizes and shapes are checked always; ``verify``: every byte of the table first
+        (`verify_whole`: seconds a GB)."""
         check_mode(mode)
         loc = resolve_table(out, storage)
+        if verify:
+            verify_whole(loc)
         folder = loc.child("index")
         meta = read_meta(
             folder.child("index.json"), "fgram-index", VERSION, f"fgram index {loc.uri}"
