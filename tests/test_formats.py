@@ -3,14 +3,18 @@ line in the registry, and build, coverage and annotate (and the tags reader) tak
 files with no other change."""
 
 import os
+import re
 
 import numpy as np
 import pyarrow.fs as pafs
+import pytest
+from helpers import result
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from oracle import select
 
 import fgram
+from fgram.pipeline.errors import InputError
 from fgram.pipeline.formats import registry
 from fgram.pipeline.formats.base import digest, mtime
 from fgram.pipeline.formats.flat import FlatFormat, flat_blocks
@@ -113,3 +117,50 @@ def test_a_units_tokens_come_from_its_format(tmp_path, monkeypatch):
     stream = registry.read_unit(shard, Unit(0, 1, 3), ReadOptions(doc_sep=7), overlap=1)
     assert stream.tokens.tolist() == [6, 7, 8] and stream.limit == 2  # no separator here
     assert os.path.getsize(path) == shard.size
+
+
+def _llmc_shard(path, docs, eot=50256, magic=20240520, version=None, count=None):
+    """An llm.c / modded-nanogpt shard as their writers make it (dev/data/data_common.py
+    write_datafile): 256 int32 of header (magic, version, token count), then the tokens;
+    fineweb.py starts each document with the end-of-text token."""
+    dtype = np.uint16 if magic == 20240520 else np.uint32
+    toks = np.array([t for d in docs for t in [eot, *d]], dtype=dtype)
+    header = np.zeros(256, np.int32)
+    version = version or {20240520: 1, 20240801: 7}[magic]  # GPT-2's; Llama 3's
+    header[:3] = magic, version, len(toks) if count is None else count
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.tobytes())
+    return str(path)
+
+
+@pytest.mark.parametrize("magic", [20240520, 20240801])
+def test_an_llmc_shard_is_read_past_its_header_in_its_width(tmp_path, magic):
+    """The 1 KiB header is skipped and its magic names the width whatever --dtype says
+    (read as tokens it would be 512 of them, silently); units split anywhere."""
+    from helpers import build
+
+    rng = np.random.default_rng(magic)
+    docs = [list(rng.integers(0, 300, int(rng.integers(0, 60)))) for _ in range(40)]
+    src = _llmc_shard(tmp_path / "fineweb_train_000001.bin", docs, eot=299, magic=magic)
+    for dtype, unit in (("uint16", 97), ("uint32", 10**6)):
+        out = tmp_path / f"t-{dtype}-{unit}"
+        build(None, [src], out, dtype=dtype, doc_sep=299, min_count=2, max_len=4,
+              unit_tokens=unit, engine="local")  # fmt: skip
+        assert result(out) == select(docs, 4, 2, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (dict(version=3), "an llm.c shard header (magic 20240520) of version 3; known: 1"),
+        (dict(count=999), "its llm.c header says 999 tokens"),
+    ],
+)
+def test_an_llmc_header_that_does_not_parse_is_one_line_naming_the_file(tmp_path, change, says):
+    from helpers import build
+
+    src = _llmc_shard(tmp_path / "s.bin", [[1, 2, 3]] * 5, **change)
+    with pytest.raises(InputError, match=re.escape(f"{src}: {says}")):
+        build(None, [src], tmp_path / "t", doc_sep=50256, engine="local")
+    assert not (tmp_path / "t").exists()

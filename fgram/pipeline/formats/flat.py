@@ -1,6 +1,8 @@
 """Flat token files (nanoGPT, OLMo): ``.bin`` and header-less ``.npy`` memmaps are raw
 little-endian arrays of ``--dtype``; a true ``.npy`` (numpy magic bytes) carries its own
-dtype. Documents are split at ``--doc-sep``; the separator belongs to no n-gram.
+dtype, and an llm.c / modded-nanogpt ``.bin`` shard its own header (1 KiB: magic,
+version, token count; the magic names the width). Documents are split at
+``--doc-sep``; the separator belongs to no n-gram.
 
 A unit is a token range ``[start, stop)``, read with K-1 tokens past its end so that
 every n-gram starting in it is seen once, whatever the range boundaries. Tags:
@@ -63,18 +65,18 @@ class FlatFormat(ShardFormat):
     ) -> Shard:
         size = info.size
         offset, dtype = 0, FLAT_DTYPES[opts.dtype]
-        if path.lower().endswith(".npy"):
-            with fs.open_input_file(path) as f:
-                head = f.read(min(size, 4096))
-            if head.startswith(NPY_MAGIC):
-                offset, dtype = npy_header(head, size, uri)
+        blocks = flat_blocks(fs, path, size)  # the first: its head, 64 KiB
+        head = blocks[0][1] if blocks and blocks[0][0] == 0 else b""
+        if path.lower().endswith(".npy") and head.startswith(NPY_MAGIC):
+            offset, dtype = npy_header(head, size, uri)
+        elif path.lower().endswith(".bin") and (found := llmc_header(head, size, uri)):
+            offset, dtype = found
         if (size - offset) % dtype.itemsize:
             raise InputError(
                 uri,
                 f"size {size - offset} bytes is not a multiple of {dtype} "
                 f"({dtype.itemsize} bytes); wrong --dtype?",
             )
-        blocks = flat_blocks(fs, path, size)
         n_items = (size - offset) // dtype.itemsize
         report(check_flat(uri, blocks, offset, dtype, n_items, opts.doc_sep), opts.strict)
         return Shard(
@@ -195,6 +197,39 @@ class FlatFormat(ShardFormat):
             np.asarray(fid[unit.start : unit.stop]),
             np.asarray(mlen[unit.start : unit.stop]),
         )
+
+
+# llm.c and modded-nanogpt shards: 256 int32 (magic, version, token count, 0...), then the
+# tokens; the magic names their width
+LLMC_HEADER = 256 * 4
+LLMC: dict[int, tuple[int, np.dtype]] = {
+    20240520: (1, np.dtype("<u2")),
+    20240801: (7, np.dtype("<u4")),
+}
+
+
+def llmc_header(head: bytes, size: int, uri: str) -> tuple[int, np.dtype] | None:
+    """(header bytes, dtype) of an llm.c ``.bin`` shard from its first bytes ``head``;
+    None when they are not its magic (a plain flat file). A header with that magic that
+    does not parse (another version, a token count the size disagrees with) is an
+    error: read as tokens, its 1 KiB would be 512 of them, silently."""
+    if len(head) < 12:
+        return None
+    magic, version, count = (int(v) for v in np.frombuffer(head[:12], "<i4"))
+    if magic not in LLMC:
+        return None
+    known, dtype = LLMC[magic]
+    if version != known:
+        raise InputError(
+            uri, f"an llm.c shard header (magic {magic}) of version {version}; known: {known}"
+        )
+    if size - LLMC_HEADER != count * dtype.itemsize:
+        raise InputError(
+            uri,
+            f"its llm.c header says {count} tokens ({count * dtype.itemsize} bytes after "
+            f"its {LLMC_HEADER}), the file holds {size - LLMC_HEADER}: cut short or grown?",
+        )
+    return LLMC_HEADER, dtype
 
 
 def npy_header(head: bytes, size: int, uri: str) -> tuple[int, np.dtype]:
