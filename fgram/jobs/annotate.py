@@ -58,8 +58,8 @@ from fgram.pipeline.tables.coverage import (
     coverage_by_size,
     coverage_table,
 )
-from fgram.pipeline.tables.index import FgramIndex, manifest_fingerprint
-from fgram.pipeline.tables.versions import resolve_table
+from fgram.pipeline.tables.index import FgramIndex
+from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
 from fgram.version import __version__
 
 _INDEX: dict[tuple, FgramIndex] = {}

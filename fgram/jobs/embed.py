@@ -47,8 +47,13 @@ from fgram.pipeline.io.publish import commit_generation, generation_name, stagin
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.tables.embed import load_model, storage_dtype, to_stored
-from fgram.pipeline.tables.index import manifest_fingerprint, publish_parts
-from fgram.pipeline.tables.versions import open_table, table_dataset, table_part
+from fgram.pipeline.tables.index import publish_parts
+from fgram.pipeline.tables.versions import (
+    manifest_fingerprint,
+    open_table,
+    table_dataset,
+    table_part,
+)
 
 
 def padded(tokens_column, max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -210,11 +215,12 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
         save_json(params_path, params)
     nchunks = -(-total // cfg.chunk_rows)
     todo = _chunks_to_do(staging, nchunks, cfg.chunk_rows)
-    with working_in(os.path.join(staging, "done")):  # this run's (`fgram clean`)
+    with working_in(os.path.join(staging, "_work")):  # this run's (`fgram clean`)
         model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
     meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), model_seconds)
     shutil.rmtree(os.path.join(staging, "done"))
+    shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)
     os.remove(params_path)
     meta["sha256"] = file_sha256(path)
     if not table.local:

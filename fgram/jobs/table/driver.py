@@ -26,6 +26,7 @@ from fgram.jobs.table.passes import (
     MergeStage,
     Plan,
     pass_code,
+    say_notes,
     unit_files,
 )
 from fgram.jobs.table.select import write_table
@@ -179,9 +180,9 @@ class BuildPasses(PassSteps):
         st, plan = self.st, self.plan
         code = pass_code(k, plan.shards, st.kept, st.top_token)
         counting = CountStage(plan, k, st.prev, code)
-        count = counting.summary(
-            self.ex.map(len(plan.units), counting.run, overlap=True, progress=True)
-        )
+        results = self.ex.map(len(plan.units), counting.run, overlap=True, progress=True)
+        say_notes(results)
+        count = counting.summary(results)
         if k == 2:
             st.totals = {"documents": count["documents"], "tokens": count["tokens"]}
             check_tokens(plan.cfg, st.totals)

@@ -64,6 +64,7 @@ class UnitCount(JsonRecord):
     distinct: int  # distinct keys
     max_token: int  # the largest token id read (-1: none)
     files: dict[str, dict[str, int]] = field(default_factory=dict)  # what -> `save_array`'s
+    note: str | None = None  # said by the driver: why the unit was counted again
 
 
 @dataclass
@@ -187,7 +188,16 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
     save_json(wd.unit_done(k, u), stats.to_json(), durable=False)  # the completion marker, last
     if k > 2:
         _drop_inputs(wd, k - 1, u)
+    if damaged is not None:  # after the marker: said once, by the driver (`say_notes`)
+        stats.note = f"{damaged}: not as it was written; unit {u} of pass {k} counted again"
     return stats
+
+
+def say_notes(results: list[UnitCount]) -> None:
+    """The driver says what its tasks noted (a task's stderr is an executor's log)."""
+    for stats in results:
+        if stats.note:
+            sys.stderr.write(f"fgram: warning: {stats.note}\n")
 
 
 def _marker(wd: WorkDir, k: int, u: int) -> UnitCount:
@@ -199,17 +209,11 @@ def _marker(wd: WorkDir, k: int, u: int) -> UnitCount:
 
 def _damaged(wd: WorkDir, k: int, stats: UnitCount) -> str | None:
     """The first of a counted unit's files that is not as its marker says it was written
-    (a resumed run's, which may have changed since), said to be counted again; None when
-    every one is whole."""
+    (a resumed run's, which may have changed since); None when every one is whole."""
     for what, record in stats.files.items():
         path = wd.unit(k, stats.unit, what)
         if not wf.intact(path, record):
-            where = str(getattr(path, "uri", path))
-            sys.stderr.write(
-                f"fgram: warning: {where}: not as it was written; "
-                f"unit {stats.unit} of pass {k} is counted again\n"
-            )
-            return where
+            return str(getattr(path, "uri", path))
     return None
 
 

@@ -268,7 +268,7 @@ LIVE = "live.lock"  # in a run's local work folder: flocked while the run lasts
 
 @contextlib.contextmanager
 def working_in(folder: Place) -> Iterator[None]:
-    """A run works in the local ``folder`` (its staging's ``_work``, an embed's ``done``):
+    """A run works in the local ``folder`` (its staging's ``_work``):
     an ``flock`` on ``folder/live.lock`` for as long, dropped by the kernel when the
     process dies (kill -9 too). `fgram clean` asks `is_live` before it lists a staging
     folder, wherever it is (a --work-dir, the cache's ``remote-runs``, a refresh's
@@ -291,7 +291,7 @@ def working_in(folder: Place) -> Iterator[None]:
 
 def is_live(staging: str) -> bool:
     """Whether a live run works in a local staging folder (a `working_in` mark in it)."""
-    for sub in ("_work", "done"):
+    for sub in ("_work",):
         try:
             fd = os.open(os.path.join(staging, sub, LIVE), os.O_RDONLY)
         except OSError:

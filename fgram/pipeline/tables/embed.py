@@ -34,12 +34,11 @@ from fgram.pipeline.tables.index import (
     FgramIndex,
     check_mode,
     damaged,
-    manifest_fingerprint,
     part_arrays,
     read_meta,
     verify_whole,
 )
-from fgram.pipeline.tables.versions import resolve_table
+from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
 
 DTYPES = ("float16", "bfloat16", "float32")
 

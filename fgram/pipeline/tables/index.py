@@ -41,7 +41,12 @@ from fgram.pipeline.io.workdir import save_array, save_json
 from fgram.pipeline.kernels import matching
 from fgram.pipeline.kernels.keys import EMPTY, MAX_TOKEN, mix
 from fgram.pipeline.kernels.matching import IndexArrays
-from fgram.pipeline.tables.versions import open_table, resolve_table, table_dataset
+from fgram.pipeline.tables.versions import (
+    manifest_fingerprint,
+    open_table,
+    resolve_table,
+    table_dataset,
+)
 
 OVERFLOW = 64
 VERSION = 2
@@ -108,11 +113,6 @@ def read_meta(path: Place, fmt: str, version: int, make: str) -> dict[str, Any]:
     if meta.get("format") != fmt or meta.get("version") != version:
         raise FgramError(f"{loc.uri}: not {fmt} of version {version}; rebuild it with `{make}`")
     return meta
-
-
-def manifest_fingerprint(out: Place) -> str:
-    """A short digest of an output's manifest: what its index, tags and embeddings name."""
-    return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
 
 
 def write_index(out: Place, storage: dict[str, Any] | None = None) -> dict[str, Any]:

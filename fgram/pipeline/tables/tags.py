@@ -28,7 +28,8 @@ from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io.publish import MANIFEST, SUCCESS, generation_name
 from fgram.pipeline.io.storage import Location, Place, locate
-from fgram.pipeline.tables.index import FgramIndex, manifest_fingerprint
+from fgram.pipeline.tables.index import FgramIndex
+from fgram.pipeline.tables.versions import manifest_fingerprint
 
 
 def open_tags(

@@ -21,8 +21,7 @@ import numpy as np
 
 from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.kernels.keys import EMPTY
-from fgram.pipeline.tables.index import manifest_fingerprint
-from fgram.pipeline.tables.versions import open_table
+from fgram.pipeline.tables.versions import manifest_fingerprint, open_table
 
 PARTS = (("index", "index.json"), ("embeddings", "embeddings.json"))
 

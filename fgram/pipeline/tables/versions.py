@@ -197,6 +197,13 @@ def table_part(
     return where
 
 
+def manifest_fingerprint(out: Place) -> str:
+    """A short digest of an output's manifest: what its index, tags and embeddings name."""
+    import hashlib
+
+    return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
+
+
 def open_table(
     path: Place, storage: dict[str, Any] | None = None
 ) -> tuple[Location, dict[str, Any]]:
