@@ -305,15 +305,15 @@ def test_every_worker_lost_is_one_line_in_bounded_time_then_a_rerun_finishes(
     forever. The run ends in one line within the wait it was given, its chunks kept;
     with a worker back, a rerun gives the same rows as a local run."""
     src, _ = corpus
-    table = tmp_path / "t"
-    _local(spark, src, table)
+    table = tmp_path / "t"  # 300 f-grams: 30 chunks of 0.2 s
+    build(spark, [src], table, dtype="uint16", doc_sep=0, size=300, max_len=4)
     here = os.path.dirname(__file__)
     c = Cluster(str(tmp_path))
     try:
         c.start(workers=1)
         cmd = [os.path.join(BIN, "fgram"), "embed", str(table), "--model",
-               "slow_models:slow_echo", "--float", "float32", "--chunk-rows", "50",
-               "--batch", "50", "--master", c.url, "--conf", "spark.fgram.executorWait=15",
+               "slow_models:slow_echo", "--float", "float32", "--chunk-rows", "10",
+               "--batch", "10", "--master", c.url, "--conf", "spark.fgram.executorWait=15",
                "--conf", f"spark.executorEnv.PYTHONPATH={here}"]  # fmt: skip
         env = dict(_env(), PYTHONPATH=here)
         proc = subprocess.Popen(

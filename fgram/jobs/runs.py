@@ -14,23 +14,25 @@ from fgram.version import __version__
 SCRATCH = Scratch()  # a worker's count tasks reuse its work arrays
 
 
+# options a run's intermediates do not depend on: where and how it runs, and the inputs
+# as spelled (a fingerprint holds the files they resolve to: a path spelled otherwise, a
+# relative one from another folder, is the same input)
+NOT_FINGERPRINTED = (
+    "inputs",
+    "output",
+    "overwrite",
+    "resume",
+    "engine",
+    "master",
+    "conf",
+    "storage",
+)
+
+
 def run_fingerprint(cfg: BuildConfig, shards) -> dict:
-    """What a run's intermediates depend on: a rerun may reuse them only if it is equal.
-    The inputs are the files they resolve to (``inputs``: a path spelled otherwise, a
-    relative one from another folder, is the same input), not the words given."""
+    """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
-    for key in (
-        "inputs",
-        "output",
-        "overwrite",
-        "resume",
-        "engine",
-        "master",
-        "conf",
-        "storage",
-        "work_dir",
-        "strict",
-    ):
+    for key in (*NOT_FINGERPRINTED, "work_dir", "strict"):
         rec.pop(key, None)
     return {
         "fgram_version": __version__,

@@ -31,7 +31,7 @@ import numpy as np
 from fgram.jobs.executors import as_task, guess_parallelism, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
-from fgram.jobs.runs import fingerprint_digest
+from fgram.jobs.runs import NOT_FINGERPRINTED, fingerprint_digest
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import TOKENS_KIND, TokenizeConfig
 from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
@@ -221,17 +221,7 @@ def _bases(units: list[TextUnit], counts: list[tuple[int, int]]) -> list[list[in
 
 def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]) -> dict:
     rec = cfg.record()
-    for key in (
-        "inputs",
-        "output",
-        "overwrite",
-        "resume",
-        "engine",
-        "master",
-        "conf",
-        "storage",
-        "threads",
-    ):  # the inputs: the files they resolve to, below
+    for key in (*NOT_FINGERPRINTED, "threads"):  # the inputs: the files below
         rec.pop(key)
     rec["tokenizer"] = spec.sha256
     return {"fgram_version": __version__, "config": rec, "inputs": [f.record() for f in files]}
