@@ -29,6 +29,11 @@ CACHE_MAX = "FGRAM_CACHE_MAX"  # bytes of object-store copies kept (default 32G)
 DEFAULT_CACHE_MAX = 32 * 2**30
 
 
+def file_record(path: str) -> dict[str, int | str]:
+    """A local file's ``bytes`` and ``sha256``: what its manifest records of it."""
+    return {"bytes": os.path.getsize(path), "sha256": file_sha256(path)}
+
+
 def file_sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -239,17 +239,11 @@ def finish(
 
 def _checksums(staging: Place, files: list[str]) -> dict[str, dict[str, Any]]:
     """Each data file's ``bytes`` and (staged on this machine) ``sha256``."""
-    from fgram.pipeline.io.cache import file_sha256
+    from fgram.pipeline.io.cache import file_record
 
     if isinstance(staging, Location):
         return {rel: {"bytes": staging.child(rel).info().size} for rel in files}
-    return {
-        rel: {
-            "bytes": os.path.getsize(os.path.join(staging, rel)),
-            "sha256": file_sha256(os.path.join(staging, rel)),
-        }
-        for rel in files
-    }
+    return {rel: file_record(os.path.join(staging, rel)) for rel in files}
 
 
 def commit_generation(

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.io.cache import cached_copy, file_sha256
+from fgram.pipeline.io.cache import cached_copy, file_record
 from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
 from fgram.pipeline.io.storage import Location, Place, json_bytes
 from fgram.pipeline.io.workdir import save_array, save_json
@@ -194,11 +194,7 @@ def file_records(folder: str, gen: str | None = None) -> dict[str, dict[str, Any
     """Each file of a local ``folder`` -> its ``object`` name (of generation ``gen`` on a
     store; its own name locally), ``sha256`` and ``bytes``: what a reader checks."""
     return {
-        n: {
-            "object": generation_name(n, gen) if gen else n,
-            "sha256": file_sha256(os.path.join(folder, n)),
-            "bytes": os.path.getsize(os.path.join(folder, n)),
-        }
+        n: {"object": generation_name(n, gen) if gen else n, **file_record(os.path.join(folder, n))}
         for n in sorted(os.listdir(folder))
     }
 

@@ -18,6 +18,7 @@ import hashlib
 from typing import Any
 
 import numpy as np
+import pyarrow.fs as pafs
 
 from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.kernels.keys import EMPTY
@@ -46,8 +47,8 @@ class _Check:
 
     def file(self, obj: Location, rec: dict[str, Any] | None) -> bool:
         """Check one file against its record (``bytes``, ``sha256``); whether it is whole."""
-        info = obj.info()
-        if info.size is None or not obj.is_file():
+        info = obj.info()  # one stat: its type and size
+        if info.type != pafs.FileType.File or info.size is None:
             self.problems.append(f"{obj.uri}: missing")
             return False
         self.files += 1
