@@ -56,6 +56,42 @@ def manifest(out) -> dict:
         return json.load(fh)
 
 
+def tags_read(tags, n: int) -> tuple[list, list, list]:
+    """(tokens, fgram ids, match lengths) of a tags output, as `training_sequences` gives
+    them in one sequence of all ``n`` tokens."""
+    import fgram
+
+    (tokens, fid, mlen), *rest = fgram.training_sequences(tags, n, drop_last=False)
+    assert rest == []
+    return tokens.tolist(), fid.tolist(), mlen.tolist()
+
+
+def like_parquet(tmp, inputs, docs: list[list[int]], unit: int) -> None:
+    """The table of ``inputs`` (K = 4, count >= 2) equals the oracle's and the Parquet
+    build's of the same ``docs`` (totals too); their tags (annotate, read back by
+    training_sequences) are the Parquet input's."""
+    from oracle import select
+
+    import fgram
+
+    kw = dict(max_len=4, min_count=2, engine="local", unit_tokens=unit)
+    build(None, inputs, tmp / "t", **kw)
+    pq = write_parquet(str(tmp / "same.parquet"), docs, rows_per_group=2)
+    build(None, [pq], tmp / "p", **kw)
+    want = select(docs, 4, 2, None)
+    assert result(tmp / "t") == result(tmp / "p") == want
+    assert manifest(tmp / "t")["totals"] == manifest(tmp / "p")["totals"]
+    if not want:
+        return
+    fgram.index(tmp / "t")
+    fgram.annotate(tmp / "t", inputs, tmp / "tags", engine="local", unit_tokens=unit)
+    fgram.annotate(tmp / "t", [pq], tmp / "ptags", engine="local", unit_tokens=unit)
+    n = sum(map(len, docs))
+    got = tags_read(tmp / "tags", n)
+    assert got == tags_read(tmp / "ptags", n)
+    assert got[0] == [t for d in docs for t in d] and max(got[2]) > 1
+
+
 def wait_for_files(pattern: str, proc, seconds: float, what: str) -> None:
     """Poll until a file matches ``pattern`` (a glob) while ``proc`` runs: how a test
     catches a run in the middle of a pass to kill it there."""

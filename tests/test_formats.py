@@ -65,7 +65,9 @@ def test_the_registry_finds_formats_by_name_and_file_name(monkeypatch):
     fmt = _registered(monkeypatch)
     assert registry.format_for("d/a.u32") is fmt and registry.token_file("d/a.u32")
     assert registry.format_of(Shard("a.u32", "u32", 8, None)) is fmt
-    assert registry.KNOWN == ".parquet, .bin or .npy"  # what an unknown file is told
+    assert (
+        registry.KNOWN == ".parquet, .arrow, .idx, .ds, .bin or .npy"
+    )  # what an unknown file is told
 
 
 @settings(
@@ -164,3 +166,18 @@ def test_an_llmc_header_that_does_not_parse_is_one_line_naming_the_file(tmp_path
     with pytest.raises(InputError, match=re.escape(f"{src}: {says}")):
         build(None, [src], tmp_path / "t", doc_sep=50256, engine="local")
     assert not (tmp_path / "t").exists()
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(0, 50), max_size=40), most=st.integers(1, 120))
+def test_groups_are_cut_into_few_even_units_of_at_most_most(sizes, most):
+    """Runs of row groups (record batches) cover every group once, in order, as many as
+    ``most`` needs; each holds at most ``most`` items and one group more; 100M tokens of
+    0.5M batches in 16M units: 6, not 7."""
+    from fgram.pipeline.formats.base import group_ranges
+
+    runs = group_ranges(sizes, most)
+    assert [g for a, b in runs for g in range(a, b)] == list(range(len(sizes)))
+    assert all(sum(sizes[a:b]) <= most + max(sizes[a:b]) for a, b in runs)
+    assert len(runs) <= max(1, -(-sum(sizes) // most)) and bool(runs) == bool(sizes)
+    assert len(group_ranges([512_000] * 196, 16 * 2**20)) == 6

@@ -157,7 +157,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
-    names = [os.path.basename(s.uri) for s in shards]
+    names = [format_of(s).tag_name(s) for s in shards]
     if len(set(names)) != len(names):
         raise ConfigError("two inputs share a file name; tags are named after their input files")
     ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from fgram.pipeline.kernels.scratch import Scratch
 
 Match = Callable[..., tuple[np.ndarray, np.ndarray]]  # `FgramIndex.match(tokens, doc_starts=)`
 TagFile = Callable[[str], Location]  # a tags output's file ``tags/...`` -> where it is
+Exists = Callable[[str], bool]  # whether a file (a path on the shard's filesystem) is there
 
 
 @dataclass
@@ -52,9 +54,25 @@ class ShardFormat(ABC):
     assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
     listed: ClassVar[tuple[str, ...]] = ()  # the extensions an error names (default: all)
 
-    def claims(self, path: str) -> bool:
-        """Whether a file of this name is of this format."""
+    def claims(self, path: str, exists: Exists | None = None) -> bool:
+        """Whether a file of this name is of this format; ``exists`` (given while
+        planning) tells whether a file beside it is there, for formats that pair files."""
         return path.lower().endswith(self.extensions)
+
+    def tag_name(self, shard: Shard) -> str:
+        """The name its tags files are named after (unique among a run's inputs)."""
+        return os.path.basename(shard.uri)
+
+    def shard_of(self, path: str) -> str | None:
+        """The shard a file that is read beside one belongs to (an index: its data
+        file), else None: such a file is never a shard of its own."""
+        return None
+
+    def from_prefix(self, path: str) -> list[str]:
+        """The files a prefix (a name that is no file) stands for in this format, all of
+        which must exist, the shard first (Megatron's ``PREFIX``: ``PREFIX.bin`` and
+        ``PREFIX.idx``)."""
+        return []
 
     @abstractmethod
     def describe(
@@ -149,14 +167,17 @@ def even_ranges(n: int, most: int) -> list[tuple[int, int]]:
 
 
 def group_ranges(sizes: list[int], most: int) -> list[tuple[int, int]]:
-    """Runs [a, b) of consecutive groups (of ``sizes`` items each) of at most ``most``
-    items, or one group when it alone holds more."""
-    out, first, size = [], 0, 0
-    for g, n in enumerate(sizes):
-        if size and size + n > most:
-            out.append((first, g))
-            first, size = g, 0
-        size += n
-    if first < len(sizes):
-        out.append((first, len(sizes)))
-    return out
+    """Runs [a, b) of consecutive groups (of ``sizes`` items each) as even as the groups
+    allow, as many as ``most`` items a run needs: cut at the group boundaries nearest to
+    equal shares, so a run holds at most ``most`` items and half a group more on each
+    side (100M tokens of 0.5M in 16M units: six of 16.7M, not six full ones and a small
+    seventh, which two cores count in one more round)."""
+    if not sizes:
+        return []
+    cum = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
+    parts = max(1, -(-int(cum[-1]) // max(most, 1)))
+    targets = cum[-1] * np.arange(1, parts) / parts
+    right = np.searchsorted(cum, targets).clip(1, len(sizes))
+    nearer_left = targets - cum[right - 1] < cum[right] - targets
+    cuts = np.unique(np.concatenate([[0], right - nearer_left, [len(sizes)]]))
+    return [(int(a), int(b)) for a, b in itertools.pairwise(cuts)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -54,7 +54,7 @@ SAMPLE_BLOCKS = 64  # checksummed 4 KiB blocks, evenly spaced (plus head and tai
 
 class FlatFormat(ShardFormat):
     name = "flat"
-    extensions = (".bin", ".npy")
+    extensions: ClassVar[tuple[str, ...]] = (".bin", ".npy")
     tag_layout = (
         "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; separators: id -1, length 0"
     )

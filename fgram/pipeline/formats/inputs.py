@@ -18,7 +18,14 @@ import pyarrow.fs as pafs
 from fgram.pipeline.errors import ConfigError, InputError
 from fgram.pipeline.formats.names import TEXT_HINT, is_text_file
 from fgram.pipeline.formats.reading import FLAT_DTYPES, ReadOptions, Shard, Unit, reading
-from fgram.pipeline.formats.registry import KNOWN, format_for, format_of, token_file
+from fgram.pipeline.formats.registry import (
+    KNOWN,
+    format_for,
+    format_of,
+    from_prefix,
+    shard_of,
+    token_file,
+)
 from fgram.pipeline.io.storage import filesystem, is_remote
 from fgram.pipeline.kernels.keys import MAX_TOKEN
 
@@ -158,6 +165,9 @@ def check_inputs(
                 if fs.get_file_info(path).type == pafs.FileType.NotFound:
                     bucket = path.split("/", 1)[0]
                     there = fs.get_file_info(bucket).type != pafs.FileType.NotFound
+                    if there and from_prefix(path):
+                        _prefixed(fs, path, original)  # a shard's prefix, or an error
+                        continue
                     raise InputError(
                         original,
                         "no such file or directory" if there else f"no such bucket {bucket!r}",
@@ -175,6 +185,19 @@ def holds_text(paths: list[str], storage: dict[str, Any] | None = None) -> bool:
         return False
     kinds = {(text_kind(uri) or ("", None))[0] for _, _, uri in files}
     return bool(kinds) and kinds <= {"jsonl", "txt"}
+
+
+def _prefixed(fs: pafs.FileSystem, path: str, original: str) -> str:
+    """The shard a name that is no file stands for as a prefix (a shard and its index
+    beside it, which must both be there), else an error naming what is missing."""
+    pair = from_prefix(path)
+    there = [fs.get_file_info(p).type == pafs.FileType.File for p in pair]
+    if pair and all(there):
+        return pair[0]
+    if any(there):
+        missing = ", ".join(os.path.basename(p) for p, t in zip(pair, there, strict=True) if not t)
+        raise InputError(original, f"no such file; as a prefix, {missing} is missing")
+    raise InputError(original, "no such file or directory")
 
 
 def _expand(
@@ -197,7 +220,8 @@ def _expand(
         return [(fs, m, _uri(fs, m, original)) for m in matches]
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.NotFound:
-        raise InputError(original, "no such file or directory")
+        shard = _prefixed(fs, path, original)
+        return [(fs, shard, _uri(fs, shard, original + shard[len(path) :]))]
     if info.type != pafs.FileType.Directory:
         return [(fs, path, _uri(fs, path, original))]
     if isinstance(fs, pafs.LocalFileSystem):
@@ -225,15 +249,51 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
     if opts.doc_sep is not None and not 0 <= opts.doc_sep <= MAX_TOKEN:
         raise ConfigError(f"--doc-sep must be in 0..{MAX_TOKEN}, got {opts.doc_sep}")
     shards = []
-    for fs, path, uri in discover(paths, opts.storage):
+    for fs, path, uri, exists in _paired(discover(paths, opts.storage)):
         with reading(uri):
             info = fs.get_file_info(path)
-        fmt = format_for(path)
+        fmt = format_for(path, exists)
         if fmt is None:
             hint = TEXT_HINT.replace("it holds", "it is") if is_text_file(path) else ""
             raise InputError(uri, f"unknown format (expected {KNOWN}){hint}")
         shards.append(fmt.describe(fs, path, uri, info, opts))
     return shards
+
+
+def _paired(
+    files: list[tuple[pafs.FileSystem, str, str]],
+) -> list[tuple[pafs.FileSystem, str, str, Callable[[str], bool]]]:
+    """The shards among the files found, each with a test of which files are beside it
+    (one listing a folder, on demand). A file read beside a shard (an index) is left
+    out, or stands for its shard when that was not found itself (which must exist)."""
+    listed = {path for _, path, _ in files}
+    folders: dict[str, set[str]] = {}
+
+    def exists_in(fs: pafs.FileSystem) -> Callable[[str], bool]:
+        def exists(p: str) -> bool:
+            folder = p.rpartition("/")[0]  # absolute here, a bucket's key on a store
+            if p not in listed and folder not in folders:
+                sel = pafs.FileSelector(folder, allow_not_found=True)
+                folders[folder] = {i.path for i in fs.get_file_info(sel)}
+            return p in listed or p in folders[folder]
+
+        return exists
+
+    out, taken = [], set()
+    for fs, path, uri in files:
+        exists = exists_in(fs)
+        owner = shard_of(path)
+        if owner is not None:
+            if owner in listed:
+                continue  # read with its shard
+            if not exists(owner):
+                raise InputError(uri, f"read beside {os.path.basename(owner)}, which is missing")
+            uri = uri[: len(uri) - len(os.path.basename(path))] + os.path.basename(owner)
+            path = owner
+        if path not in taken:
+            taken.add(path)
+            out.append((fs, path, uri, exists))
+    return out
 
 
 def tokens_of(shards: list[Shard], units: list[Unit]) -> int:
@@ -255,4 +315,5 @@ def plan_units(shards: list[Shard], unit_tokens: int) -> list[Unit]:
 def shard_record(shard: Shard) -> dict[str, Any]:
     d = asdict(shard)
     d.pop("row_groups")
+    d.pop("spans")  # planned again where needed (`arrow`)
     return d

@@ -7,7 +7,7 @@ columns (keys such as doc_id), ``fgram_ids`` list<int32> (int64 when the table h
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +43,7 @@ from fgram.pipeline.kernels.scratch import Scratch
 
 class ParquetFormat(ShardFormat):
     name = "parquet"
-    extensions = (".parquet", ".pq")
+    extensions: ClassVar[tuple[str, ...]] = (".parquet", ".pq")
     tag_layout = (
         "<stem>.<first row group>.parquet: input columns but the tokens, "
         "fgram_ids list<int>, match_len list<uint8>"
@@ -59,21 +59,9 @@ class ParquetFormat(ShardFormat):
                 schema = meta.schema.to_arrow_schema()
         except Exception as exc:  # noqa: BLE001
             raise InputError(uri, f"not a readable Parquet file ({short_error(exc)})") from None
-        if opts.column not in schema.names:
-            raise InputError(
-                uri, f"no column {opts.column!r} (columns: {', '.join(schema.names)}); set --column"
-            )
-        typ = schema.field(opts.column).type
-        if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_integer(
-            typ.value_type
-        ):
-            raise InputError(
-                uri, f"column {opts.column!r} has type {typ}, expected a list of integers"
-            )
+        column = token_column(schema, opts.column, uri)
         leaf = [
-            i
-            for i in range(meta.num_columns)
-            if meta.schema.column(i).path.split(".")[0] == opts.column
+            i for i in range(meta.num_columns) if meta.schema.column(i).path.split(".")[0] == column
         ][0]
         groups = []
         for i in range(meta.num_row_groups):
@@ -95,6 +83,7 @@ class ParquetFormat(ShardFormat):
             n_items=meta.num_rows,
             row_groups=groups,
             checksum=footer_checksum(fs, path, info.size),
+            layout={} if column == opts.column else {"column": column},
         )
 
     def units(self, shard: Shard, most: int) -> list[tuple[int, int]]:
@@ -113,20 +102,28 @@ class ParquetFormat(ShardFormat):
         scratch: Scratch | None = None,
     ) -> Stream:
         """Whole documents: nothing continues past a unit, so no overlap is read."""
+        column = shard.layout.get("column", opts.column)
         with reading(shard.uri):
-            table = read_row_groups(shard, unit, [opts.column], opts.storage)
-            lengths, values = list_column(table, opts.column, shard.uri)
-            return stream_from_lists(lengths, values, shard.uri)
+            table = self.rows(shard, unit, [column], opts.storage)
+            lengths, values = list_column(table, column, shard.uri)
+            return stream_from_lists(lengths, values, shard.uri, scratch)
+
+    def rows(
+        self, shard: Shard, unit: Unit, columns: list[str] | None, storage: dict[str, Any] | None
+    ) -> pa.Table:
+        """The unit's rows (of ``columns``; None: all)."""
+        return read_row_groups(shard, unit, columns, storage)
 
     def tag(self, shard: Shard, unit: Unit, opts: ReadOptions, back: int, match: Match) -> Tagged:
+        column = shard.layout.get("column", opts.column)
         with reading(shard.uri):
-            table = read_row_groups(shard, unit, None, opts.storage)
-            lengths, values = list_column(table, opts.column, shard.uri)
+            table = self.rows(shard, unit, None, opts.storage)
+            lengths, values = list_column(table, column, shard.uri)
         check_range(values, shard.uri)
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         fid, mlen = match(values, doc_starts=starts[lengths > 0])
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        return Tagged(fid, mlen, (table.drop_columns([opts.column]), offsets))
+        return Tagged(fid, mlen, (table.drop_columns([column]), offsets))
 
     def write_tags(
         self, tagged: Tagged, shard: Shard, unit: Unit, staging: Any, id_type: np.dtype
@@ -134,8 +131,7 @@ class ParquetFormat(ShardFormat):
         out, offsets = tagged.rest
         out = out.append_column("fgram_ids", arrow_list(offsets, tagged.fid, id_type))
         out = out.append_column("match_len", arrow_list(offsets, tagged.mlen))
-        stem = os.path.splitext(os.path.basename(shard.uri))[0]
-        write_table(out, wf.join(staging, "tags", f"{stem}.{unit.start:06d}.parquet"))
+        write_table(out, wf.join(staging, "tags", self.tag_file(shard, unit)))
 
     def read_tags(
         self,
@@ -145,15 +141,36 @@ class ParquetFormat(ShardFormat):
         storage: dict[str, Any] | None,
         where: TagFile,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        stem = os.path.splitext(os.path.basename(shard.uri))[0]
-        f = where(f"tags/{stem}.{unit.start:06d}.parquet")
+        f = where(f"tags/{self.tag_file(shard, unit)}")
         t = pq.read_table(f.path, filesystem=f.fs, columns=["fgram_ids", "match_len"])
-        _, tokens = list_column(read_row_groups(shard, unit, [column], storage), column, shard.uri)
+        column = shard.layout.get("column", column)
+        _, tokens = list_column(self.rows(shard, unit, [column], storage), column, shard.uri)
         return (
             tokens.astype(np.int64),
             pc.list_flatten(t.column("fgram_ids")).to_numpy().astype(np.int64),
             pc.list_flatten(t.column("match_len")).to_numpy(),
         )
+
+    def tag_file(self, shard: Shard, unit: Unit) -> str:
+        """A unit's tags file: ``<stem>.<first row group>.parquet``."""
+        return f"{os.path.splitext(self.tag_name(shard))[0]}.{unit.start:06d}.parquet"
+
+
+def token_column(schema: pa.Schema, column: str, uri: str) -> str:
+    """The column of token lists: ``column`` (``--column``), or ``input_ids`` (Hugging
+    Face's name) where the default ``tokens`` is absent; a list of integers."""
+    if column not in schema.names and column == "tokens" and "input_ids" in schema.names:
+        column = "input_ids"
+    if column not in schema.names:
+        raise InputError(
+            uri, f"no column {column!r} (columns: {', '.join(schema.names)}); set --column"
+        )
+    typ = schema.field(column).type
+    if not (pa.types.is_list(typ) or pa.types.is_large_list(typ)) or not pa.types.is_integer(
+        typ.value_type
+    ):
+        raise InputError(uri, f"column {column!r} has type {typ}, expected a list of integers")
+    return column
 
 
 def footer_checksum(fs: pafs.FileSystem, path: str, size: int) -> str:

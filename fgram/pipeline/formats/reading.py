@@ -19,7 +19,9 @@ from fgram.pipeline.errors import FgramError, InputError, StorageUnavailable
 from fgram.pipeline.formats.dtypes import TOKEN_DTYPES
 from fgram.pipeline.io.failures import failure, first_line
 from fgram.pipeline.io.storage import is_remote
-from fgram.pipeline.kernels.keys import MAX_TOKEN, SENTINEL
+from fgram.pipeline.kernels.keys import MAX_TOKEN
+from fgram.pipeline.kernels.scratch import Scratch, work_array
+from fgram.pipeline.kernels.streams import lists
 
 FLAT_DTYPES: dict[str, np.dtype] = {name: np.dtype(t) for name, t in TOKEN_DTYPES.items()}
 
@@ -44,6 +46,8 @@ class Shard:
     n_items: int = 0  # flat: array length; parquet: rows
     row_groups: list[int] = field(default_factory=list)  # parquet: values per row group
     checksum: str | None = None  # content fingerprint (the format's `describe`)
+    layout: dict[str, Any] = field(default_factory=dict)  # what reading it needs (an index)
+    spans: list[int] = field(default_factory=list)  # arrow: each batch's offset, then the end
 
 
 @dataclass
@@ -101,14 +105,17 @@ def reading(uri: str) -> Iterator[None]:
         ) from None
 
 
-def stream_from_lists(lengths: np.ndarray, values: np.ndarray, uri: str = "<memory>") -> Stream:
-    """Documents given as lengths + concatenated values -> a token stream (SENTINEL after each)."""
-    highest = check_range(values, uri)
+def stream_from_lists(
+    lengths: np.ndarray, values: np.ndarray, uri: str = "<memory>", scratch: Scratch | None = None
+) -> Stream:
+    """Documents given as lengths + concatenated values -> a token stream (SENTINEL after
+    each), in one pass (`streams.lists`; into ``scratch``'s "tokens" buffer when given)."""
     ndocs = len(lengths)
-    tokens = np.full(len(values) + ndocs, SENTINEL, dtype=np.uint32)
-    if len(values):
-        doc_of_value = np.repeat(np.arange(ndocs, dtype=np.int64), lengths)
-        tokens[np.arange(len(values), dtype=np.int64) + doc_of_value] = values
+    if int(np.sum(lengths)) != len(values):
+        raise InputError(uri, "its documents' lengths and values disagree")
+    tokens = work_array(scratch, "tokens", len(values) + ndocs, np.uint32)
+    lowest, highest = lists(values, np.asarray(lengths, np.int64), tokens)
+    check_bounds(lowest, highest, uri)
     return Stream(
         tokens=tokens, limit=len(tokens), documents=ndocs, n_tokens=len(values), max_token=highest
     )

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import os
 
-from fgram.pipeline.formats.base import ShardFormat
+from fgram.pipeline.formats.arrow import ArrowFormat
+from fgram.pipeline.formats.base import Exists, ShardFormat
+from fgram.pipeline.formats.datatrove import DatatroveFormat
 from fgram.pipeline.formats.flat import FlatFormat
+from fgram.pipeline.formats.megatron import MegatronFormat
 from fgram.pipeline.formats.parquet import ParquetFormat
 from fgram.pipeline.formats.reading import ReadOptions, Shard, Stream, Unit
 from fgram.pipeline.kernels.scratch import Scratch
 
 FORMATS: tuple[ShardFormat, ...] = (
     ParquetFormat(),
+    ArrowFormat(),
+    MegatronFormat(),  # before flat: a .bin with its .idx beside it
+    DatatroveFormat(),
     FlatFormat(),
 )
 BY_NAME: dict[str, ShardFormat] = {f.name: f for f in FORMATS}
 _LISTED = [ext for f in FORMATS for ext in f.listed or f.extensions]
-KNOWN = ", ".join(_LISTED[:-1]) + " or " + _LISTED[-1]  # ".parquet, .bin or .npy"
+KNOWN = ", ".join(_LISTED[:-1]) + " or " + _LISTED[-1]  # ".parquet, .bin+.idx, ... or .npy"
 
 
 def format_of(shard: Shard) -> ShardFormat:
@@ -24,14 +30,26 @@ def format_of(shard: Shard) -> ShardFormat:
     return BY_NAME[shard.format]
 
 
-def format_for(path: str) -> ShardFormat | None:
-    """The format a file of this name is read as, or None."""
-    return next((f for f in FORMATS if f.claims(path)), None)
+def format_for(path: str, exists: Exists | None = None) -> ShardFormat | None:
+    """The format a file of this name is read as, or None; ``exists`` tells which files
+    are beside it (without it, by the name alone)."""
+    return next((f for f in FORMATS if f.claims(path, exists)), None)
+
+
+def shard_of(path: str) -> str | None:
+    """The shard a file read beside one belongs to (``X.idx``: ``X.bin``), else None."""
+    return next((s for f in FORMATS if (s := f.shard_of(path)) is not None), None)
+
+
+def from_prefix(path: str) -> list[str]:
+    """The files a prefix stands for (the first format that has a reading of it)."""
+    return next((files for f in FORMATS if (files := f.from_prefix(path))), [])
 
 
 def token_file(name: str) -> bool:
-    """Whether a file in an input folder is a token shard (by its name)."""
-    return format_for(os.path.basename(name)) is not None
+    """Whether a file in an input folder is a token shard, or read beside one (by its
+    name)."""
+    return format_for(os.path.basename(name)) is not None or shard_of(name) is not None
 
 
 def read_unit(

@@ -1,10 +1,11 @@
-"""A flat range's raw token values as the uint32 stream the counting kernels read."""
+"""A range's raw token values as the uint32 stream the counting kernels read: documents
+marked at separators (`separate`) or at the starts an index gives (`place`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from fgram.pipeline.kernels.jit import Array, U32s, compiled
+from fgram.pipeline.kernels.jit import Array, I64s, U32s, compiled
 from fgram.pipeline.kernels.keys import INVALID
 
 
@@ -48,3 +49,54 @@ def separate(
     if seps + rest == n:
         return docs, np.int64(0), np.int64(0), np.int64(-1)
     return docs, m - seps, vmin, vmax
+
+
+@compiled(cache=True, nogil=True)
+def place(body: Array, cuts: I64s, tokens: U32s) -> tuple[int, int]:
+    """A range's raw values -> uint32 tokens with 2**32-1 inserted before each of the
+    sorted positions ``cuts`` (documents that start there), in one pass; ``tokens``
+    holds len(body) + len(cuts). Returns the min and max value (0, -1 when none)."""
+    n = len(body)
+    big = np.int64(1) << np.int64(62)
+    vmin = big
+    vmax = -big
+    at = 0
+    for c in range(len(cuts) + 1):
+        stop = cuts[c] if c < len(cuts) else n
+        first = at + c
+        for i in range(at, stop):
+            v = np.int64(body[i])
+            tokens[first + i - at] = np.uint32(v)
+            vmin = min(vmin, v)
+            vmax = max(vmax, v)
+        if c < len(cuts):
+            tokens[stop + c] = INVALID
+        at = stop
+    if n == 0:
+        return np.int64(0), np.int64(-1)
+    return vmin, vmax
+
+
+@compiled(cache=True, nogil=True)
+def lists(values: Array, lengths: I64s, tokens: U32s) -> tuple[int, int]:
+    """Documents given as their lengths and their concatenated values -> uint32 tokens
+    with 2**32-1 after each document, in one pass; ``tokens`` holds len(values) +
+    len(lengths). Returns the min and max value (0, -1 when none)."""
+    big = np.int64(1) << np.int64(62)
+    vmin = big
+    vmax = -big
+    at = 0
+    out = 0
+    for d in range(len(lengths)):
+        for i in range(at, at + lengths[d]):
+            v = np.int64(values[i])
+            tokens[out] = np.uint32(v)
+            vmin = min(vmin, v)
+            vmax = max(vmax, v)
+            out += 1
+        tokens[out] = INVALID
+        out += 1
+        at += lengths[d]
+    if at == 0:
+        return np.int64(0), np.int64(-1)
+    return vmin, vmax
