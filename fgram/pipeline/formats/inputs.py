@@ -10,12 +10,14 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from fgram.pipeline.errors import ConfigError, InputError
+from fgram.pipeline.formats.base import ShardFormat
 from fgram.pipeline.formats.names import TEXT_HINT, is_text_file
 from fgram.pipeline.formats.reading import FLAT_DTYPES, ReadOptions, Shard, Unit, reading
 from fgram.pipeline.formats.registry import (
@@ -30,6 +32,7 @@ from fgram.pipeline.io.storage import filesystem, is_remote
 from fgram.pipeline.kernels.keys import MAX_TOKEN
 
 NPY_MAGIC = b"\x93NUMPY"
+PLAN_THREADS = 16  # shards described at once on an object store
 
 
 def _uri(fs: pafs.FileSystem, path: str, original: str) -> str:
@@ -248,16 +251,26 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
         raise ConfigError(f"--dtype must be one of {', '.join(FLAT_DTYPES)}, got {opts.dtype!r}")
     if opts.doc_sep is not None and not 0 <= opts.doc_sep <= MAX_TOKEN:
         raise ConfigError(f"--doc-sep must be in 0..{MAX_TOKEN}, got {opts.doc_sep}")
-    shards = []
+    found = []
     for fs, path, uri, exists in _paired(discover(paths, opts.storage)):
-        with reading(uri):
-            info = fs.get_file_info(path)
         fmt = format_for(path, exists)
         if fmt is None:
             hint = TEXT_HINT.replace("it holds", "it is") if is_text_file(path) else ""
             raise InputError(uri, f"unknown format (expected {KNOWN}){hint}")
-        shards.append(fmt.describe(fs, path, uri, info, opts))
-    return shards
+        found.append((fmt, fs, path, uri))
+
+    def describe(item: tuple[ShardFormat, pafs.FileSystem, str, str]) -> Shard:
+        fmt, fs, path, uri = item
+        with reading(uri):
+            info = fs.get_file_info(path)
+        return fmt.describe(fs, path, uri, info, opts)
+
+    if not any(is_remote(uri) for *_, uri in found):
+        return [describe(item) for item in found]
+    # on an object store each shard's metadata costs requests (a footer, an index's
+    # ends, an Arrow stream's batch headers): described side by side, errors in order
+    with ThreadPoolExecutor(PLAN_THREADS) as pool:
+        return list(pool.map(describe, found))
 
 
 def _paired(
