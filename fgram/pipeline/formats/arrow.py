@@ -68,7 +68,7 @@ class ArrowFormat(ParquetFormat):
             row_groups=[values for _, _, values in heads],
             checksum=digest(info.size, [*blocks, (1, repr(heads).encode())]),
             layout={"column": column, "schema": first},
-            spans=[off for off, _, _ in batches] + [end],
+            spans=spans(batches, end),
         )
 
     def rows(
@@ -102,10 +102,15 @@ class ArrowFormat(ParquetFormat):
         fs, path = filesystem(shard.uri, storage)
         with reading(shard.uri), fs.open_input_file(path) as f:
             _, _, batches, end = walk(f, shard.size, shard.uri)
-        return [off for off, _, _ in batches] + [end]
+        return spans(batches, end)
 
 
 Batch = tuple[int, int, list[int]]  # a record batch's offset, rows, field nodes' lengths
+
+
+def spans(batches: list[Batch], end: int) -> list[int]:
+    """Each record batch's byte offset, then where the last one ends."""
+    return [off for off, _, _ in batches] + [end]
 
 
 def walk(f: Any, size: int, uri: str) -> tuple[pa.Schema, int, list[Batch], int]:

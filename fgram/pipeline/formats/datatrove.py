@@ -15,10 +15,10 @@ import pyarrow.fs as pafs
 from fgram.pipeline.errors import InputError
 from fgram.pipeline.formats.base import Exists
 from fgram.pipeline.formats.indexed import (
+    FileArray,
     IndexedFormat,
-    SortedArray,
     beside_path,
-    index_info,
+    index_beside,
     open_beside,
     pair_shard,
 )
@@ -44,8 +44,7 @@ class DatatroveFormat(IndexedFormat):
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
     ) -> Shard:
         name = path.rpartition("/")[2]
-        index_path, index_uri = beside_path(fs, path, uri, name + ".index")
-        index = index_info(fs, index_path, index_uri, uri)
+        index_path, index_uri, index = found = index_beside(fs, path, uri, name + ".index")
         named = width(fs, *beside_path(fs, path, uri, name + ".metadata"))
         dtype = named or FLAT_DTYPES[opts.dtype]
         if info.size % dtype.itemsize or index.size % 8:
@@ -53,7 +52,7 @@ class DatatroveFormat(IndexedFormat):
             raise InputError(bad, f"{info.size if bad == uri else index.size} bytes: truncated?")
         n, docs = info.size // dtype.itemsize, index.size // 8
         with reading(index_uri), fs.open_input_file(index_path) as f:
-            ends = SortedArray(f, 0, docs, "<u8", index_uri)
+            ends = FileArray(f, 0, docs, "<u8", index_uri)
             last = int(ends.read(docs - 1, docs)[0]) if docs else 0
         if last != n:
             raise InputError(
@@ -61,14 +60,12 @@ class DatatroveFormat(IndexedFormat):
                 f"its index {index_uri} says its documents end at token {last}, the file holds "
                 f"{n} {dtype} tokens: cut short, grown, or another width?",
             )
-        return pair_shard(
-            self, fs, (path, uri, info), (index_path, index_uri, index), dtype, documents=docs
-        )
+        return pair_shard(self, fs, (path, uri, info), found, dtype, documents=docs)
 
     def doc_starts(self, shard: Shard, lo: int, hi: int, storage: dict[str, Any]) -> np.ndarray:
         docs, uri = shard.layout["documents"], shard.layout["uri"]
         with reading(uri), open_beside(shard, storage) as f:
-            starts = SortedArray(f, 0, max(docs - 1, 0), "<u8", uri)  # the last end: no start
+            starts = FileArray(f, 0, max(docs - 1, 0), "<u8", uri)  # the last end: no start
             _, ends = starts.between(lo, hi)
         first = [0] if lo == 0 and docs else []
         return np.concatenate([np.asarray(first, np.int64), ends])

@@ -34,9 +34,10 @@ from fgram.pipeline.kernels.streams import place
 BLOCK = 8192  # entries a binary search reads at once at its last step
 
 
-class SortedArray:
-    """A sorted array of little-endian integers inside an open file: ``count`` entries
-    of ``dtype`` from byte ``offset``."""
+class FileArray:
+    """An array of little-endian integers inside an open file: ``count`` entries of
+    ``dtype`` from byte ``offset``, read by ranges; `search` and `between` take it
+    sorted."""
 
     def __init__(self, f: Any, offset: int, count: int, dtype: str, uri: str) -> None:
         self.f, self.offset, self.count, self.uri = f, offset, count, uri
@@ -159,10 +160,13 @@ def pair_shard(
     )
 
 
-def index_info(fs: pafs.FileSystem, path: str, uri: str, shard_uri: str) -> pafs.FileInfo:
-    """The index beside a shard, which must be there."""
-    with reading(uri):
-        info = fs.get_file_info(path)
+def index_beside(
+    fs: pafs.FileSystem, path: str, uri: str, name: str
+) -> tuple[str, str, pafs.FileInfo]:
+    """(path, uri, info) of the index ``name`` beside a shard, which must be there."""
+    index_path, index_uri = beside_path(fs, path, uri, name)
+    with reading(index_uri):
+        info = fs.get_file_info(index_path)
     if info.type != pafs.FileType.File:
-        raise InputError(shard_uri, f"its index {uri} is missing")
-    return info
+        raise InputError(uri, f"its index {index_uri} is missing")
+    return index_path, index_uri, info

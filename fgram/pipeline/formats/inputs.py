@@ -168,7 +168,7 @@ def check_inputs(
                 if fs.get_file_info(path).type == pafs.FileType.NotFound:
                     bucket = path.split("/", 1)[0]
                     there = fs.get_file_info(bucket).type != pafs.FileType.NotFound
-                    if there and from_prefix(path):
+                    if there:
                         _prefixed(fs, path, original)  # a shard's prefix, or an error
                         continue
                     raise InputError(

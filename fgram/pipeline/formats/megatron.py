@@ -22,10 +22,9 @@ import pyarrow.fs as pafs
 from fgram.pipeline.errors import InputError
 from fgram.pipeline.formats.base import Exists
 from fgram.pipeline.formats.indexed import (
+    FileArray,
     IndexedFormat,
-    SortedArray,
-    beside_path,
-    index_info,
+    index_beside,
     open_beside,
     pair_shard,
 )
@@ -55,13 +54,13 @@ class MegatronFormat(IndexedFormat):
     def describe(
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
     ) -> Shard:
-        idx_path, idx_uri = beside_path(fs, path, uri, path.rpartition("/")[2][:-4] + ".idx")
-        idx = index_info(fs, idx_path, idx_uri, uri)
+        index = index_beside(fs, path, uri, path.rpartition("/")[2][:-4] + ".idx")
+        idx_path, idx_uri, idx = index
         with reading(idx_uri), fs.open_input_file(idx_path) as f:
             dtype, sequences, entries = read_header(f.read_at(HEADER.size, 0), idx.size, idx_uri)
-            lengths = SortedArray(f, HEADER.size, sequences, "<i4", idx_uri)
-            pointers = SortedArray(f, HEADER.size + 4 * sequences, sequences, "<i8", idx_uri)
-            documents = SortedArray(f, HEADER.size + 12 * sequences, entries, "<i8", idx_uri)
+            lengths = FileArray(f, HEADER.size, sequences, "<i4", idx_uri)
+            pointers = FileArray(f, HEADER.size + 4 * sequences, sequences, "<i8", idx_uri)
+            documents = FileArray(f, HEADER.size + 12 * sequences, entries, "<i8", idx_uri)
             ends = (
                 int(pointers.read(sequences - 1, sequences)[0])
                 + int(lengths.read(sequences - 1, sequences)[0]) * dtype.itemsize
@@ -82,22 +81,22 @@ class MegatronFormat(IndexedFormat):
                 f"its index {idx_uri} says its sequences end at byte {ends}, the file holds "
                 f"{info.size}: cut short, grown, or not this index's?",
             )
-        pair = (path, uri, info), (idx_path, idx_uri, idx)
-        return pair_shard(self, fs, *pair, dtype, sequences=sequences, entries=entries)
+        at = (path, uri, info)
+        return pair_shard(self, fs, at, index, dtype, sequences=sequences, entries=entries)
 
     def doc_starts(self, shard: Shard, lo: int, hi: int, storage: dict[str, Any]) -> np.ndarray:
         item = np.dtype(shard.dtype).itemsize
         s, uri = shard.layout["sequences"], shard.layout["uri"]
         with reading(uri), open_beside(shard, storage) as f:
-            pointers = SortedArray(f, HEADER.size + 4 * s, s, "<i8", uri)
+            pointers = FileArray(f, HEADER.size + 4 * s, s, "<i8", uri)
             first, at = pointers.between(lo * item, hi * item)
             if hi >= shard.n_items:  # sequence S: the end, where trailing empty ones start
                 at = np.append(at, shard.n_items * item)
             if not len(at):
                 return np.zeros(0, np.int64)
-            entries = SortedArray(f, HEADER.size + 12 * s, shard.layout["entries"] - 1, "<i8", uri)
+            entries = FileArray(f, HEADER.size + 12 * s, shard.layout["entries"] - 1, "<i8", uri)
             _, seqs = entries.between(first, first + len(at) - 1)
-            lengths = SortedArray(f, HEADER.size, s, "<i4", uri).read(first, first + len(at) - 1)
+            lengths = FileArray(f, HEADER.size, s, "<i4", uri).read(first, first + len(at) - 1)
         if (np.diff(at) != lengths * item).any():
             raise InputError(uri, "its sequence pointers and lengths disagree (a corrupt index?)")
         return np.asarray(at[seqs - first] // item, np.int64)

@@ -63,7 +63,7 @@ def _streams(
     loc: Location, manifest: dict[str, Any], storage: dict[str, Any] | None
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     column = manifest["config"]["column"]
-    shards = [Shard(**{**rec, "row_groups": [], "spans": []}) for rec in manifest["inputs"]]
+    shards = [Shard(**rec) for rec in manifest["inputs"]]
     for u in manifest["units"]:
         unit = Unit(u["shard"], u["start"], u["stop"])
         shard = shards[unit.shard]
