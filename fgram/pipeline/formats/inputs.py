@@ -31,7 +31,6 @@ from fgram.pipeline.formats.registry import (
 from fgram.pipeline.io.storage import filesystem, is_remote
 from fgram.pipeline.kernels.keys import MAX_TOKEN
 
-NPY_MAGIC = b"\x93NUMPY"
 PLAN_THREADS = 16  # shards described at once on an object store
 
 
