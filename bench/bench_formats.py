@@ -1,7 +1,8 @@
 """Reading speed of each token format: the same documents written as a flat ``.bin``
 (separator 0), a Megatron indexed dataset (sequences of at most 2048 tokens, documents
-in its index), a datatrove ``.ds`` and a Hugging Face ``save_to_disk`` Arrow stream,
-built in alternated rounds; each format's time
+in its index), a datatrove ``.ds``, a Hugging Face ``save_to_disk`` Arrow stream and an
+MDS dataset (llm-foundry's windows of 2048, EOS 0 in the stream), built in alternated
+rounds; each format's time
 as a ratio to the flat build of the same round.
 
     python bench/bench_formats.py /tmp/bench/c100/part-00000.bin --rounds 2
@@ -79,6 +80,43 @@ def write_arrow(folder: str, body: np.ndarray, lengths: np.ndarray) -> None:
                 w.write_batch(batch)
 
 
+MDS_WINDOW = 2048  # llm-foundry's concat_tokens windows
+MDS_LIMIT = 1 << 26  # MDSWriter's default size_limit (64 MB)
+
+
+def write_mds(folder: str, tokens: np.ndarray) -> None:
+    """As llm-foundry's ``concat_tokens`` writes it: the stream (EOS 0 in place) in
+    windows of 2048 as ``ndarray:int32`` (a size, the shape byte and uint16 shape, the
+    values), shards of at most 64 MB; the last window shorter (theirs drops it)."""
+    n = len(tokens) // MDS_WINDOW * MDS_WINDOW
+    row = np.dtype([("size", "<u4"), ("shape", "u1"), ("n", "<u2"), ("v", "<i4", MDS_WINDOW)])
+    rows = np.zeros(n // MDS_WINDOW, row)
+    rows["size"], rows["shape"], rows["n"] = 3 + 4 * MDS_WINDOW, (1 << 2) | 1, MDS_WINDOW
+    rows["v"] = tokens[:n].reshape(-1, MDS_WINDOW)
+    samples = [r.tobytes() for r in np.array_split(rows, max(1, -(-rows.nbytes // MDS_LIMIT)))]
+    rest = tokens[n:].astype("<i4")
+    if len(rest):
+        shape = np.asarray([len(rest)], "<u2").tobytes()
+        samples.append(np.uint32(3 + rest.nbytes).tobytes() + bytes([5]) + shape + rest.tobytes())
+    enc = {"column_encodings": ["ndarray:int32"], "column_names": ["tokens"]}
+    config = enc | {"column_sizes": [None], "compression": None, "format": "mds"}
+    config |= {"hashes": [], "size_limit": MDS_LIMIT, "version": 2}
+    blob = json.dumps(config, sort_keys=True).encode()
+    shards = []
+    for i, data in enumerate(samples):
+        count = len(data) // row.itemsize if i < len(samples) - 1 or not len(rest) else 1
+        size = row.itemsize if count * row.itemsize == len(data) else len(data)
+        offsets = np.arange(count + 1, dtype=np.int64) * size + 4 + 4 * (count + 1) + len(blob)
+        raw = np.uint32(count).tobytes() + offsets.astype("<u4").tobytes() + blob + data
+        name = f"shard.{i:05d}.mds"
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(raw)
+        entry = {"raw_data": {"basename": name, "bytes": len(raw), "hashes": {}}}
+        shards.append(config | entry | {"samples": count, "zip_data": None})
+    with open(os.path.join(folder, "index.json"), "w") as f:
+        json.dump({"shards": shards, "version": 2}, f)
+
+
 WRITERS = {"megatron": write_megatron, "datatrove": write_datatrove, "arrow": write_arrow}
 
 
@@ -117,6 +155,11 @@ def main() -> None:
         os.makedirs(folder)
         write(folder, body, lengths)
         inputs[name] = [folder]
+    folder = os.path.join(args.work, "mds")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    write_mds(folder, np.fromfile(args.corpus, np.uint16))
+    inputs["mds"] = [folder, "--doc-sep", "0"]
     build(fgram, os.path.join(args.work, "warm"), inputs["flat"], 1000)  # numba's cache
     times: dict[str, list[float]] = {name: [] for name in inputs}
     names = list(inputs)

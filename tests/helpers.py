@@ -66,16 +66,16 @@ def tags_read(tags, n: int) -> tuple[list, list, list]:
     return tokens.tolist(), fid.tolist(), mlen.tolist()
 
 
-def like_parquet(tmp, inputs, docs: list[list[int]], unit: int) -> None:
-    """The table of ``inputs`` (K = 4, count >= 2) equals the oracle's and the Parquet
-    build's of the same ``docs`` (totals too); their tags (annotate, read back by
-    training_sequences) are the Parquet input's."""
+def like_parquet(tmp, inputs, docs: list[list[int]], unit: int, **read) -> None:
+    """The table of ``inputs`` (K = 4, count >= 2; ``read``: their reading options)
+    equals the oracle's and the Parquet build's of the same ``docs`` (totals too);
+    their tags (annotate, read back by training_sequences) are the Parquet input's."""
     from oracle import select
 
     import fgram
 
     kw = dict(max_len=4, min_count=2, engine="local", unit_tokens=unit)
-    build(None, inputs, tmp / "t", **kw)
+    build(None, inputs, tmp / "t", **kw, **read)
     pq = write_parquet(str(tmp / "same.parquet"), docs, rows_per_group=2)
     build(None, [pq], tmp / "p", **kw)
     want = select(docs, 4, 2, None)
@@ -84,7 +84,7 @@ def like_parquet(tmp, inputs, docs: list[list[int]], unit: int) -> None:
     if not want:
         return
     fgram.index(tmp / "t")
-    fgram.annotate(tmp / "t", inputs, tmp / "tags", engine="local", unit_tokens=unit)
+    fgram.annotate(tmp / "t", inputs, tmp / "tags", engine="local", unit_tokens=unit, **read)
     fgram.annotate(tmp / "t", [pq], tmp / "ptags", engine="local", unit_tokens=unit)
     n = sum(map(len, docs))
     got = tags_read(tmp / "tags", n)

@@ -66,7 +66,7 @@ def test_the_registry_finds_formats_by_name_and_file_name(monkeypatch):
     assert registry.format_for("d/a.u32") is fmt and registry.token_file("d/a.u32")
     assert registry.format_of(Shard("a.u32", "u32", 8, None)) is fmt
     assert (
-        registry.KNOWN == ".parquet, .arrow, .idx, .ds, .bin or .npy"
+        registry.KNOWN == ".parquet, .arrow, .idx, .ds, .mds, .bin or .npy"
     )  # what an unknown file is told
 
 

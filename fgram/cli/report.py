@@ -12,6 +12,7 @@ HELDOUT_READING = (
     "column",
     "dtype",
     "doc_sep",
+    "samples_are_documents",
     "strict",
     "engine",
     "unit_tokens",

@@ -27,7 +27,15 @@ from fgram.pipeline.tables import versions as vs
 from fgram.version import __version__
 
 STORE_FORMAT = 3  # 3: the store's key code depends on the shards' token width
-STORE_OPTIONS = ("max_len", "min_count", "size", "column", "dtype", "doc_sep")
+STORE_OPTIONS = (
+    "max_len",
+    "min_count",
+    "size",
+    "column",
+    "dtype",
+    "doc_sep",
+    "samples_are_documents",
+)
 
 
 @dataclass

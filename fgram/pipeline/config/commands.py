@@ -23,6 +23,7 @@ from fgram.pipeline.config.options import (
     parse_bytes,
     parse_count,
     parse_counts,
+    samples_option,
     storage_option,
     strict_option,
     text_field_option,
@@ -45,6 +46,7 @@ class ReadsShards:
     column: str
     dtype: str
     doc_sep: int | None
+    samples_are_documents: bool
     storage: dict[str, str]
     strict: bool
 
@@ -96,6 +98,7 @@ class ReadsShards:
             doc_sep=self.doc_sep,
             storage=self.storage,
             strict=self.strict,
+            samples_are_documents=self.samples_are_documents,
         )
 
 
@@ -119,6 +122,7 @@ class BuildConfig(ReadsShards, Options):
     column: str = column_option()
     dtype: str = dtype_option()
     doc_sep: int | None = doc_sep_option()
+    samples_are_documents: bool = samples_option()
     broadcast_budget: int = option(
         512 * 2**20,
         "Largest frequent set (and selection) shipped whole to every task; above it, a "
@@ -199,6 +203,7 @@ class AnnotateConfig(ReadsShards, Options):
     column: str = column_option()
     dtype: str = dtype_option()
     doc_sep: int | None = doc_sep_option()
+    samples_are_documents: bool = samples_option()
     unit_tokens: int = unit_tokens_option()
     overwrite: bool = overwrite_option("an existing output")
     engine: str = engine_option()

@@ -216,6 +216,14 @@ def doc_sep_option() -> Any:
     return option(None, "Document separator id in flat files.", minimum=0)
 
 
+def samples_option() -> Any:
+    return option(
+        False,
+        "MDS and LitData: each sample is a document (default: samples are windows of one "
+        "token stream, split into documents at --doc-sep).",
+    )
+
+
 def strict_option() -> Any:
     return option(
         False,

@@ -15,7 +15,6 @@ same names).
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 from typing import Any, ClassVar
 
@@ -24,7 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fgram.pipeline.errors import InputError
-from fgram.pipeline.formats.base import Exists, digest, mtime
+from fgram.pipeline.formats.base import Exists, digest, folder_and_name, mtime
 from fgram.pipeline.formats.parquet import ParquetFormat, token_column
 from fgram.pipeline.formats.reading import ReadOptions, Shard, Unit, reading, short_error
 from fgram.pipeline.io.storage import filesystem, locate
@@ -47,8 +46,7 @@ class ArrowFormat(ParquetFormat):
         return path.lower().endswith(".arrow")
 
     def tag_name(self, shard: Shard) -> str:
-        folder, name = os.path.split(shard.uri)
-        return f"{os.path.basename(folder)}-{name}"
+        return folder_and_name(shard)
 
     def describe(
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions

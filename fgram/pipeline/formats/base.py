@@ -63,10 +63,14 @@ class ShardFormat(ABC):
         """The name its tags files are named after (unique among a run's inputs)."""
         return os.path.basename(shard.uri)
 
-    def shard_of(self, path: str) -> str | None:
+    def shard_of(self, path: str, exists: Exists | None = None) -> str | None:
         """The shard a file that is read beside one belongs to (an index: its data
         file), else None: such a file is never a shard of its own."""
         return None
+
+    def link(self, shards: list[Shard], opts: ReadOptions) -> None:  # noqa: B027
+        """After every input is described: record in each of this format's shards what
+        it needs of the others (formats whose documents run on across files)."""
 
     def from_prefix(self, path: str) -> list[str]:
         """The files a prefix (a name that is no file) stands for in this format, all of
@@ -181,3 +185,10 @@ def group_ranges(sizes: list[int], most: int) -> list[tuple[int, int]]:
     nearer_left = targets - cum[right - 1] < cum[right] - targets
     cuts = np.unique(np.concatenate([[0], right - nearer_left, [len(sizes)]]))
     return [(int(a), int(b)) for a, b in itertools.pairwise(cuts)]
+
+
+def folder_and_name(shard: Shard) -> str:
+    """``<folder>-<name>``: a tags name for formats whose folders hold files of the same
+    names (a ``DatasetDict``'s splits, MDS or LitData datasets side by side)."""
+    folder, name = os.path.split(shard.uri)
+    return f"{os.path.basename(folder)}-{name}"

@@ -36,7 +36,7 @@ class DatatroveFormat(IndexedFormat):
     def claims(self, path: str, exists: Exists | None = None) -> bool:
         return path.lower().endswith(".ds")
 
-    def shard_of(self, path: str) -> str | None:
+    def shard_of(self, path: str, exists: Exists | None = None) -> str | None:
         low = path.lower()
         return next((path[: -len(e) + 3] for e in BESIDE if low.endswith(e)), None)
 

@@ -25,6 +25,7 @@ from fgram.pipeline.formats.registry import (
     format_for,
     format_of,
     from_prefix,
+    link,
     shard_of,
     token_file,
 )
@@ -32,6 +33,7 @@ from fgram.pipeline.io.storage import filesystem, is_remote
 from fgram.pipeline.kernels.keys import MAX_TOKEN
 
 PLAN_THREADS = 16  # shards described at once on an object store
+INDEX_JSON = "index.json"  # MDS's and LitData's: given, its folder is read
 
 
 def _uri(fs: pafs.FileSystem, path: str, original: str) -> str:
@@ -224,8 +226,10 @@ def _expand(
     if info.type == pafs.FileType.NotFound:
         shard = _prefixed(fs, path, original)
         return [(fs, shard, _uri(fs, shard, original + shard[len(path) :]))]
-    if info.type != pafs.FileType.Directory:
+    if info.type != pafs.FileType.Directory and os.path.basename(path) != INDEX_JSON:
         return [(fs, path, _uri(fs, path, original))]
+    if info.type != pafs.FileType.Directory:  # an index.json: the files it lists, beside it
+        path, original = path.rpartition("/")[0], original.rpartition("/")[0]
     if isinstance(fs, pafs.LocalFileSystem):
         listed = _local_files(path)
     else:
@@ -265,11 +269,13 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
         return fmt.describe(fs, path, uri, info, opts)
 
     if not any(is_remote(uri) for *_, uri in found):
-        return [describe(item) for item in found]
-    # on an object store each shard's metadata costs requests (a footer, an index's
-    # ends, an Arrow stream's batch headers): described side by side, errors in order
-    with ThreadPoolExecutor(PLAN_THREADS) as pool:
-        return list(pool.map(describe, found))
+        shards = [describe(item) for item in found]
+    else:
+        # on an object store each shard's metadata costs requests (a footer, an index's
+        # ends, an Arrow stream's batch headers): described side by side, errors in order
+        with ThreadPoolExecutor(PLAN_THREADS) as pool:
+            shards = list(pool.map(describe, found))
+    return link(shards, opts)
 
 
 def _paired(
@@ -294,7 +300,7 @@ def _paired(
     out, taken = [], set()
     for fs, path, uri in files:
         exists = exists_in(fs)
-        owner = shard_of(path)
+        owner = shard_of(path, exists)
         if owner is not None:
             if owner in listed:
                 continue  # read with its shard

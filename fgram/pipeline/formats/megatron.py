@@ -45,7 +45,7 @@ class MegatronFormat(IndexedFormat):
     def claims(self, path: str, exists: Exists | None = None) -> bool:
         return path.lower().endswith(".bin") and exists is not None and exists(path[:-4] + ".idx")
 
-    def shard_of(self, path: str) -> str | None:
+    def shard_of(self, path: str, exists: Exists | None = None) -> str | None:
         return path[:-4] + ".bin" if path.lower().endswith(".idx") else None
 
     def from_prefix(self, path: str) -> list[str]:

@@ -33,6 +33,7 @@ class ReadOptions:
     doc_sep: int | None = None  # None: a flat file is one document
     storage: dict[str, Any] = field(default_factory=dict)  # storage options (`storage.filesystem`)
     strict: bool = False  # a flat file's sample that looks wrong fails (`guards`)
+    samples_are_documents: bool = False  # MDS, LitData: a sample ends a document
 
 
 @dataclass

@@ -8,6 +8,8 @@ from fgram.pipeline.formats.arrow import ArrowFormat
 from fgram.pipeline.formats.base import Exists, ShardFormat
 from fgram.pipeline.formats.datatrove import DatatroveFormat
 from fgram.pipeline.formats.flat import FlatFormat
+from fgram.pipeline.formats.litdata import LitdataFormat
+from fgram.pipeline.formats.mds import MdsFormat
 from fgram.pipeline.formats.megatron import MegatronFormat
 from fgram.pipeline.formats.parquet import ParquetFormat
 from fgram.pipeline.formats.reading import ReadOptions, Shard, Stream, Unit
@@ -18,11 +20,13 @@ FORMATS: tuple[ShardFormat, ...] = (
     ArrowFormat(),
     MegatronFormat(),  # before flat: a .bin with its .idx beside it
     DatatroveFormat(),
+    MdsFormat(),
+    LitdataFormat(),  # before flat: chunk-*.bin with an index.json beside it
     FlatFormat(),
 )
 BY_NAME: dict[str, ShardFormat] = {f.name: f for f in FORMATS}
-_LISTED = [ext for f in FORMATS for ext in f.listed or f.extensions]
-KNOWN = ", ".join(_LISTED[:-1]) + " or " + _LISTED[-1]  # ".parquet, .bin+.idx, ... or .npy"
+_LISTED = list(dict.fromkeys(ext for f in FORMATS for ext in f.listed or f.extensions))
+KNOWN = ", ".join(_LISTED[:-1]) + " or " + _LISTED[-1]  # ".parquet, .arrow, ... or .npy"
 
 
 def format_of(shard: Shard) -> ShardFormat:
@@ -36,9 +40,28 @@ def format_for(path: str, exists: Exists | None = None) -> ShardFormat | None:
     return next((f for f in FORMATS if f.claims(path, exists)), None)
 
 
-def shard_of(path: str) -> str | None:
-    """The shard a file read beside one belongs to (``X.idx``: ``X.bin``), else None."""
-    return next((s for f in FORMATS if (s := f.shard_of(path)) is not None), None)
+def shard_of(path: str, exists: Exists | None = None) -> str | None:
+    """The shard a file read beside one belongs to (``X.idx``: ``X.bin``), else None;
+    ``exists`` tells which files are beside it."""
+    return next((s for f in FORMATS if (s := f.shard_of(path, exists)) is not None), None)
+
+
+def link(shards: list[Shard], opts: ReadOptions) -> list[Shard]:
+    """The shards with the files of one index (MDS, LitData) in its order, in the places
+    they took by name (``chunk-0-10`` after ``chunk-0-9``); each format then records in
+    its shards what they need of one another."""
+    places: dict[str, list[int]] = {}
+    for i, s in enumerate(shards):
+        if "index" in s.layout:
+            places.setdefault(s.layout["index"], []).append(i)
+    ordered = list(shards)
+    for at in places.values():
+        mine = sorted((shards[i] for i in at), key=lambda s: s.layout["position"])
+        for i, s in zip(at, mine, strict=True):
+            ordered[i] = s
+    for f in FORMATS:
+        f.link([s for s in ordered if s.format == f.name], opts)
+    return ordered
 
 
 def from_prefix(path: str) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fgram.pipeline.kernels.jit import Array, I64s, U32s, compiled
+from fgram.pipeline.kernels.jit import Array, I64s, U8s, U32s, compiled
 from fgram.pipeline.kernels.keys import INVALID
 
 
@@ -100,3 +100,16 @@ def lists(values: Array, lengths: I64s, tokens: U32s) -> tuple[int, int]:
     if at == 0:
         return np.int64(0), np.int64(-1)
     return vmin, vmax
+
+
+@compiled(cache=True, nogil=True)
+def segments(buf: U8s, starts: I64s, sizes: I64s, out: U8s) -> int:
+    """Copy the byte ranges [starts[i], starts[i] + sizes[i]) of ``buf`` one after the
+    other into ``out`` (a sample file's token values, without the samples' other bytes).
+    Returns the bytes copied."""
+    at = 0
+    for s in range(len(starts)):
+        a = starts[s]
+        out[at : at + sizes[s]] = buf[a : a + sizes[s]]
+        at += sizes[s]
+    return at

@@ -12,7 +12,7 @@ from fgram.pipeline.kernels.merging import (
     merge_counts,
     merge_counts_bucketed,
 )
-from fgram.pipeline.kernels.streams import lists, place, separate
+from fgram.pipeline.kernels.streams import lists, place, segments, separate
 
 
 def warm_up() -> None:
@@ -29,6 +29,7 @@ def warm_up() -> None:
         place(values, np.array([1]), np.empty(3, np.uint32))
     for listed in (np.array([1, 2], np.int32), np.array([1, 2], np.int64)):  # Parquet, Arrow
         lists(listed, np.array([1, 1]), np.empty(4, np.uint32))
+    segments(np.zeros(4, np.uint8), np.array([0, 2]), np.array([1, 1]), np.empty(2, np.uint8))
     tokens = np.array([1, 2, 1, 2, SENTINEL, 3, 2, 1, SENTINEL], np.uint32)  # two documents
     for exact in (True, False):
         uniq, _, order, _ = unit_table(tokens, tokens, 2, len(tokens) - 1, True, exact=exact)
