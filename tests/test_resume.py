@@ -338,6 +338,42 @@ def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
     assert result(out) == select(docs, 4, 2, None)
 
 
+def test_a_kept_pass_file_changed_after_a_crash_is_found_on_resume(
+    spark, tmp_path, monkeypatch, capfd
+):
+    """A killed run's completed passes: their kept files (frequent n-grams, counts)
+    altered before --resume are found by the records the state holds; the passes are
+    counted again, and the table is the one an uninterrupted run makes."""
+    import fgram.jobs.table.driver as driver
+
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 4], [3, 1, 2, 3, 1, 4]] * 5
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    out = tmp_path / "o"
+    real = driver.BuildPasses.done
+
+    def crash_after_pass_3(self, at, threshold, record):
+        real(self, at, threshold, record)
+        if at == 3:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(driver.BuildPasses, "done", crash_after_pass_3)
+    kw = dict(doc_sep=0, min_count=2, max_len=4, unit_tokens=16, engine="local")
+    with pytest.raises(RuntimeError, match="killed"):
+        build(spark, [tmp_path / "a.bin"], out, **kw)
+    monkeypatch.setattr(driver.BuildPasses, "done", real)
+    work = os.path.join(staging_path(str(out)), "_work")
+    assert json.load(open(os.path.join(work, "state.json")))["next"] == 4
+    path = sorted(glob.glob(os.path.join(work, "pass2", "frequent-*.counts.npy")))[0]
+    counts = np.load(path)
+    counts[:] += 1
+    np.save(path, counts)
+    capfd.readouterr()
+    m = build(spark, [tmp_path / "a.bin"], out, resume=True, **kw)
+    assert f"{path}: not as it was written; the passes are counted again" in capfd.readouterr().err
+    assert m["resumed"]["from_pass"] == 2
+    assert result(out) == select(docs, 4, 2, None)
+
+
 def test_resume_takes_the_same_input_spelled_otherwise(spark, tmp_path, monkeypatch):
     """A rerun names the input by another path to the same file (absolute instead of
     relative): it is the same run, and --resume continues it."""

@@ -86,6 +86,32 @@ def test_one_flipped_bit_anywhere_is_found_by_deep_and_named(made, tmp_path, par
         assert fgram.verify(table, deep=True)["problems"] == []
 
 
+def test_tags_and_tokenized_shards_verify_too(made, tmp_path):
+    """An annotate output (flat and Parquet tags) and a tokenize output record their
+    files' sizes and sha256: a flipped bit in any is found and named."""
+    table, _ = made
+    root = table.parent
+    fgram.annotate(table, [root / "c.bin"], tmp_path / "tags", doc_sep=0, engine="local")
+    text = tmp_path / "text.jsonl"
+    text.write_text("".join(f'{{"text": "a b c {i}"}}\n' for i in range(30)))
+    pytest.importorskip("tokenizers", reason="tokenize needs the tokenizers package")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<|endoftext|>", "[UNK]", "a", "b", "c", *map(str, range(30))]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    fgram.tokenize([text], tmp_path / "toks", tokenizer=str(tmp_path / "tokenizer.json"))
+    for out in (tmp_path / "tags", tmp_path / "toks"):
+        found = fgram.verify(out, deep=True)
+        assert found["problems"] == [] and found["unrecorded"] == [] and found["files"] > 0
+        path = _data_files(out)[0]
+        _flip(path, os.path.getsize(path) // 2)
+        problems = fgram.verify(out, deep=True)["problems"]
+        assert problems == [f"{path}: its bytes changed since written (sha256 differs)"]
+
+
 @pytest.mark.parametrize("name", ["suffix.npy", "table-3.npy"])
 def test_a_truncated_index_file_is_an_error_naming_it(made, tmp_path, name):
     table = _copy(made[0], tmp_path / "t")

@@ -343,7 +343,8 @@ def verify_command(table, deep, as_json, storage):
     written: present, of its size and (with --deep) of its sha256. Exit status 2 when
     one is not, each such file on a line of its own.
 
-    TABLE is a build output or a refresh folder (its current version), a path or a URI.
+    TABLE is a build output or a refresh folder (its current version), or an annotate
+    or tokenize output (their files recorded alike), a path or a URI.
 
     \b
     fgram verify fgrams --deep

@@ -290,6 +290,6 @@ def _annotate(
     }
     if staging is not None:
         assert out is not None  # an output is staged
-        finish(staging, out, manifest)
+        finish(staging, out, manifest, checksums=True)
     PROGRESS.end()  # the last stage's line
     return manifest

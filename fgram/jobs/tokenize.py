@@ -270,7 +270,7 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
             manifest["resumed"] = resumed
             manifest["run_fingerprint"] = digest
             manifest["seconds"] = round(time.time() - t0, 3)
-            finish(staging, out, manifest)  # the work goes with the publish, not before
+            finish(staging, out, manifest, checksums=True)  # the work goes with the publish
         except BaseException as exc:
             if not keeps_work(exc):
                 wf.remove_tree(staging)

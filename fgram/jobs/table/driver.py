@@ -213,7 +213,7 @@ class BuildPasses(PassSteps):
         keeping = KeepStage(
             self.plan, k, nparts, threshold, offsets, k < cfg.max_len and not broadcast
         )
-        self.ex.map_batched(nparts, keeping.run)
+        self.st.files[k] = keeping.summary(self.ex.map_batched(nparts, keeping.run))["files"]
         self.st.offsets[k] = offsets
         self.st.prev = {"nparts": nparts, "broadcast": broadcast}
         self.st.codes[k] = [code.prefix_bits, code.last_bits]

@@ -5,6 +5,7 @@ its results as files (a count task also a completion marker, for --resume)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -257,14 +258,18 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCod
 @as_task
 def keep_task(
     plan: Plan, k: int, p: int, nparts: int, threshold: int, offset: int, answer: bool
-) -> int:
+) -> dict[str, dict[str, int]]:
+    """Keep range p's frequent n-grams (and answer the units' lookups); returns the
+    files written, by name in the work folder, with their records (`save_array`): a
+    resumed run checks them before it builds on them."""
     wd = WorkDir(plan.work)
     keys = load_array(wd.merged(k, p, "keys"), mmap=False)
     counts = load_array(wd.merged(k, p, "counts"), mmap=False)
     keep = counts >= threshold
     fkeys = keys[keep]
-    save_array(wd.frequent(k, p, "keys"), fkeys)
-    save_array(wd.frequent(k, p, "counts"), counts[keep])
+    written = {}
+    for what, arr in (("keys", fkeys), ("counts", counts[keep])):
+        written[work_name(k, wd.frequent(k, p, what))] = save_array(wd.frequent(k, p, what), arr)
     if answer:
         lo, hi = part_range(nparts, p)
         offsets = np.zeros(len(plan.units) + 1, dtype=np.int64)
@@ -274,11 +279,15 @@ def keep_task(
             a, b = key_slice(ukeys, lo, hi)
             chunks.append(ids_in(fkeys, np.asarray(ukeys[a:b]), offset))
             offsets[u + 1] = offsets[u] + (b - a)
-        save_array(
-            wd.answers(k, p, "ids"), np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
-        )
-        save_array(wd.answers(k, p, "offsets"), offsets)
-    return int(len(fkeys))
+        ids = np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
+        for what, arr in (("ids", ids), ("offsets", offsets)):
+            written[work_name(k, wd.answers(k, p, what))] = save_array(wd.answers(k, p, what), arr)
+    return written
+
+
+def work_name(k: int, path: Place) -> str:
+    """A pass's file by its name in the work folder (where a resumed run finds it)."""
+    return f"pass{k}/{os.path.basename(str(getattr(path, 'uri', path)))}"
 
 
 @dataclass(frozen=True)
@@ -326,13 +335,13 @@ class KeepStage(Stage, name="keep"):
     offsets: list[int]  # the first id of each range
     answer: bool  # also answer the units' lookups for the next pass (the join path)
 
-    def run(self, task: int) -> int:
+    def run(self, task: int) -> dict[str, dict[str, int]]:
         return keep_task(
             self.plan, self.k, task, self.nparts, self.threshold, self.offsets[task], self.answer
         )
 
-    def summary(self, results: list[int]) -> dict:
-        return {"kept": sum(results)}
+    def summary(self, results: list[dict[str, dict[str, int]]]) -> dict:
+        return {"files": {name: rec for r in results for name, rec in r.items()}}
 
 
 def unit_files(plan: Plan, k: int) -> list[Place]:

@@ -5,6 +5,7 @@ completed pass (for --resume)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 from fgram.jobs.executors import runs_here
@@ -28,8 +29,28 @@ def prepare_staging(
     """
     staging = work_location(cfg, out)
     if claim_staging(staging, fingerprint, cfg.resume, out.uri):
-        return staging, load_state(wf.join(staging, "_work")) or BuildState.fresh(cfg)
+        work = wf.join(staging, "_work")
+        state = load_state(work)
+        if state is not None and (bad := damaged(work, state)):
+            sys.stderr.write(
+                f"fgram: warning: {bad}: not as it was written; the passes are counted again\n"
+            )
+            for k in range(2, cfg.max_len + 2):  # nothing of the passes is trusted
+                wf.remove_tree(wf.join(work, f"pass{k}"))
+            state = None
+        return staging, state or BuildState.fresh(cfg)
     return staging, None
+
+
+def damaged(work, state: BuildState) -> str | None:
+    """The first of the completed passes' kept files that is not as it was written (a
+    killed run's, which may have changed since); None when every one is whole."""
+    for files in state.files.values():
+        for name, record in files.items():
+            path = wf.join(work, *name.split("/"))
+            if not wf.intact(path, record):
+                return str(getattr(path, "uri", path))
+    return None
 
 
 def work_location(cfg: BuildConfig, out: Location):
@@ -81,6 +102,8 @@ class BuildState(JsonRecord):
     totals: dict[str, int] = field(default_factory=lambda: {"documents": 0, "tokens": 0})
     top_token: int | None = None  # the largest token id read (after pass 2)
     kept: int | None = None  # frequent n-grams of the last pass
+    files: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> its
+    # kept files (by name in the work folder) -> their records (`workdir.save_array`)
 
     @classmethod
     def fresh(cls, cfg: BuildConfig) -> BuildState:
@@ -93,6 +116,7 @@ class BuildState(JsonRecord):
             "hists": {int(k): int_keys(h) for k, h in values["hists"].items()},
             "offsets": int_keys(values["offsets"]),
             "codes": int_keys(values["codes"]),
+            "files": int_keys(values.get("files", {})),
             "passes": [PassRecord.from_json(p) for p in values["passes"]],
         }
 

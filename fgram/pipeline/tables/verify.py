@@ -1,4 +1,5 @@
-"""`fgram verify TABLE`: every file of a published table as it was written.
+"""`fgram verify TABLE`: every file of a published table as it was written (or of an
+annotate or tokenize output: their manifests record their files the same way).
 
 A table's manifest names its files with their size and sha256 (``checksums``); the
 index (``index/index.json``) and the embeddings (``embeddings/embeddings.json``) name
