@@ -112,6 +112,32 @@ def test_tags_and_tokenized_shards_verify_too(made, tmp_path):
         assert problems == [f"{path}: its bytes changed since written (sha256 differs)"]
 
 
+def test_a_refresh_store_object_changed_is_found_by_verify_and_by_refresh(tmp_path):
+    """A refresh version's store objects carry their size and checksum in their names:
+    `verify --deep` names one changed, and the next refresh that reads it stops with
+    one line naming it (never a table counted from it)."""
+    rng = np.random.default_rng(3)
+    docs = [list(rng.integers(1, 30, int(rng.integers(20, 80)))) for _ in range(40)]
+    write_bin(str(tmp_path / "a.bin"), docs[:20], sep=0)
+    kw = dict(doc_sep=0, min_count=2, max_len=4, engine="local")
+    fgram.refresh(tmp_path / "r", [tmp_path / "a.bin"], **kw)
+    found = fgram.verify(tmp_path / "r", deep=True)
+    objects = sorted((tmp_path / "r" / "store" / "objects").iterdir())
+    assert found["problems"] == [] and found["unrecorded"] == [] and len(objects) > 3
+    assert found["files"] >= len(objects)
+    path = str(max(objects, key=os.path.getsize))
+    _flip(path, os.path.getsize(path) - 1)
+    problems = fgram.verify(tmp_path / "r", deep=True)["problems"]
+    assert problems == [f"{path}: its bytes changed since written (checksum differs)"]
+    for other in objects:  # whichever the refresh reads
+        if str(other) != path:
+            _flip(other, os.path.getsize(other) - 1)
+    write_bin(str(tmp_path / "b.bin"), docs[20:], sep=0)
+    with pytest.raises(FgramError, match="a store object not as it was written") as caught:
+        fgram.refresh(tmp_path / "r", [tmp_path / "a.bin", tmp_path / "b.bin"], **kw)
+    assert str(caught.value).split(":")[0] in map(str, objects)
+
+
 @pytest.mark.parametrize("name", ["suffix.npy", "table-3.npy"])
 def test_a_truncated_index_file_is_an_error_naming_it(made, tmp_path, name):
     table = _copy(made[0], tmp_path / "t")

@@ -14,13 +14,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fgram.pipeline.config.commands import BuildConfig
+from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.inputs import shard_record
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import cache_dir, keep_copy, local_path
 from fgram.pipeline.io.storage import Location
-from fgram.pipeline.io.workdir import load_array, load_json, save_array
+from fgram.pipeline.io.workdir import (
+    load_array,
+    load_json,
+    npy_names,
+    object_record,
+    save_array,
+    word_sum,
+)
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.records import JsonRecord, int_keys, optional
 from fgram.pipeline.tables import versions as vs
@@ -90,25 +98,42 @@ def objects_dir(root):
 
 
 def put(root, arr: np.ndarray) -> str:
-    """Write an immutable object (a .npy file) into the store; returns its name. On an
-    object store this machine keeps its copy in the cache (`cache.keep_copy`)."""
-    name = f"{uuid.uuid4().hex}.npy"
-    dest = wf.join(objects_dir(root), name)
-    if isinstance(dest, Location) and not dest.local:
-        tmp = os.path.join(cache_dir("remote"), f".{name}.{uuid.uuid4().hex[:8]}.tmp")
-        save_array(tmp, arr)
+    """Write an immutable object (a .npy file) into the store; returns its name, which
+    carries its data's size and checksum (`object_record`). On an object store this
+    machine keeps its copy in the cache (`cache.keep_copy`)."""
+    folder = objects_dir(root)
+    remote = isinstance(folder, Location) and not folder.local
+    scratch = cache_dir("remote") if remote else _path(folder)
+    tmp = os.path.join(scratch, f".{uuid.uuid4().hex}.tmp")
+    rec = save_array(tmp, arr)
+    name = f"{uuid.uuid4().hex}.{rec['bytes']}.{rec['sum']:016x}.npy"
+    dest = wf.join(folder, name)
+    if remote:
         dest.upload(tmp)
         keep_copy(dest, tmp)
     else:
-        save_array(dest, arr)
+        os.replace(tmp, _path(dest))
     return name
 
 
 def get(root, name: str, mmap: bool = True) -> np.ndarray:
-    """An object of the store; from an object store through this machine's cache (the
-    objects never change: each is fetched once per machine)."""
+    """An object of the store, checked against the record its name carries; from an
+    object store through this machine's cache (the objects never change: each is
+    fetched once per machine)."""
     src = wf.join(objects_dir(root), name)
-    return load_array(local_path(src) if isinstance(src, Location) else src, mmap=mmap)
+    arr = load_array(local_path(src) if isinstance(src, Location) else src, mmap=mmap)
+    rec = object_record(name)
+    if rec is not None and (arr.nbytes != rec["bytes"] or word_sum(arr) != rec["sum"]):
+        where = src.uri if isinstance(src, Location) else src
+        raise FgramError(
+            f"{where}: a store object not as it was written (damaged since); "
+            "refresh into a new folder"
+        )
+    return arr
+
+
+def _path(place) -> str:
+    return place.path if isinstance(place, Location) else place
 
 
 def shard_digest(shard: Shard) -> str:
@@ -132,14 +157,7 @@ def store_options(cfg: BuildConfig, code: KeyCode) -> dict:
     }
 
 
-def referenced(store) -> set[str]:
-    """Every object name a version's store.json uses (any ``*.npy`` string in it, so
-    that a store of another format keeps its objects too)."""
-    if isinstance(store, dict):
-        return set().union(*(referenced(v) for v in store.values())) if store else set()
-    if isinstance(store, list):
-        return set().union(*(referenced(v) for v in store)) if store else set()
-    return {store} if isinstance(store, str) and store.endswith(".npy") else set()
+referenced = npy_names  # every object name a version's store.json uses
 
 
 def collect_garbage(root: str) -> int:

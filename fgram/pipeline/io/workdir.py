@@ -62,6 +62,25 @@ def save_array(path: Place, arr: np.ndarray) -> dict[str, int]:
     return record
 
 
+def object_record(name: str) -> dict[str, int] | None:
+    """The record (`save_array`'s) a file's name carries, ``<id>.<bytes>.<sum hex>.npy``
+    (a refresh store's objects); None for a name without one (an older fgram's)."""
+    parts = name.split(".")
+    if len(parts) != 4 or not parts[1].isdigit():
+        return None
+    return {"bytes": int(parts[1]), "sum": int(parts[2], 16)}
+
+
+def npy_names(doc: Any) -> set[str]:
+    """Every ``*.npy`` string in a JSON document (the objects a store.json uses, whatever
+    its format)."""
+    if isinstance(doc, dict):
+        return set().union(*(npy_names(v) for v in doc.values())) if doc else set()
+    if isinstance(doc, list):
+        return set().union(*(npy_names(v) for v in doc)) if doc else set()
+    return {doc} if isinstance(doc, str) and doc.endswith(".npy") else set()
+
+
 def intact(path: Place, record: dict[str, int]) -> bool:
     """Whether the array file at ``path`` holds what `save_array` wrote (its record)."""
     try:

@@ -1,7 +1,9 @@
 """`fgram verify TABLE`: every file of a published table as it was written (or of an
 annotate or tokenize output: their manifests record their files the same way).
 
-A table's manifest names its files with their size and sha256 (``checksums``); the
+A refresh version's store objects carry their data's size and checksum in their
+names (``<id>.<bytes>.<sum>.npy``), checked alike. A table's manifest names its files
+with their size and sha256 (``checksums``); the
 index (``index/index.json``) and the embeddings (``embeddings/embeddings.json``) name
 theirs the same way (``files``). Sizes are checked always (a listing: seconds for any
 table); ``deep`` also reads every byte against its sha256 and checks the index's
@@ -16,11 +18,13 @@ check for every byte.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import numpy as np
 import pyarrow.fs as pafs
 
+from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.kernels.keys import EMPTY
 from fgram.pipeline.tables.versions import manifest_fingerprint, open_table
@@ -96,6 +100,28 @@ def _index_arrays(folder: Location, meta: dict[str, Any], check: _Check) -> None
         check.problems.append(f"{folder.uri}/suffix.npy: a suffix link out of range")
 
 
+def _store_objects(version: Location, check: _Check) -> None:
+    """A refresh version's store objects (``ROOT/store/objects``), each against the
+    record its name carries: present, and (deep) its data's size and checksum."""
+    if version.local:  # ROOT/current: a link to ROOT/versions/<id>
+        real = os.path.dirname(os.path.dirname(os.path.realpath(version.path)))
+        root = Location(real, real, version.options)
+    else:
+        root = version.parent().parent()
+    folder = root.child("store").child("objects")
+    for name in sorted(wf.npy_names(version.child("store.json").read_json())):
+        obj, rec = folder.child(name), wf.object_record(name)
+        if not obj.is_file():
+            check.problems.append(f"{obj.uri}: missing")
+            continue
+        check.files += 1
+        check.bytes += int(obj.info().size or 0)
+        if rec is None:
+            check.unrecorded.append(obj.uri)
+        elif check.deep and not wf.intact(obj.path if obj.local else obj, rec):
+            check.problems.append(f"{obj.uri}: its bytes changed since written (checksum differs)")
+
+
 def verify(
     path: Place, deep: bool = False, storage: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -122,6 +148,8 @@ def verify(
         ]
         if deep and part == "index" and all(whole):
             _index_arrays(folder, meta, check)
+    if loc.child("store.json").exists():  # a refresh version: the store objects it uses
+        _store_objects(loc, check)
     return {
         "table": loc.uri,
         "deep": deep,
