@@ -5,7 +5,8 @@ light (Spark's worker daemon imports it before it forks):
 
     fgram.build, fgram.refresh, fgram.tokenize, fgram.index, fgram.annotate,
     fgram.coverage, fgram.report, fgram.embed, fgram.show, fgram.diff, fgram.verify,
-    fgram.FgramIndex, fgram.FgramStore, fgram.training_sequences, fgram.open_table,
+    fgram.FgramIndex, fgram.FgramStore, fgram.FgramTags, fgram.training_sequences,
+    fgram.open_table,
     fgram.table_dataset
 """
 
@@ -14,6 +15,7 @@ from fgram.version import __version__
 __all__ = [
     "FgramIndex",
     "FgramStore",
+    "FgramTags",
     "__version__",
     "annotate",
     "build",

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from fgram.pipeline.tables.embed import FgramStore as FgramStore
 from fgram.pipeline.tables.index import FgramIndex as FgramIndex
 from fgram.pipeline.tables.index import write_index
+from fgram.pipeline.tables.tags import FgramTags as FgramTags
 from fgram.pipeline.tables.tags import training_sequences as training_sequences
 from fgram.pipeline.tables.versions import open_table as open_table
 from fgram.pipeline.tables.versions import table_dataset as table_dataset

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_index import oracle_match
 
+import fgram
 from fgram.cli import cli
 from fgram.jobs.annotate import run_annotate
 from fgram.pipeline.config.commands import AnnotateConfig
@@ -107,6 +108,56 @@ def test_flat_tags_and_reader_truncation(tmp_path_factory, docs, held, k, unit, 
         assert t.tolist() == window
         ef, em = _flat_oracle(fgrams, window, 0, k)
         assert f.tolist() == ef and m.tolist() == em
+
+
+@HSET
+@given(
+    docs=docs_st,
+    held=docs_st,
+    k=st.integers(2, 5),
+    unit=st.integers(1, 9),
+    length=st.integers(1, 12),
+    parquet=st.booleans(),
+)
+def test_tags_read_at_every_offset_equal_the_windows_alone(
+    tmp_path_factory, docs, held, k, unit, length, parquet
+):
+    """`FgramTags.window` at every offset (flat tags by range, Parquet's a unit at a
+    time) is the match of the window's tokens alone; `windows` stacks the same; a
+    window past the end is refused."""
+    d = tmp_path_factory.mktemp("win")
+    table, fgrams = _table(d, docs, k)
+    if parquet:
+        src = write_parquet(str(d / "held.parquet"), held, rows_per_group=2)
+        stream = [t for doc in held for t in doc]
+        ends = np.cumsum([len(doc) for doc in held]).tolist()
+        opts = {}
+    else:
+        src = write_bin(str(d / "held.bin"), held, sep=0)
+        stream = np.fromfile(src, dtype=np.uint16).tolist()
+        opts = {"doc_sep": 0}
+    fgram.annotate(table, [src], d / "tags", engine="local", unit_tokens=unit, **opts)
+    tags = fgram.FgramTags.open(d / "tags")
+    assert len(tags) == len(stream)
+    offsets = list(range(0, len(stream) - length + 1))
+    for o in offsets:
+        t, f, m = tags.window(o, length)
+        window = stream[o : o + length]
+        if parquet:
+            starts = [e - o for e in ends if 0 < e - o < length]
+            want = oracle_match(fgrams, window, starts, k)
+        else:
+            want = _flat_oracle(fgrams, window, 0, k)
+        assert t.tolist() == window and (f.tolist(), m.tolist()) == tuple(map(list, want))
+    if offsets:
+        T, F, M = tags.windows(offsets[::-1], length)
+        for row, o in enumerate(offsets[::-1]):
+            t, f, m = tags.window(o, length)
+            assert (T[row].tolist(), F[row].tolist(), M[row].tolist()) == (
+                t.tolist(), f.tolist(), m.tolist()
+            )  # fmt: skip
+    with pytest.raises(FgramError, match="outside the tags"):
+        tags.window(len(stream) - length + 1, length)
 
 
 def test_spark_annotate_stale_and_cli(spark, tmp_path):

@@ -283,7 +283,10 @@ def _annotate(
             "storage": public_options(cfg.storage),
         },
         "inputs": [shard_record(s) for s in shards],
-        "units": [{"shard": un.shard, "start": un.start, "stop": un.stop} for un in units],
+        "units": [  # tokens: the positions its tags hold (`tags.FgramTags`)
+            {"shard": un.shard, "start": un.start, "stop": un.stop, "tokens": sum(h)}
+            for un, (h, _) in zip(units, results, strict=True)
+        ],
         "coverage": coverage,
         "layout": {f.name: f.tag_layout for f in registry.FORMATS},
         "seconds": round(time.time() - t0, 3),

@@ -52,6 +52,7 @@ class ShardFormat(ABC):
     extensions: ClassVar[tuple[str, ...]]
     tag_layout: ClassVar[str]
     assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
+    tags_by_range: ClassVar[bool] = False  # `read_tags_range` reads part of a unit's tags
     listed: ClassVar[tuple[str, ...]] = ()  # the extensions an error names (default: all)
 
     def claims(self, path: str, exists: Exists | None = None) -> bool:
@@ -149,6 +150,18 @@ class ShardFormat(ABC):
         where: TagFile,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, fgram ids, match lengths) of one unit of a tags output."""
+
+    def read_tags_range(
+        self,
+        shard: Shard,
+        unit: Unit,
+        a: int,
+        b: int,
+        storage: dict[str, Any] | None,
+        where: TagFile,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions [a, b) of one unit of a tags output (``tags_by_range`` formats)."""
+        raise NotImplementedError(self.name)
 
 
 def digest(size: int, blocks: list[tuple[int, bytes]]) -> str:

@@ -59,6 +59,7 @@ class FlatFormat(ShardFormat):
         "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; separators: id -1, length 0"
     )
     assembles = True
+    tags_by_range = True
 
     def describe(
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
@@ -188,15 +189,23 @@ class FlatFormat(ShardFormat):
         storage: dict[str, Any] | None,
         where: TagFile,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.read_tags_range(shard, unit, 0, unit.stop - unit.start, storage, where)
+
+    def read_tags_range(
+        self,
+        shard: Shard,
+        unit: Unit,
+        a: int,
+        b: int,
+        storage: dict[str, Any] | None,
+        where: TagFile,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         name = os.path.basename(shard.uri)
-        tokens = read_range(shard, unit.start, unit.stop, storage=storage).astype(np.int64)
+        lo, hi = unit.start + a, unit.start + b
+        tokens = read_range(shard, lo, hi, storage=storage).astype(np.int64)
         fid = np.load(local_path(where(f"tags/{name}.fgid.npy")), mmap_mode="r")
         mlen = np.load(local_path(where(f"tags/{name}.mlen.npy")), mmap_mode="r")
-        return (
-            tokens,
-            np.asarray(fid[unit.start : unit.stop]),
-            np.asarray(mlen[unit.start : unit.stop]),
-        )
+        return tokens, np.asarray(fid[lo:hi]), np.asarray(mlen[lo:hi])
 
 
 # llm.c and modded-nanogpt shards: 256 int32 (magic, version, token count, 0...), then the

@@ -18,6 +18,7 @@ their own generation, never rewritten) and memory-mapped.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -59,17 +60,113 @@ def tag_file(loc: Location, manifest: dict[str, Any], rel: str) -> Location:
     return loc.child(generation_name(rel, manifest["generation"]))
 
 
-def _streams(
-    loc: Location, manifest: dict[str, Any], storage: dict[str, Any] | None
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    column = manifest["config"]["column"]
-    shards = [Shard(**rec) for rec in manifest["inputs"]]
-    for u in manifest["units"]:
-        unit = Unit(u["shard"], u["start"], u["stop"])
-        shard = shards[unit.shard]
-        yield format_of(shard).read_tags(
-            shard, unit, column, storage, lambda rel: tag_file(loc, manifest, rel)
-        )
+class FgramTags:
+    """An annotate output read at any offset: its shards in order as one stream of
+    ``len(tags)`` positions (Parquet documents back to back, flat files as they are).
+
+        tags = FgramTags.open("TAGS")
+        tokens, fgram_ids, match_len = tags.window(offset, 2048)
+        T, F, M = tags.windows(offsets, 2048)  # [n, 2048] each
+
+    A window's matches are cut at its start exactly as `training_sequences` cuts them.
+    Flat tags (and their tokens) are read by the window's range (memory-mapped
+    locally, one cached copy from a store); other formats' tags a unit at a time,
+    the last few kept (``cache`` units)."""
+
+    def __init__(
+        self,
+        loc: Location,
+        manifest: dict[str, Any],
+        index: FgramIndex,
+        storage: dict[str, Any] | None,
+        cache: int = 2,
+    ) -> None:
+        self.loc, self.manifest, self.index, self.storage = loc, manifest, index, storage
+        self.column = manifest["config"]["column"]
+        self.shards = [Shard(**rec) for rec in manifest["inputs"]]
+        self.units = [Unit(u["shard"], u["start"], u["stop"]) for u in manifest["units"]]
+        sizes = [u.get("tokens") for u in manifest["units"]]
+        if any(n is None for n in sizes):  # an older annotate's: each unit read once
+            sizes = [len(self.unit(i)[0]) for i in range(len(self.units))]
+        self.starts = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
+        self._cached: OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._keep = max(cache, 1)
+
+    @classmethod
+    def open(
+        cls, tags: Place, table: str | None = None, storage: dict[str, Any] | None = None
+    ) -> FgramTags:
+        """Open a finished annotate output (refused when its table changed since)."""
+        return cls(*open_tags(tags, table, storage), storage)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def _where(self, rel: str) -> Location:
+        return tag_file(self.loc, self.manifest, rel)
+
+    def unit(self, i: int, keep: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Unit i's (tokens, fgram ids, match lengths), as written (matches uncut; not to
+        be changed); ``keep``: among the units kept for the next windows."""
+        if i in self._cached:
+            self._cached.move_to_end(i)
+            return self._cached[i]
+        unit = self.units[i]
+        shard = self.shards[unit.shard]
+        t, f, m = format_of(shard).read_tags(shard, unit, self.column, self.storage, self._where)
+        got = (np.asarray(t, np.int64), np.asarray(f, np.int64), np.asarray(m, np.uint8))
+        if not keep:
+            return got
+        self._cached[i] = got
+        while len(self._cached) > self._keep:
+            self._cached.popitem(last=False)
+        return got
+
+    def _span(self, i: int, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions [a, b) of unit i."""
+        unit = self.units[i]
+        shard = self.shards[unit.shard]
+        fmt = format_of(shard)
+        if fmt.tags_by_range:
+            t, f, m = fmt.read_tags_range(shard, unit, a, b, self.storage, self._where)
+            return np.asarray(t, np.int64), np.asarray(f, np.int64), np.asarray(m, np.uint8)
+        t, f, m = self.unit(i)
+        return t[a:b], f[a:b], m[a:b]
+
+    def _raw(self, offset: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if offset < 0 or length < 1 or offset + length > len(self):
+            raise FgramError(
+                f"window [{offset}, {offset + length}) is outside the tags' {len(self)} positions"
+            )
+        first = int(np.searchsorted(self.starts, offset, "right")) - 1
+        parts, at = [], offset
+        for i in range(first, len(self.units)):
+            if at >= offset + length:
+                break
+            lo, hi = int(self.starts[i]), int(self.starts[i + 1])
+            if hi > at:
+                parts.append(self._span(i, at - lo, min(offset + length, hi) - lo))
+                at = min(offset + length, hi)
+        return tuple(np.concatenate(x) for x in zip(*parts, strict=True))  # type: ignore[return-value]
+
+    def window(self, offset: int, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens int64, fgram ids int64, match lengths uint8) of positions [offset,
+        offset + length), matches cut at the window's start."""
+        t, f, m = self._raw(offset, length)
+        truncate(self.index, t, f, m, length)
+        return t, f, m
+
+    def windows(self, offsets: Any, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The windows at ``offsets``, stacked: three [len(offsets), length] arrays; the
+        matches of all of them cut in one vectorised pass."""
+        got = [self._raw(int(o), length) for o in np.asarray(offsets).reshape(-1)]
+        if not got:
+            empty = np.zeros((0, length), np.int64)
+            return empty, empty.copy(), np.zeros((0, length), np.uint8)
+        t, f, m = (np.concatenate(x) for x in zip(*got, strict=True))
+        truncate(self.index, t, f, m, length)
+        n = len(got)
+        return t.reshape(n, length), f.reshape(n, length), m.reshape(n, length)
 
 
 def truncate(
@@ -104,13 +201,17 @@ def training_sequences(
     inputs (else the environment's)."""
     if seq_len < 1:
         raise FgramError(f"seq_len must be >= 1, got {seq_len}")
-    loc, manifest, index = open_tags(tags, table, storage)
-    buf_t, buf_f, buf_m = [], [], []
+    reader = FgramTags.open(tags, table, storage)
+    index = reader.index
+    buf_t: list[np.ndarray] = []
+    buf_f: list[np.ndarray] = []
+    buf_m: list[np.ndarray] = []
     have = 0
-    for tokens, fid, mlen in _streams(loc, manifest, storage):
+    for i in range(len(reader.units)):  # unit by unit (each read once), in order
+        tokens, fid, mlen = reader.unit(i, keep=False)
         buf_t.append(tokens)
-        buf_f.append(np.array(fid, dtype=np.int64))
-        buf_m.append(np.array(mlen, dtype=np.uint8))
+        buf_f.append(fid.copy())  # cut in place below: the reader's copy stays as written
+        buf_m.append(mlen.copy())
         have += len(tokens)
         if have < seq_len:
             continue
