@@ -163,6 +163,13 @@ class ShardFormat(ABC):
         """Positions [a, b) of one unit of a tags output (``tags_by_range`` formats)."""
         raise NotImplementedError(self.name)
 
+    def tag_maps(
+        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile
+    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """(tokens or None, fgram ids, match lengths) of a shard's tags as arrays indexed
+        like its tokens, kept by a reader (``tags_by_range`` formats)."""
+        raise NotImplementedError(self.name)
+
 
 def digest(size: int, blocks: list[tuple[int, bytes]]) -> str:
     """A content checksum: sha256 of the size and the given blocks of a file."""

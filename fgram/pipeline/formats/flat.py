@@ -13,6 +13,7 @@ object store as one object per unit that `assemble_tags` streams into the two fi
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from typing import Any, ClassVar
@@ -200,12 +201,21 @@ class FlatFormat(ShardFormat):
         storage: dict[str, Any] | None,
         where: TagFile,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        name = os.path.basename(shard.uri)
         lo, hi = unit.start + a, unit.start + b
-        tokens = read_range(shard, lo, hi, storage=storage).astype(np.int64)
-        fid = np.load(local_path(where(f"tags/{name}.fgid.npy")), mmap_mode="r")
-        mlen = np.load(local_path(where(f"tags/{name}.mlen.npy")), mmap_mode="r")
-        return tokens, np.asarray(fid[lo:hi]), np.asarray(mlen[lo:hi])
+        tokens, fid, mlen = self.tag_maps(shard, storage, where)
+        raw = tokens[lo:hi] if tokens is not None else read_range(shard, lo, hi, storage=storage)
+        return raw.astype(np.int64), np.asarray(fid[lo:hi]), np.asarray(mlen[lo:hi])
+
+    def tag_maps(
+        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile
+    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+        """A shard's tokens (None on an object store: read by range) and its tags, memory
+        maps indexed like its tokens (a reader keeps them for its windows)."""
+        name = os.path.basename(shard.uri)
+        at = locate(shard.uri, storage)
+        tokens = mapped(at.path, np.dtype(shard.dtype), shard.offset) if at.local else None
+        fid = mapped(local_path(where(f"tags/{name}.fgid.npy")))
+        return tokens, fid, mapped(local_path(where(f"tags/{name}.mlen.npy")))
 
 
 # llm.c and modded-nanogpt shards: 256 int32 (magic, version, token count, 0...), then the
@@ -307,6 +317,22 @@ def read_range(
     if len(arr) != hi - lo:
         raise InputError(shard.uri, "file shrank while being read")
     return arr
+
+
+def mapped(path: str, dtype: np.dtype | None = None, offset: int = 0) -> np.ndarray:
+    """A local file memory-mapped read-only: a ``.npy`` (no ``dtype``) or raw values
+    from ``offset``; kept open while the file is the same (its size and mtime)."""
+    st = os.stat(path)
+    return _mapped(path, st.st_size, st.st_mtime_ns, None if dtype is None else dtype.str, offset)
+
+
+@functools.lru_cache(maxsize=64)
+def _mapped(path: str, size: int, mtime: int, dtype: str | None, offset: int) -> np.ndarray:
+    if dtype is None:
+        arr: np.ndarray = np.load(path, mmap_mode="r")
+        return arr
+    n = (size - offset) // np.dtype(dtype).itemsize
+    return np.memmap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=(n,))
 
 
 def match_values(

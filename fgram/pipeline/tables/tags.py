@@ -91,6 +91,7 @@ class FgramTags:
         self.starts = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))])
         self._cached: OrderedDict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._keep = max(cache, 1)
+        self._maps: dict[int, tuple[np.ndarray | None, np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def open(
@@ -128,8 +129,15 @@ class FgramTags:
         shard = self.shards[unit.shard]
         fmt = format_of(shard)
         if fmt.tags_by_range:
-            t, f, m = fmt.read_tags_range(shard, unit, a, b, self.storage, self._where)
-            return np.asarray(t, np.int64), np.asarray(f, np.int64), np.asarray(m, np.uint8)
+            if unit.shard not in self._maps:
+                self._maps[unit.shard] = fmt.tag_maps(shard, self.storage, self._where)
+            tokens, fid, mlen = self._maps[unit.shard]
+            lo, hi = unit.start + a, unit.start + b
+            if tokens is None:  # on an object store: the range read
+                t, _, _ = fmt.read_tags_range(shard, unit, a, b, self.storage, self._where)
+            else:
+                t = tokens[lo:hi]
+            return np.asarray(t, np.int64), np.asarray(fid[lo:hi], np.int64), np.array(mlen[lo:hi])
         t, f, m = self.unit(i)
         return t[a:b], f[a:b], m[a:b]
 
