@@ -224,6 +224,13 @@ def test_indexed_datasets_on_an_object_store_as_locally(tmp_path, s3):
     fgram.annotate(tmp_path / "t", [pq], tmp_path / "ptags", engine="local")
     n = sum(map(len, docs))
     assert tags_read(f"s3://{bucket}/tags", n) == tags_read(tmp_path / "ptags", n)
+    remote, local = (
+        fgram.FgramTags.open(f"s3://{bucket}/tags"),
+        fgram.FgramTags.open(tmp_path / "ptags"),
+    )
+    offsets = [0, 7, n // 2, n - 40]  # flat tags on the store: their tokens read by range
+    for got, want in zip(remote.windows(offsets, 40), local.windows(offsets, 40), strict=True):
+        assert got.tolist() == want.tolist()
     cov = fgram.coverage(tmp_path / "t", inputs, engine="local", unit_tokens=50)
     assert cov == fgram.coverage(tmp_path / "t", [pq], engine="local")
     r = tmp_path / "r"
