@@ -413,3 +413,25 @@ def test_report_heldout_reads_mds_litdata_and_megatron_as_parquet(tmp_path):
     }
     assert curves["parquet"][-1]["unmatched"] < curves["parquet"][-1]["positions"]
     assert curves["mds"] == curves["litdata"] == curves["megatron"] == curves["parquet"]
+
+
+def test_an_index_json_names_the_files_beside_it_and_an_unused_doc_sep_is_said(
+    tmp_path, capfd, monkeypatch
+):
+    """Given an ``index.json``, the files beside it are read (a build output kept in a
+    folder below is not an input); ``--doc-sep`` where every input's documents come
+    from its format is a warning that says so."""
+    docs = _docs(11, 30)
+    write_mds(tmp_path / "in", [{"tokens": d} for d in docs if d], {"tokens": "ndarray"}, [9, 99])
+    build(None, [tmp_path / "in"], tmp_path / "in" / "t", samples_are_documents=True, **KW)
+    capfd.readouterr()
+    build(None, [tmp_path / "in" / "index.json"], tmp_path / "t2", samples_are_documents=True,
+          doc_sep=SEP, **KW)  # fmt: skip
+    assert result(tmp_path / "t2") == result(tmp_path / "in" / "t") == select(docs, 4, 2, None)
+    err = capfd.readouterr().err
+    assert "--doc-sep 0 is not used: the documents of these inputs (mds) are where" in err
+    from fgram.pipeline.formats import inputs
+
+    monkeypatch.setattr(inputs, "_WARNED", set())  # said once a process: again here
+    build(None, [tmp_path / "in" / "index.json"], tmp_path / "t3", doc_sep=SEP, **KW)
+    assert "is not used" not in capfd.readouterr().err  # windows: split at it

@@ -53,6 +53,12 @@ class ShardFormat(ABC):
     tag_layout: ClassVar[str]
     assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
     tags_by_range: ClassVar[bool] = False  # `read_tags_range` reads part of a unit's tags
+
+    def reads_doc_sep(self, opts: ReadOptions) -> bool:
+        """Whether ``--doc-sep`` splits this format's documents (not where the format
+        says where they end: a row each, an index)."""
+        return False
+
     listed: ClassVar[tuple[str, ...]] = ()  # the extensions an error names (default: all)
 
     def claims(self, path: str, exists: Exists | None = None) -> bool:

@@ -62,6 +62,9 @@ class FlatFormat(ShardFormat):
     assembles = True
     tags_by_range = True
 
+    def reads_doc_sep(self, opts: ReadOptions) -> bool:
+        return True
+
     def describe(
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
     ) -> Shard:

@@ -78,6 +78,9 @@ class IndexedFormat(FlatFormat):
     """A raw token file with its documents in an index beside it. Subclasses describe
     the pair and find the document starts of a token range (`doc_starts`)."""
 
+    def reads_doc_sep(self, opts: ReadOptions) -> bool:
+        return False  # the index says where documents start
+
     @abstractmethod
     def doc_starts(self, shard: Shard, lo: int, hi: int, storage: dict[str, Any]) -> np.ndarray:
         """The token positions p, lo <= p <= hi, where documents start (sorted; an empty

@@ -228,12 +228,13 @@ def _expand(
         return [(fs, shard, _uri(fs, shard, original + shard[len(path) :]))]
     if info.type != pafs.FileType.Directory and os.path.basename(path) != INDEX_JSON:
         return [(fs, path, _uri(fs, path, original))]
-    if info.type != pafs.FileType.Directory:  # an index.json: the files it lists, beside it
-        path, original = path.rpartition("/")[0], original.rpartition("/")[0]
-    if isinstance(fs, pafs.LocalFileSystem):
+    beside = info.type != pafs.FileType.Directory  # an index.json: the files beside it
+    if beside:
+        path, original = path.rpartition("/")[0], original.rpartition("/")[0] or "."
+    if isinstance(fs, pafs.LocalFileSystem) and not beside:
         listed = _local_files(path)
     else:
-        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=not beside))
         listed = [i.path for i in infos if i.type == pafs.FileType.File]
     files = sorted(
         f
@@ -275,6 +276,13 @@ def plan_shards(paths: list[str], opts: ReadOptions) -> list[Shard]:
         # ends, an Arrow stream's batch headers): described side by side, errors in order
         with ThreadPoolExecutor(PLAN_THREADS) as pool:
             shards = list(pool.map(describe, found))
+    unused = not any(format_of(s).reads_doc_sep(opts) for s in shards)
+    if opts.doc_sep is not None and shards and unused:
+        kinds = ", ".join(sorted({s.format for s in shards}))
+        warn_once(
+            f"--doc-sep {opts.doc_sep} is not used: the documents of these inputs "
+            f"({kinds}) are where their format says"
+        )
     return link(shards, opts)
 
 

@@ -146,6 +146,9 @@ class SampleFormat(ParquetFormat):
     def estimate(self, sizes: np.ndarray, part: Part) -> np.ndarray:
         """About how many tokens samples of these byte sizes hold (for planning)."""
 
+    def reads_doc_sep(self, opts: ReadOptions) -> bool:
+        return not opts.samples_are_documents
+
     def verify(self, offsets: np.ndarray, part: Part) -> None:  # noqa: B027
         """Checks of a file's header against its index (none by default)."""
 
