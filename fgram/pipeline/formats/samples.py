@@ -216,7 +216,7 @@ class SampleFormat(ParquetFormat):
                 after = take_while(run[i + 1 : i + 1 + REACH], pos, 1)
                 s.layout["before"] = [part_of(p) for p in before]
                 s.layout["next"] = [part_of(p) for p in after]
-                near = [own[run.index(p)] for p in before + after]
+                near = own[i - len(before) : i][::-1] + own[i + 1 : i + 1 + len(after)]
                 if near:
                     s.checksum = digest(
                         s.size, [(0, (s.checksum or "").encode()), (1, repr(near).encode())]
