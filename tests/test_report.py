@@ -186,6 +186,13 @@ def test_report_of_text_heldout_decodes_and_tokenizes(tmp_path):
     # text without --tokenizer: the table's (its manifest names it); sizes spelled as text
     same = fgram.coverage(tmp_path / "t", held, engine="local", sizes="100, 500")
     assert same["by_size"] == cov["by_size"]
+    # held-out token shards with --tokenizer (to show the f-grams as text): read as tokens
+    fgram.tokenize([held], tmp_path / "hs", tok, engine="local")
+    rep = fgram.report(
+        tmp_path / "t", tmp_path / "r3.html", heldout=[tmp_path / "hs"], tokenizer=tok,
+        sizes=[100, 500], coverage={"engine": "local"},
+    )  # fmt: skip
+    assert rep["coverage"]["by_size"] == cov["by_size"]
     shutil.move(tok, tmp_path / "elsewhere.json")  # the table's tokenizer is gone
     with pytest.raises(ConfigError, match="text; give its tokenizer"):
         fgram.report(tmp_path / "t", tmp_path / "r2.html", heldout=[held])

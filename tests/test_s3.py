@@ -681,6 +681,59 @@ def test_annotate_to_s3_equals_local_and_training_sequences_read_it(
     )
 
 
+@pytest.mark.parametrize("layout", ["olmo", "megatron"])
+def test_raw_layouts_assembled_on_the_store_equal_local(tmp_path, s3, monkeypatch, layout):
+    """OLMo's raw memmaps and Megatron's sibling IndexedDataset written as a cluster
+    writes them (per-unit objects joined on the store, the index beside them): the same
+    bytes as a local run's, and `FgramTags` reads the same windows."""
+    from test_indexed import megatron
+
+    import fgram.jobs.annotate as an
+    from fgram.pipeline.tables.tags import FgramTags, tag_file
+
+    monkeypatch.setenv("FGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    bucket = s3.bucket()
+    (tmp_path / "in").mkdir()
+    if layout == "olmo":
+        names = ["b.bin"]
+        write_bin(str(tmp_path / "in" / "b.bin"), DOCS, sep=0)
+    else:
+        names = ["b.bin", "b.idx"]
+        megatron(tmp_path / "in" / "b", [[d[:3], d[3:]] for d in DOCS])
+    for name in names:
+        _put(s3, str(tmp_path / "in" / name), f"s3://{bucket}/in/{name}")
+    read = dict(doc_sep=0) if layout == "olmo" else {}
+    build(None, [tmp_path / "in"], tmp_path / "t", max_len=4, min_count=2, engine="local", **read)
+    write_index(str(tmp_path / "t"))
+    opts = dict(engine="local", unit_tokens=4, layout=layout, **read)
+    ref = an.run_annotate(
+        an.AnnotateConfig(
+            table=str(tmp_path / "t"),
+            inputs=[str(tmp_path / "in")],
+            output=str(tmp_path / "L"),
+            **opts,
+        )
+    )
+    monkeypatch.setattr(an, "runs_here", lambda cfg: False)
+    out = f"s3://{bucket}/tags"
+    an.run_annotate(
+        an.AnnotateConfig(
+            table=str(tmp_path / "t"), inputs=[f"s3://{bucket}/in"], output=out, **opts
+        )
+    )
+    loc = locate(out)
+    manifest = loc.child("manifest.json").read_json()
+    want = {"olmo": 2, "megatron": 4}[layout]
+    assert len(ref["files"]) == len(manifest["files"]) == want
+    for rel in ref["files"]:
+        got = tag_file(loc, manifest, rel).read_bytes()
+        assert got == (tmp_path / "L" / rel).read_bytes(), rel
+    here, there = FgramTags.open(tmp_path / "L"), FgramTags.open(out)
+    offsets = np.arange(len(here) - 4)
+    for a, b in zip(here.windows(offsets, 5), there.windows(offsets, 5), strict=True):
+        assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("staged", ["here", "on-store"])
 def test_embed_to_s3_and_the_store_reads_it(tmp_path, s3, corpus, monkeypatch, staged):
     """embed into a table on S3 (chunks staged on this machine, or as objects on the store:

@@ -419,38 +419,32 @@ def store_loss(model, store, toks: np.ndarray, batch: int = 32) -> float:
 
 
 def greedy(model, store, prompt: np.ndarray, new: int) -> tuple[list[int], float, float]:
-    """Greedy decoding a token at a time: each input row from `FgramStore.step` (the
-    token embedding where nothing matches), a KV cache in the model. Returns the
-    tokens, and the seconds of the lookups and of everything."""
+    """Greedy decoding a token at a time, a KV cache in the model: its input rows from
+    `fgram.hf.SconeEmbedding` (the store's row where an f-gram matches, the token
+    embedding elsewhere; it keeps the last K-1 tokens). Returns the tokens, and the
+    seconds of the lookups and of everything."""
     import torch
 
+    from fgram.hf import SconeEmbedding
+
+    embed = SconeEmbedding(model.tok, store)
     caches = [{} for _ in model.blocks]
-    state = store.start(1)
     out = [int(t) for t in prompt]
     t_lookup, t0 = 0.0, time.time()
     with torch.inference_mode():
-        inputs = []
-        for tok in prompt:  # the prompt's rows, one step each (the state follows it)
-            a = time.time()
-            row, _, unmatched = store.step(state, [int(tok)])
-            t_lookup += time.time() - a
-            emb = model.tok(torch.tensor([int(tok)]))
-            inputs.append(emb if unmatched[0] else torch.from_numpy(row.astype(np.float32)))
-        logits = model.logits(torch.cat(inputs)[None], 0, caches)
+        a = time.time()
+        rows = embed(torch.tensor(out)[None], past=0)  # the prompt's rows at once
+        t_lookup += time.time() - a
+        logits = model.logits(rows, 0, caches)
         for i in range(new):
             nxt = int(logits[0, -1].argmax())
             out.append(nxt)
-            a = time.time()
-            row, _, unmatched = store.step(state, [nxt])
-            t_lookup += time.time() - a
-            emb = (
-                model.tok(torch.tensor([nxt]))
-                if unmatched[0]
-                else torch.from_numpy(row.astype(np.float32))
-            )
             if len(prompt) + i + 1 >= model.cfg.seq_len:
                 break
-            logits = model.logits(emb[None], len(prompt) + i, caches)
+            a = time.time()
+            row = embed(torch.tensor([[nxt]]), past=len(prompt) + i)
+            t_lookup += time.time() - a
+            logits = model.logits(row, len(prompt) + i, caches)
     return out, t_lookup, time.time() - t0
 
 

@@ -37,6 +37,7 @@ from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.formats import registry
+from fgram.pipeline.formats.base import LAYOUTS
 from fgram.pipeline.formats.inputs import (
     holds_text,
     plan_shards,
@@ -100,7 +101,7 @@ def annotate_task(
     fmt = format_of(shard)
     tagged = fmt.tag(shard, unit, cfg.read_options(), k - 1, index.match)
     if staging is not None:
-        fmt.write_tags(tagged, shard, unit, staging, _id_type(index))
+        fmt.write_tags(tagged, shard, unit, staging, _id_type(index), cfg.layout)
     fid, mlen = tagged.fid, tagged.mlen
     hist = np.bincount(mlen, minlength=k + 1).tolist()
     if cfg.sizes is None:
@@ -126,19 +127,22 @@ class AnnotateStage(Stage, name="annotate", call=annotate_task, index="u"):
 
 @dataclass(frozen=True)
 class AssembleStage(Stage, name="assemble"):
-    """Join a shard's per-unit tag objects on a store into its files, a shard per task
-    (formats that ``assemble``: flat files)."""
+    """A shard per task: join its per-unit tag objects on a store into its files
+    (formats that ``assemble``: flat files), then what its layout adds beside them."""
 
     shards: list[Shard]
-    starts: list[list[int]]  # each one's units' first positions
+    starts: list[list[int]] | None  # each one's units' first positions (None: joined)
     id_type: str
-    staging: Location
+    staging: Any
+    layout: str
+    storage: dict[str, str]
 
     def run(self, task: int) -> None:
-        shard = self.shards[task]
-        format_of(shard).assemble_tags(
-            shard, self.starts[task], np.dtype(self.id_type), self.staging
-        )
+        shard, id_type = self.shards[task], np.dtype(self.id_type)
+        fmt = format_of(shard)
+        if self.starts is not None:
+            fmt.assemble_tags(shard, self.starts[task], id_type, self.staging, self.layout)
+        fmt.index_tags(shard, self.staging, id_type, self.layout, self.storage)
 
 
 def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
@@ -157,7 +161,10 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     shards = plan_shards(cfg.inputs, cfg.read_options())
     units = plan_units(shards, cfg.unit_tokens)
+    check_layout(cfg.layout, shards)
     names = [format_of(s).tag_name(s) for s in shards]
+    if cfg.layout in ("olmo", "megatron"):  # raw files named after their inputs' stems
+        names = [os.path.splitext(n)[0] for n in names]
     if len(set(names)) != len(names):
         raise ConfigError("two inputs share a file name; tags are named after their input files")
     ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
@@ -170,6 +177,18 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
         except BaseException:
             wf.remove_tree(staging)
             raise
+
+
+def check_layout(layout: str, shards: list[Shard]) -> None:
+    """Every input's format writes tags in ``layout``, else one line naming the first
+    that does not and the layouts it has."""
+    for shard in shards:
+        fmt = format_of(shard)
+        if layout not in fmt.layouts:
+            raise ConfigError(
+                f"{shard.uri}: --layout {layout} is not one of {fmt.name} inputs' "
+                f"({', '.join(fmt.layouts)})"
+            )
 
 
 def _manifest(table: Location) -> dict:
@@ -231,6 +250,29 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     return manifest
 
 
+def _assemble(cfg: AnnotateConfig, ex, shards, units, staging, id_type: np.dtype) -> None:
+    """Join flat tags written per unit on a store, and write what the layout adds beside
+    a shard's tags (a Megatron index): a task per shard that needs either."""
+    remote = _remote(staging)
+    joined = [i for i, s in enumerate(shards) if format_of(s).assembles and remote]
+    indexed = [i for i, s in enumerate(shards) if cfg.layout == "megatron" or i in joined]
+    if not indexed:
+        return
+    starts = [sorted(un.start for un in units if un.shard == i) for i in indexed]
+    PROGRESS.stage("assemble tags", len(indexed), unit="shards")
+    assembling = AssembleStage(
+        [shards[i] for i in indexed],
+        starts if joined else None,
+        id_type.str,
+        staging,
+        cfg.layout,
+        cfg.storage,
+    )
+    ex.map(len(indexed), assembling.run)
+    if remote:
+        wf.remove_tree(staging.child("_work"))
+
+
 def _annotate(
     cfg: AnnotateConfig,
     ex,
@@ -246,20 +288,13 @@ def _annotate(
         folder = os.path.join(staging, "tags")
         os.makedirs(folder)
         for shard in shards:
-            format_of(shard).prepare_tags(folder, shard, _id_type(index))
+            format_of(shard).prepare_tags(folder, shard, _id_type(index), cfg.layout)
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
     ident = index_id(index)
     tagging = AnnotateStage(cfg, shards, units, staging, ident)
     results = ex.map(len(units), tagging.run, progress=True)
-    if _remote(staging):
-        joined = [i for i, s in enumerate(shards) if format_of(s).assembles]
-        starts = {i: sorted(un.start for un in units if un.shard == i) for i in joined}
-        PROGRESS.stage("assemble flat tags", len(joined), unit="shards")
-        assembling = AssembleStage(
-            [shards[i] for i in joined], [starts[i] for i in joined], _id_type(index).str, staging
-        )
-        ex.map(len(joined), assembling.run)
-        wf.remove_tree(staging.child("_work"))
+    if staging is not None:
+        _assemble(cfg, ex, shards, units, staging, _id_type(index))
     k = index.max_len
     hist = [sum(h[i] for h, _ in results) for i in range(k + 1)]
     coverage = coverage_table(hist)
@@ -288,7 +323,9 @@ def _annotate(
             for un, (h, _) in zip(units, results, strict=True)
         ],
         "coverage": coverage,
-        "layout": {f.name: f.tag_layout for f in registry.FORMATS},
+        "layout": {f.name: f.tag_layout for f in registry.FORMATS}
+        if cfg.layout == "fgram"
+        else {"name": cfg.layout, "files": LAYOUTS[cfg.layout]},
         "seconds": round(time.time() - t0, 3),
     }
     if staging is not None:

@@ -50,7 +50,11 @@ def _coverage(cfg: ReportConfig, manifest: dict[str, Any]) -> dict[str, Any]:
     from fgram.pipeline.tables.coverage import default_sizes
 
     sizes = cfg.sizes if cfg.sizes is not None else default_sizes(int(manifest["fgrams"]))
-    options = {**cfg.coverage, "tokenizer": cfg.tokenizer}  # text: this one, or the table's
+    from fgram.pipeline.formats.inputs import holds_text
+
+    # text: tokenized with this tokenizer (or the table's); token shards are read as they are
+    text = holds_text(list(cfg.heldout), cfg.storage)
+    options = {**cfg.coverage, "tokenizer": cfg.tokenizer if text else None}
     cov: dict[str, Any] = run_annotate(
         AnnotateConfig(
             table=cfg.table, inputs=list(cfg.heldout), sizes=sizes, storage=cfg.storage, **options

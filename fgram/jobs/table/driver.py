@@ -147,7 +147,9 @@ def _run_marked(
         where = getattr(staging, "uri", staging)
         if not keeps_work(exc):
             wf.remove_tree(staging)
-        elif isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
+            raise
+        wf.remove_partial(staging)  # what the tasks a failure stopped left half-written
+        if isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
             raise type(exc)(
                 f"{exc}; the completed passes are kept in {where}: "
                 f"rerun with --resume {exc.resume_when}"

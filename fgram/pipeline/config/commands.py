@@ -30,6 +30,7 @@ from fgram.pipeline.config.options import (
     unit_tokens_option,
 )
 from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.formats.base import LAYOUTS
 
 if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
     from fgram.pipeline.formats.reading import ReadOptions
@@ -226,6 +227,13 @@ class AnnotateConfig(ReadsShards, Options):
     )
     text_field: str = text_field_option()
     doc_per_line: bool = doc_per_line_option()
+    layout: str = option(
+        "fgram",
+        "How the tags' files are laid out, for the trainer that reads them: "
+        + "; ".join(f"{k}: {v}" for k, v in LAYOUTS.items())
+        + " (docs/formats.md).",
+        choices=tuple(LAYOUTS),
+    )
 
 
 @dataclass

@@ -31,6 +31,17 @@ Match = Callable[..., tuple[np.ndarray, np.ndarray]]  # `FgramIndex.match(tokens
 TagFile = Callable[[str], Location]  # a tags output's file ``tags/...`` -> where it is
 Exists = Callable[[str], bool]  # whether a file (a path on the shard's filesystem) is there
 
+# how a tags output lays out its files (`fgram annotate --layout`), for the trainer that reads them
+LAYOUTS: dict[str, str] = {
+    "fgram": "fgram's own: .npy sidecars of flat files, a Parquet file per unit of row formats",
+    "olmo": "raw headerless <stem>.fgid.bin (int32) and <stem>.mlen.bin (uint8) beside each "
+    "flat token file, of its length (OLMo-core's memmaps; flat, Megatron, datatrove inputs)",
+    "megatron": "a sibling IndexedDataset per Megatron input: <prefix>.fgid.bin/.idx (int32) "
+    "and <prefix>.mlen.bin/.idx (uint8), the input's sequence lengths and documents",
+    "hf": "Parquet a Hugging Face `datasets` loads: input_ids, fgram_ids and match_len "
+    "lists per row, the input's other columns kept (Parquet, Arrow, MDS, LitData inputs)",
+}
+
 
 @dataclass
 class Tagged:
@@ -53,6 +64,7 @@ class ShardFormat(ABC):
     tag_layout: ClassVar[str]
     assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
     tags_by_range: ClassVar[bool] = False  # `read_tags_range` reads part of a unit's tags
+    layouts: ClassVar[tuple[str, ...]] = ("fgram",)  # the `LAYOUTS` its tags can be written in
 
     def reads_doc_sep(self, opts: ReadOptions) -> bool:
         """Whether ``--doc-sep`` splits this format's documents (not where the format
@@ -131,20 +143,39 @@ class ShardFormat(ABC):
         """The unit's tags by ``match``; ``back``: how many tokens before the unit a
         match may start at (K - 1)."""
 
-    def prepare_tags(self, folder: str, shard: Shard, id_type: np.dtype) -> None:  # noqa: B027
+    def prepare_tags(  # noqa: B027
+        self, folder: str, shard: Shard, id_type: np.dtype, layout: str = "fgram"
+    ) -> None:
         """Make what a local tags folder needs before the tasks write (nothing by
         default)."""
 
     @abstractmethod
     def write_tags(
-        self, tagged: Tagged, shard: Shard, unit: Unit, staging: Any, id_type: np.dtype
+        self,
+        tagged: Tagged,
+        shard: Shard,
+        unit: Unit,
+        staging: Any,
+        id_type: np.dtype,
+        layout: str = "fgram",
     ) -> None:
         """Write one unit's tags into the staging folder (a local path or a Location)."""
 
     def assemble_tags(  # noqa: B027
-        self, shard: Shard, starts: list[int], id_type: np.dtype, staging: Location
+        self,
+        shard: Shard,
+        starts: list[int],
+        id_type: np.dtype,
+        staging: Location,
+        layout: str = "fgram",
     ) -> None:
         """Join a shard's per-unit tag objects on a store (``assembles`` formats only)."""
+
+    def index_tags(  # noqa: B027
+        self, shard: Shard, staging: Any, id_type: np.dtype, layout: str, storage: Any
+    ) -> None:
+        """After a shard's tags are written: the files a layout adds beside them (a
+        Megatron index), a shard per task (nothing by default)."""
 
     @abstractmethod
     def read_tags(
@@ -154,6 +185,7 @@ class ShardFormat(ABC):
         column: str,
         storage: dict[str, Any] | None,
         where: TagFile,
+        layout: str = "fgram",
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, fgram ids, match lengths) of one unit of a tags output."""
 
@@ -165,12 +197,13 @@ class ShardFormat(ABC):
         b: int,
         storage: dict[str, Any] | None,
         where: TagFile,
+        layout: str = "fgram",
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Positions [a, b) of one unit of a tags output (``tags_by_range`` formats)."""
         raise NotImplementedError(self.name)
 
     def tag_maps(
-        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile
+        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile, layout: str = "fgram"
     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         """(tokens or None, fgram ids, match lengths) of a shard's tags as arrays indexed
         like its tokens, kept by a reader (``tags_by_range`` formats)."""

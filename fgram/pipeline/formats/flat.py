@@ -61,6 +61,7 @@ class FlatFormat(ShardFormat):
     )
     assembles = True
     tags_by_range = True
+    layouts: ClassVar[tuple[str, ...]] = ("fgram", "olmo")
 
     def reads_doc_sep(self, opts: ReadOptions) -> bool:
         return True
@@ -150,39 +151,59 @@ class FlatFormat(ShardFormat):
         fid, mlen = match_values(match, raw, opts.doc_sep, shard.uri)
         return Tagged(fid[unit.start - lo :], mlen[unit.start - lo :])
 
-    def prepare_tags(self, folder: str, shard: Shard, id_type: np.dtype) -> None:
+    def prepare_tags(
+        self, folder: str, shard: Shard, id_type: np.dtype, layout: str = "fgram"
+    ) -> None:
         for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
-            np.lib.format.open_memmap(
-                sidecar(folder, shard, what), mode="w+", dtype=dtype, shape=(shard.n_items,)
-            )
+            path = sidecar(folder, shard, what, layout)
+            if layout == "fgram":
+                np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(shard.n_items,))
+            else:  # raw, headerless: a file of its final size, filled by the units' tasks
+                with open(path, "wb") as f:
+                    f.truncate(shard.n_items * dtype.itemsize)
 
     def write_tags(
-        self, tagged: Tagged, shard: Shard, unit: Unit, staging: Any, id_type: np.dtype
+        self,
+        tagged: Tagged,
+        shard: Shard,
+        unit: Unit,
+        staging: Any,
+        id_type: np.dtype,
+        layout: str = "fgram",
     ) -> None:
         if isinstance(staging, Location) and not staging.local:
             wf.save_array(part(staging, shard, unit.start, "fgid"), tagged.fid.astype(id_type))
             wf.save_array(part(staging, shard, unit.start, "mlen"), tagged.mlen)
             return
         folder = os.path.join(staging if isinstance(staging, str) else staging.path, "tags")
-        ids = np.load(sidecar(folder, shard, "fgid"), mmap_mode="r+")
-        lens = np.load(sidecar(folder, shard, "mlen"), mmap_mode="r+")
-        ids[unit.start : unit.stop] = tagged.fid
-        lens[unit.start : unit.stop] = tagged.mlen
-        ids.flush()
-        lens.flush()
-        del ids, lens
+        for what, values, dtype in (("fgid", tagged.fid, id_type), ("mlen", tagged.mlen, None)):
+            path = sidecar(folder, shard, what, layout)
+            arr = (
+                np.load(path, mmap_mode="r+")
+                if layout == "fgram"
+                else np.memmap(path, dtype=dtype or np.uint8, mode="r+")
+            )
+            arr[unit.start : unit.stop] = values
+            arr.flush()
+            del arr
 
     def assemble_tags(
-        self, shard: Shard, starts: list[int], id_type: np.dtype, staging: Location
+        self,
+        shard: Shard,
+        starts: list[int],
+        id_type: np.dtype,
+        staging: Location,
+        layout: str = "fgram",
     ) -> None:
         """Stream the shard's per-unit tag objects, in order, into its two ``.npy``
-        objects (one upload each)."""
+        objects (raw files in the layouts of other trainers), one upload each."""
         for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
             wf.concat_arrays(
-                sidecar(staging.child("tags"), shard, what),
+                sidecar(staging.child("tags"), shard, what, layout),
                 [part(staging, shard, start, what) for start in starts],
                 dtype,
                 (shard.n_items,),
+                header=layout == "fgram",
             )
 
     def read_tags(
@@ -192,8 +213,10 @@ class FlatFormat(ShardFormat):
         column: str,
         storage: dict[str, Any] | None,
         where: TagFile,
+        layout: str = "fgram",
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.read_tags_range(shard, unit, 0, unit.stop - unit.start, storage, where)
+        n = unit.stop - unit.start
+        return self.read_tags_range(shard, unit, 0, n, storage, where, layout)
 
     def read_tags_range(
         self,
@@ -203,22 +226,25 @@ class FlatFormat(ShardFormat):
         b: int,
         storage: dict[str, Any] | None,
         where: TagFile,
+        layout: str = "fgram",
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lo, hi = unit.start + a, unit.start + b
-        tokens, fid, mlen = self.tag_maps(shard, storage, where)
+        tokens, fid, mlen = self.tag_maps(shard, storage, where, layout)
         raw = tokens[lo:hi] if tokens is not None else read_range(shard, lo, hi, storage=storage)
         return raw.astype(np.int64), np.asarray(fid[lo:hi]), np.asarray(mlen[lo:hi])
 
     def tag_maps(
-        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile
+        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile, layout: str = "fgram"
     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         """A shard's tokens (None on an object store: read by range) and its tags, memory
         maps indexed like its tokens (a reader keeps them for its windows)."""
-        name = os.path.basename(shard.uri)
         at = locate(shard.uri, storage)
         tokens = mapped(at.path, np.dtype(shard.dtype), shard.offset) if at.local else None
-        fid = mapped(local_path(where(f"tags/{name}.fgid.npy")))
-        return tokens, fid, mapped(local_path(where(f"tags/{name}.mlen.npy")))
+        fid, mlen = (local_path(where(sidecar("tags", shard, w, layout))) for w in ("fgid", "mlen"))
+        if layout == "fgram":
+            return tokens, mapped(fid), mapped(mlen)
+        width = os.path.getsize(fid) // shard.n_items if shard.n_items else 4  # int32 or int64
+        return tokens, mapped(fid, np.dtype(f"<i{width}")), mapped(mlen, np.dtype(np.uint8))
 
 
 # llm.c and modded-nanogpt shards: 256 int32 (magic, version, token count, 0...), then the
@@ -355,9 +381,13 @@ def match_values(
     return fid, mlen
 
 
-def sidecar(folder: Any, shard: Shard, what: str) -> Any:
-    """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder."""
-    return wf.join(folder, f"{os.path.basename(shard.uri)}.{what}.npy")
+def sidecar(folder: Any, shard: Shard, what: str, layout: str = "fgram") -> Any:
+    """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder: ``<name>.<what>.npy``
+    in fgram's layout, raw ``<stem>.<what>.bin`` in the others (`base.LAYOUTS`)."""
+    name = os.path.basename(shard.uri)
+    if layout == "fgram":
+        return wf.join(folder, f"{name}.{what}.npy")
+    return wf.join(folder, f"{os.path.splitext(name)[0]}.{what}.bin")
 
 
 def part(staging: Location, shard: Shard, start: int, what: str) -> Location:

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 
 from fgram.pipeline.errors import InputError
 from fgram.pipeline.formats.base import Exists
+from fgram.pipeline.formats.flat import sidecar
 from fgram.pipeline.formats.indexed import (
     FileArray,
     IndexedFormat,
@@ -29,6 +30,8 @@ from fgram.pipeline.formats.indexed import (
     pair_shard,
 )
 from fgram.pipeline.formats.reading import ReadOptions, Shard, reading
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.storage import filesystem
 
 MAGIC = b"MMIDIDX\x00\x00"
 HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, documents + 1
@@ -41,6 +44,7 @@ class MegatronFormat(IndexedFormat):
     extensions: ClassVar[tuple[str, ...]] = (".bin",)
     listed = (".idx",)
     tag_layout = "<name>.fgid.npy, <name>.mlen.npy aligned with the .bin's tokens"
+    layouts: ClassVar[tuple[str, ...]] = ("fgram", "olmo", "megatron")
 
     def claims(self, path: str, exists: Exists | None = None) -> bool:
         return path.lower().endswith(".bin") and exists is not None and exists(path[:-4] + ".idx")
@@ -100,6 +104,31 @@ class MegatronFormat(IndexedFormat):
         if (np.diff(at) != lengths * item).any():
             raise InputError(uri, "its sequence pointers and lengths disagree (a corrupt index?)")
         return np.asarray(at[seqs - first] // item, np.int64)
+
+    def index_tags(
+        self, shard: Shard, staging: Any, id_type: np.dtype, layout: str, storage: Any
+    ) -> None:
+        """In the megatron layout: an ``.idx`` beside each raw tags file (``<prefix>.fgid``,
+        ``<prefix>.mlen``), the input's own with its dtype code and byte pointers for the
+        tags' width, so that Megatron's ``IndexedDataset`` reads them as it reads the
+        tokens."""
+        if layout != "megatron":
+            return
+        uri = shard.layout["uri"]
+        fs, path = filesystem(uri, storage)
+        with reading(uri), fs.open_input_file(path) as f:
+            idx = f.read()
+        s = shard.layout["sequences"]
+        item = np.dtype(shard.dtype).itemsize
+        pointers = np.frombuffer(idx, "<i8", s, HEADER.size + 4 * s)
+        for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
+            code = next(c for c, d in CODES.items() if np.dtype(d) == dtype.newbyteorder("<"))
+            _, version, _, sequences, entries = HEADER.unpack(idx[: HEADER.size])
+            head = HEADER.pack(MAGIC, version, code, sequences, entries)
+            moved = (pointers // item * dtype.itemsize).astype("<i8").tobytes()
+            body = idx[HEADER.size : HEADER.size + 4 * s] + moved + idx[HEADER.size + 12 * s :]
+            data = sidecar("", shard, what, layout)  # <prefix>.<what>.bin
+            wf.save_bytes(wf.join(staging, "tags", data[: -len(".bin")] + ".idx"), head + body)
 
 
 def read_header(head: bytes, size: int, uri: str) -> tuple[np.dtype, int, int]:

@@ -49,6 +49,7 @@ class ParquetFormat(ShardFormat):
         "fgram_ids list<int>, match_len list<uint8>"
     )
     listed = (".parquet",)
+    layouts: ClassVar[tuple[str, ...]] = ("fgram", "hf")
 
     def describe(
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
@@ -123,12 +124,29 @@ class ParquetFormat(ShardFormat):
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         fid, mlen = match(values, doc_starts=starts[lengths > 0])
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        return Tagged(fid, mlen, (table.drop_columns([column]), offsets))
+        return Tagged(fid, mlen, (table.drop_columns([column]), offsets, values))
 
     def write_tags(
-        self, tagged: Tagged, shard: Shard, unit: Unit, staging: Any, id_type: np.dtype
+        self,
+        tagged: Tagged,
+        shard: Shard,
+        unit: Unit,
+        staging: Any,
+        id_type: np.dtype,
+        layout: str = "fgram",
     ) -> None:
-        out, offsets = tagged.rest
+        out, offsets, values = tagged.rest
+        if layout == "hf":  # the tokens beside their tags, as Hugging Face names them
+            if "input_ids" in out.column_names:
+                raise InputError(
+                    shard.uri,
+                    "a column input_ids besides the tokens' column: --layout hf "
+                    "writes the tokens as input_ids (set --column input_ids, or rename it)",
+                )
+            wide = len(values) and int(values.max()) >= 2**31
+            out = out.append_column(
+                "input_ids", arrow_list(offsets, values, np.int64 if wide else np.int32)
+            )
         out = out.append_column("fgram_ids", arrow_list(offsets, tagged.fid, id_type))
         out = out.append_column("match_len", arrow_list(offsets, tagged.mlen))
         write_table(out, wf.join(staging, "tags", self.tag_file(shard, unit)))
@@ -140,6 +158,7 @@ class ParquetFormat(ShardFormat):
         column: str,
         storage: dict[str, Any] | None,
         where: TagFile,
+        layout: str = "fgram",
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         f = where(f"tags/{self.tag_file(shard, unit)}")
         t = pq.read_table(f.path, filesystem=f.fs, columns=["fgram_ids", "match_len"])

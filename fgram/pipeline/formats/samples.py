@@ -355,7 +355,7 @@ class SampleFormat(ParquetFormat):
         fid, mlen = match_values(match, raw, opts.doc_sep, shard.uri)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         samples = pa.table({"sample": pa.array(np.arange(a, b, dtype=np.int64))})
-        return Tagged(fid[len(before) :], mlen[len(before) :], (samples, offsets))
+        return Tagged(fid[len(before) :], mlen[len(before) :], (samples, offsets, own))
 
 
 def take_while(near: list[Shard], pos: int, way: int) -> list[Shard]:

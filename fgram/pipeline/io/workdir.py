@@ -128,11 +128,16 @@ def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
 
 
 def concat_arrays(
-    dest: Location, parts: list[Place], dtype: DTypeLike, shape: tuple[int, ...]
+    dest: Location,
+    parts: list[Place],
+    dtype: DTypeLike,
+    shape: tuple[int, ...],
+    header: bool = True,
 ) -> tuple[str, int]:
-    """One ``.npy`` object at ``dest`` of ``dtype`` and ``shape``: a header, then the
-    arrays of ``parts`` (files or objects, read one at a time), in order, streamed as one
-    upload (an object appears only when complete). Returns its sha256 and size."""
+    """One ``.npy`` object at ``dest`` of ``dtype`` and ``shape``: a header (``header``;
+    else a raw file), then the arrays of ``parts`` (files or objects, read one at a
+    time), in order, streamed as one upload (an object appears only when complete).
+    Returns its sha256 and size."""
     import hashlib
 
     from fgram.pipeline.errors import FgramError
@@ -157,7 +162,8 @@ def concat_arrays(
                 f.write(data)
                 size += len(data)
 
-            put(head.getvalue())
+            if header:
+                put(head.getvalue())
             for part in parts:
                 arr = load_array(part)
                 if arr.shape[1:] != tuple(shape[1:]):
@@ -175,6 +181,31 @@ def concat_arrays(
     except Exception as exc:  # noqa: BLE001 - one line, naming the object
         raise dest._fail(exc) from None
     return digest.hexdigest(), size
+
+
+def save_bytes(path: Place, data: bytes) -> None:
+    """Write a file (aside, then renamed) or an object."""
+    if _remote(path):
+        path.write_bytes(data)
+        return
+    path = _local(path)
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with aside(tmp, path), open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def remove_partial(folder: Place) -> None:
+    """Remove the files half-written under a local folder (``*.tmp``, the names `aside`
+    writes through) by tasks that a failure stopped before they could: their work is
+    kept for a resume, never their pieces. An object store's uploads appear whole."""
+    if _remote(folder):
+        return
+    for root, _, files in os.walk(_local(folder)):
+        for name in files:
+            if name.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(root, name))
 
 
 def save_json(path: Place, obj: Any, durable: bool = True) -> None:
