@@ -92,15 +92,16 @@ class SconeEmbedding(nn.Module):
         keep = np.concatenate([np.arange(e - n, e) for e, n in zip(ends, new, strict=True)])
         if not len(keep):
             return emb
-        rows, _, unmatched = self.store.embed_sequence(tokens, doc_starts=starts)
-        rows, unmatched = rows[keep], unmatched[keep]
-        stored = torch.from_numpy(np.ascontiguousarray(rows, np.float32))
+        fid = self.store.index.match(tokens, doc_starts=starts)[0][keep]
+        hit = fid >= 0  # `FgramStore.embed_sequence`'s rows: none where nothing matches
+        if not hit.any():
+            return emb
+        use = np.zeros((b, t), bool)
+        use[real] = hit  # the real positions in order, as ``keep`` lists them
+        rows = np.ascontiguousarray(self.store.rows(fid[hit]), np.float32)
         out = emb.clone()
-        at_real = torch.from_numpy(real)
-        out[at_real] = torch.where(
-            torch.from_numpy(unmatched)[:, None],
-            emb[at_real],
-            stored.to(device=emb.device, dtype=emb.dtype),
+        out[torch.from_numpy(use).to(emb.device)] = torch.from_numpy(rows).to(
+            device=emb.device, dtype=emb.dtype
         )
         return out
 
