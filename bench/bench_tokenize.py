@@ -18,6 +18,10 @@ reads, decompresses, parses, encodes and writes flat shards.
   large (a compressed file is one task): bounded by the batch, not the file.
 - build: `fgram build TABLE TEXT --tokenizer` against `fgram tokenize` + `fgram build`
   (two commands), alternated, -S 1M.
+- backend: the corpus ``--copies`` times over (4 files): `encode_batch` alone against
+  `fgram tokenize` with the fast backend (auto) and with `--tokenizer-backend
+  tokenizers`, their shards compared byte for byte; each stage of one task alone; and
+  `fgram build --tokenizer` of the text against `fgram build` of the same tokens.
 
 Records go to bench/results.jsonl.
 """
@@ -235,11 +239,98 @@ def build_from_text(texts, folder, tok_path, rounds) -> list[dict]:
     return rows
 
 
+def stage_times(folder: str, tok_path: str) -> dict[str, float]:
+    """Where one task's time goes, each stage alone over the same file, one process:
+    reading and decompressing, JSON parsing, encoding (the fast backend, the
+    reference), writing the flat shard."""
+    import numpy as np
+    import zstandard
+
+    from fgram.pipeline.formats import backends
+
+    path = os.path.join(folder, "part-0.jsonl.zst")
+    tok_json = open(tok_path).read()
+    t: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with open(path, "rb") as f:
+        body = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
+    t["read and decompress"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    texts = [json.loads(line)["text"] for line in body.splitlines() if line.strip()]
+    t["parse JSON"] = time.perf_counter() - t0
+    for b in (backends.FASTOKENS, backends.TOKENIZERS):
+        tok = b.load(tok_json)
+        t0 = time.perf_counter()
+        parts = [b.encode(tok, texts[i : i + 1024], False) for i in range(0, len(texts), 1024)]
+        t[f"encode ({b.name})"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    flat = np.concatenate([p[1] for p in parts]).astype(np.uint16)
+    flat.tofile(os.path.join(folder, "..", "stage-out.bin"))
+    t["write the shard"] = time.perf_counter() - t0
+    t["tokens"] = float(len(flat))
+    return t
+
+
+def backend_part(texts, folder, tok_path, rounds, copies) -> list[dict]:
+    """The fast backend against the reference on the corpus ``copies`` times over (4
+    files): `encode_batch` alone (in memory), `fgram tokenize` with each backend (the
+    shards' bytes compared), each stage of a task alone; then `fgram build --tokenizer`
+    from the text against `fgram build` of the same tokens."""
+    many = split(texts, os.path.join(folder, f"jsonl-4x{copies}"), 4, copies)
+    outs = {b: os.path.join(folder, f"tokens-{b}") for b in ("fastokens", "tokenizers")}
+    cases = [
+        ("encode_batch alone", None),
+        ("fgram tokenize (auto: fastokens)", tokenize(many, outs["fastokens"], tok_path)),
+        (
+            "fgram tokenize --tokenizer-backend tokenizers",
+            tokenize(many, outs["tokenizers"], tok_path, "--tokenizer-backend", "tokenizers"),
+        ),
+    ]
+    rows = []
+    every = texts * copies
+    for r in range(rounds):
+        for name, cmd in cases if r % 2 == 0 else cases[::-1]:
+            if cmd is None:
+                wall, tokens = baseline(every, tok_path)
+            else:
+                wall, _ = run(cmd)
+                out = outs["fastokens" if "fastokens" in name else "tokenizers"]
+                with open(os.path.join(out, "manifest.json")) as f:
+                    m = json.load(f)
+                tokens = m["tokens"]
+                assert name.endswith(m["tokenizer"]["backend"]) or "auto" in name, m
+            rows.append({"case": name, "round": r, "wall": wall, "tokens": tokens})
+            print(f"{name:46s} {wall:7.2f} s {tokens / wall / 1e6:6.2f} M tokens/s", flush=True)
+    base = {r["round"]: r["wall"] for r in rows if r["case"] == "encode_batch alone"}
+    for row in rows:
+        row["speedup"] = base[row["round"]] / row["wall"]
+    names = sorted(os.listdir(os.path.join(outs["fastokens"], "shards")))
+    same = all(
+        open(os.path.join(outs["fastokens"], "shards", n), "rb").read()
+        == open(os.path.join(outs["tokenizers"], "shards", n), "rb").read()
+        for n in names
+    )
+    print(f"shards identical between the backends: {same} ({len(names)} files)")
+    stages = stage_times(many, tok_path)
+    print("stages of one file alone:", {k: round(v, 2) for k, v in stages.items()})
+    rows.append({"case": "stages", "stages": stages, "identical": same})
+    table, build = os.path.join(folder, "table"), [*FGRAM, "build", "-S", "1000000"]
+    for r in range(rounds):
+        order = ("text", "tokens") if r % 2 == 0 else ("tokens", "text")
+        for how in order:
+            src = [many, "--tokenizer", tok_path] if how == "text" else [outs["fastokens"]]
+            wall, _ = run([*build, table, *src, "--overwrite"])
+            rows.append({"case": f"build from {how}", "round": r, "wall": wall})
+            print(f"build from {how}: {wall:.1f} s", flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("corpus")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--parts", nargs="+", default=["speed", "memory", "build"])
+    ap.add_argument("--copies", type=int, default=7, help="backend: the corpus this many times")
     args = ap.parse_args()
     folder = os.path.join(HERE, "out", "english-text")
     tok_path = os.path.abspath(os.path.join(args.corpus, "..", "tokenizer.json"))
@@ -259,6 +350,8 @@ def main() -> None:
         rows += memory(texts, folder, tok_path)
     if "build" in args.parts:
         rows += build_from_text(texts, folder, tok_path, args.rounds)
+    if "backend" in args.parts:
+        rows += backend_part(texts, folder, tok_path, args.rounds, args.copies)
     with open(os.path.join(HERE, "results.jsonl"), "a") as f:
         for row in rows:
             f.write(json.dumps({"bench": "tokenize", "machine": machine(), **row}) + "\n")

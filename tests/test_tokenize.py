@@ -36,8 +36,11 @@ def tok_path(tmp_path_factory):
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>", "[UNK]"], show_progress=False
+    trainer = trainers.BpeTrainer(  # every byte in its alphabet: the fast backend proves it
+        vocab_size=400,
+        special_tokens=["<|endoftext|>", "[UNK]"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     rng = np.random.default_rng(0)
     corpus = [" ".join(rng.choice(WORDS, 12)) for _ in range(300)] + ["héllo wörld ☃ 123"]
@@ -140,6 +143,7 @@ def test_every_format_in_one_run_in_input_order(tok_path, tmp_path):
     )
     assert got["row"] == [0, 1, 0, 1, 0, 1, 0, 0, 1, 2]
     assert m["tokenizer"]["vocab_size"] <= 400 and len(m["tokenizer"]["sha256"]) == 64
+    assert m["tokenizer"]["backend"] == "fastokens"  # proven (auto), the text extra has it
     assert [i["uri"] for i in m["inputs"]] == sorted(
         str(p) for p in src.iterdir() if p.name[0] != "_"
     )

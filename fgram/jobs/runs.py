@@ -26,6 +26,7 @@ NOT_FINGERPRINTED = (
     "master",
     "conf",
     "storage",
+    "tokenizer_backend",  # proven to give the same ids: a resume may change it
 )
 
 

@@ -20,6 +20,7 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -48,7 +49,7 @@ from fgram.pipeline.formats.text import (
     read_ahead,
 )
 from fgram.pipeline.formats.token_shards import ShardWriter
-from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, load_spec, tokenizer
+from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, encoder, load_spec
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import check_output, finish, staging_for
@@ -58,6 +59,7 @@ from fgram.pipeline.records import JsonRecord
 from fgram.version import __version__
 
 FORMAT = 1
+SAMPLE_FILES, SAMPLE_DOCS, SAMPLE_BYTES = 8, 256, 8 << 20  # a backend's proof: the run's text
 
 
 def task_threads(cfg: TokenizeConfig, units: int) -> int:
@@ -140,7 +142,7 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
             return done
     unit = plan.units[u]
     file = plan.files[unit.file]
-    tok = tokenizer(plan.spec, plan.threads)
+    tok = encoder(plan.spec, plan.threads)
     shards = ShardWriter(
         plan.staging, u, file.uri, plan.cfg.format, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
     )
@@ -227,6 +229,34 @@ def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]
     return {"fgram_version": __version__, "config": rec, "inputs": [f.record() for f in files]}
 
 
+def _backend(
+    cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile], units: list[TextUnit]
+) -> str:
+    """The tokenizer backend of the run (`backends.choose`), proven on a sample of its
+    own documents: the first of each of its first files' first units."""
+    from fgram.pipeline.formats.backends import choose
+
+    if cfg.tokenizer_backend == "tokenizers":
+        return "tokenizers"
+    samples: list[tuple[str, str]] = []
+    seen: set[int] = set()
+    size = 0
+    for unit in units:
+        if unit.file in seen or len(seen) >= SAMPLE_FILES or size >= SAMPLE_BYTES:
+            continue
+        seen.add(unit.file)
+        file = files[unit.file]
+        taken = 0
+        for batch in documents(file, unit, cfg.text_options(), 1, Skips(True), batch=64):
+            for place, text in zip(batch.places, batch.texts, strict=True):
+                samples.append((f"{file.uri} document {place + 1}", text))
+                size += len(text)
+                taken += 1
+            if taken >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
+                break
+    return choose(cfg.tokenizer_backend, spec.json, samples, cfg.add_special_tokens)
+
+
 def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
     """Tokenize ``cfg.inputs`` into ``cfg.output``; returns the manifest."""
     t0 = time.time()
@@ -254,6 +284,7 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
     with OutputLock(out):
         files = plan_text(cfg.inputs, cfg.text_options())
         units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
+        spec = dataclasses.replace(spec, backend=_backend(cfg, spec, files, units))
         fingerprint = _fingerprint(cfg, spec, files)
         digest = fingerprint_digest(fingerprint)
         done = out.child("manifest.json")
@@ -362,6 +393,7 @@ def tokenize_inputs(cfg: Any, output: str, resume: bool = False, spark=None) -> 
             master=cfg.master,
             conf=cfg.conf,
             storage=cfg.storage,
+            tokenizer_backend=cfg.tokenizer_backend,
         ),
         spark,
     )

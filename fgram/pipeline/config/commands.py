@@ -27,6 +27,7 @@ from fgram.pipeline.config.options import (
     storage_option,
     strict_option,
     text_field_option,
+    tokenizer_backend_option,
     unit_tokens_option,
 )
 from fgram.pipeline.errors import ConfigError
@@ -174,6 +175,7 @@ class BuildConfig(ReadsShards, Options):
     )
     text_field: str = text_field_option()
     doc_per_line: bool = doc_per_line_option()
+    tokenizer_backend: str = tokenizer_backend_option()
 
     def check(self) -> None:
         if not self.inputs:
@@ -227,6 +229,7 @@ class AnnotateConfig(ReadsShards, Options):
     )
     text_field: str = text_field_option()
     doc_per_line: bool = doc_per_line_option()
+    tokenizer_backend: str = tokenizer_backend_option()
     layout: str = option(
         "fgram",
         "How the tags' files are laid out, for the trainer that reads them: "
@@ -255,6 +258,7 @@ class TokenizeConfig(Options):
     text_field: str = text_field_option()
     id_field: str | None = option(None, "A field kept beside the tokens as `id`.")
     doc_per_line: bool = doc_per_line_option()
+    tokenizer_backend: str = tokenizer_backend_option()
     add_special_tokens: bool = option(
         False, "Add the tokenizer's special tokens (its template, e.g. BOS) to each document."
     )

@@ -198,6 +198,18 @@ def text_field_option() -> Any:
     )
 
 
+def tokenizer_backend_option() -> Any:
+    from fgram.pipeline.formats.backends import CHOICES
+
+    return option(
+        "auto",
+        "What encodes the text: auto (the fastest installed backend proven to give this "
+        "tokenizer's ids exactly, on hard cases and a sample of the run's documents; "
+        "else tokenizers), tokenizers (Hugging Face's), fastokens.",
+        choices=CHOICES,
+    )
+
+
 def doc_per_line_option() -> Any:
     return option(False, ".txt files: a document per line, not per file.")
 

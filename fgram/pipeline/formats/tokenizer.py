@@ -3,6 +3,7 @@ its content, shipped to workers as its JSON text, and run on batches of document
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,14 +37,19 @@ class TokenizerSpec:
     sha256: str
     vocab_size: int
     eos_id: int | None  # its end-of-document token, when it names one
+    backend: str = "tokenizers"  # what encodes with it (`backends.choose`)
 
     def record(self) -> dict[str, Any]:
+        from fgram.pipeline.formats.backends import backend
+
         return {
             "name": self.name,
             "path": self.path,
             "sha256": self.sha256,
             "vocab_size": self.vocab_size,
             "eos_id": self.eos_id,
+            "backend": self.backend,
+            "backend_version": backend(self.backend).version(),
         }
 
 
@@ -56,7 +62,8 @@ def tokenizer_file(path: str) -> str:
     return path
 
 
-_LOADED: dict[str, Any] = {}  # this process's tokenizer, by its sha256
+_LOADED: dict[str, Any] = {}  # this process's tokenizer, by its sha256 and backend
+_REFERENCE: dict[str, Any] = {}  # and tokenizers' beside a fast backend's
 
 
 def load_spec(path: str) -> TokenizerSpec:
@@ -86,7 +93,7 @@ def load_spec(path: str) -> TokenizerSpec:
         eos_id=eos,
     )
     _LOADED.clear()
-    _LOADED[spec.sha256] = tok  # the driver's own tasks need not parse it again
+    _LOADED[f"{spec.sha256}:tokenizers"] = tok  # the driver's own tasks need not parse it again
     return spec
 
 
@@ -146,23 +153,55 @@ def _config_eos(tok: Any, config: str) -> int | None:
     return int(found) if found is not None else None
 
 
+@dataclass(frozen=True)
+class Encoder:
+    """A spec's tokenizer loaded by its backend (`backends`)."""
+
+    backend: str
+    tok: Any
+    json: str  # the tokenizer's text: the reference is made from it where needed
+
+
 def tokenizer(spec: TokenizerSpec, threads: int = 0) -> Any:
-    """The spec's tokenizer, made once per process. ``threads`` > 0 sizes its thread pool
-    (RAYON_NUM_THREADS: read once, when a process first encodes a batch; a process that
-    encoded before keeps its pool); 0 leaves the library's default (every core)."""
-    if threads > 0:
-        os.environ["RAYON_NUM_THREADS"] = str(threads)
-    if spec.sha256 not in _LOADED:
+    """The spec's tokenizer (``tokenizers``' object), made once per process; with
+    ``threads`` > 0 its thread pool sized so (`backends.size_threads`)."""
+    return encoder(dataclasses.replace(spec, backend="tokenizers"), threads).tok
+
+
+def encoder(spec: TokenizerSpec, threads: int = 0) -> Encoder:
+    """The spec's tokenizer in its backend, made once per process. ``threads`` > 0
+    sizes the backend's thread pool (read once, when a process first encodes a batch:
+    a process that encoded before keeps its pool); 0 leaves the library's default
+    (every core)."""
+    from fgram.pipeline.formats.backends import backend, size_threads
+
+    chosen = backend(spec.backend)
+    size_threads(chosen, threads)
+    key = f"{spec.sha256}:{spec.backend}"
+    if key not in _LOADED:
         _LOADED.clear()
-        _LOADED[spec.sha256] = _library().Tokenizer.from_str(spec.json)
-    return _LOADED[spec.sha256]
+        _LOADED[key] = chosen.load(spec.json)
+    return Encoder(spec.backend, _LOADED[key], spec.json)
 
 
-def encode(tok: Any, texts: list[str], special: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def encode(enc: Encoder, texts: list[str], special: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Documents -> (token counts int64, all their ids int64, concatenated), without
-    the tokenizer's special tokens unless ``special``; its own threads encode the batch."""
-    run = getattr(tok, "encode_batch_fast", None) or tok.encode_batch
-    ids = [np.asarray(e.ids, dtype=np.int64) for e in run(texts, add_special_tokens=special)]
-    lengths = np.array([len(a) for a in ids], dtype=np.int64)
-    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-    return lengths, flat
+    the tokenizer's special tokens unless ``special``; the backend's own threads encode
+    the batch."""
+    from fgram.pipeline.formats.backends import TOKENIZERS, backend
+
+    if enc.backend == TOKENIZERS.name:
+        return TOKENIZERS.encode(enc.tok, texts, special)
+    try:
+        return backend(enc.backend).encode(enc.tok, texts, special)
+    except Exception:  # noqa: BLE001 - a batch it cannot encode: the reference's ids
+        return TOKENIZERS.encode(_reference(enc), texts, special)
+
+
+def _reference(enc: Encoder) -> Any:
+    """``tokenizers``' own tokenizer beside a fast backend's (made once per process)."""
+    key = f"reference:{id(enc.tok)}"
+    if key not in _REFERENCE:
+        _REFERENCE.clear()
+        _REFERENCE[key] = _library().Tokenizer.from_str(enc.json)
+    return _REFERENCE[key]
