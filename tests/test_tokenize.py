@@ -469,3 +469,36 @@ def test_read_ahead_keeps_order_raises_in_order_and_stops_with_its_consumer():
     assert next(it) == 0
     it.close()  # the consumer goes: the reader thread ends too
     assert threading.active_count() == before
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    records=st.lists(
+        st.tuples(
+            st.text(),
+            st.one_of(st.integers(-(2**100), 2**100), st.text(max_size=5), st.floats()),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+)
+def test_documents_read_as_the_standard_library_reads_them(tmp_path_factory, records):
+    """orjson (the text extra) where it reads a line as json does; json itself where
+    not (lone surrogates escaped, NaN, integers past 64 bits): texts and ids as json
+    gives them."""
+    from fgram.pipeline.formats import text as tx
+
+    assert tx.FAST_JSON is not None, "the test extra installs orjson"
+    path = tmp_path_factory.mktemp("js") / "a.jsonl"
+    lines = [json.dumps({"text": t, "id": k}, ensure_ascii=True) for t, k in records]
+    path.write_text("\n".join(lines) + "\n")
+    opts = tx.TextOptions(id_field="id")
+    (f,) = tx.plan_text([str(path)], opts)
+    got = tx.Batch(ids=[])
+    for unit in tx.plan_text_units([f], opts, 1 << 30):
+        for batch in tx.documents(f, unit, opts, 1, tx.Skips(False)):
+            got.texts += batch.texts
+            got.ids += batch.ids
+    want = [json.loads(line) for line in lines]
+    assert got.texts == [w["text"] for w in want]
+    assert got.ids == [str(w["id"]) for w in want]

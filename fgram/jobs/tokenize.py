@@ -20,7 +20,6 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -49,7 +48,7 @@ from fgram.pipeline.formats.text import (
     read_ahead,
 )
 from fgram.pipeline.formats.token_shards import ShardWriter
-from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, encoder, load_spec
+from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, encoder, load_spec, prove
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import check_output, finish, staging_for
@@ -59,7 +58,7 @@ from fgram.pipeline.records import JsonRecord
 from fgram.version import __version__
 
 FORMAT = 1
-SAMPLE_FILES, SAMPLE_DOCS, SAMPLE_BYTES = 8, 256, 8 << 20  # a backend's proof: the run's text
+SAMPLE_FILES, SAMPLE_DOCS, SAMPLE_BYTES = 8, 256, 4 << 20  # a backend's proof: the run's text
 
 
 def task_threads(cfg: TokenizeConfig, units: int) -> int:
@@ -161,12 +160,17 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
         shards.add(doc_base + places, row_base + places, lengths, flat, batch.ids)
         done.documents += len(batch.texts)
         done.tokens += len(flat)
-        done.bytes += sum(len(t.encode("utf-8")) for t in batch.texts)
+        done.bytes += text_bytes(batch.texts)
     shards.flush()
     done.seconds = round(time.time() - t0, 3)
     done.skipped, done.first_skipped = skips.count, skips.first
     save_json(marker, done.to_json())  # the unit's completion marker, last
     return done
+
+
+def text_bytes(texts: list[str]) -> int:
+    """The UTF-8 size of texts: an ASCII text's is its length (no encoding)."""
+    return sum(len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts)
 
 
 @dataclass(frozen=True)
@@ -231,13 +235,11 @@ def _fingerprint(cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile]
 
 def _backend(
     cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile], units: list[TextUnit]
-) -> str:
-    """The tokenizer backend of the run (`backends.choose`), proven on a sample of its
-    own documents: the first of each of its first files' first units."""
-    from fgram.pipeline.formats.backends import choose
-
+) -> TokenizerSpec:
+    """The spec with the tokenizer backend of the run (`tokenizer.prove`), proven on a
+    sample of its own documents: the first of each of its first files' first units."""
     if cfg.tokenizer_backend == "tokenizers":
-        return "tokenizers"
+        return spec
     samples: list[tuple[str, str]] = []
     seen: set[int] = set()
     size = 0
@@ -254,7 +256,7 @@ def _backend(
                 taken += 1
             if taken >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
                 break
-    return choose(cfg.tokenizer_backend, spec.json, samples, cfg.add_special_tokens)
+    return prove(spec, cfg.tokenizer_backend, samples, cfg.add_special_tokens)
 
 
 def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
@@ -284,7 +286,7 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
     with OutputLock(out):
         files = plan_text(cfg.inputs, cfg.text_options())
         units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
-        spec = dataclasses.replace(spec, backend=_backend(cfg, spec, files, units))
+        spec = _backend(cfg, spec, files, units)
         fingerprint = _fingerprint(cfg, spec, files)
         digest = fingerprint_digest(fingerprint)
         done = out.child("manifest.json")

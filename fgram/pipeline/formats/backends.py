@@ -148,12 +148,17 @@ def first_difference(
 
 
 def choose(
-    requested: str, tokenizer_json: str, samples: list[tuple[str, str]], special: bool
+    requested: str,
+    tokenizer_json: str,
+    samples: list[tuple[str, str]],
+    special: bool,
+    loaded: dict[str, Any] | None = None,
 ) -> str:
     """The backend a run uses (`module docs`): ``requested`` (auto, or a backend's
     name) proven on the hard cases and ``samples`` (label, text) of the run's own
     documents; ``tokenizers`` when no other is proven, with one warning line when a
-    backend was tried and differed."""
+    backend was tried and differed. ``loaded``: tokenizers already made, by backend
+    name (the reference's is used, the proven one's is put there)."""
     if requested == "tokenizers":
         return "tokenizers"
     if requested == "auto":
@@ -165,7 +170,8 @@ def choose(
                 f"--tokenizer-backend {requested}: the package {tried[0].package} is not "
                 f"installed (pip install 'fgram[text]')"
             )
-    reference = _tokenizers_load(tokenizer_json)
+    loaded = {} if loaded is None else loaded
+    reference = loaded.get("tokenizers") or _tokenizers_load(tokenizer_json)
     docs = [(f"hard case {i}", t) for i, t in enumerate(hard_cases(tokenizer_json))] + samples
     for fast in tried:
         try:
@@ -186,6 +192,7 @@ def choose(
             why = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
             where = f"a document it could not encode ({why})"
         if where is None:
+            loaded[fast.name] = candidate
             return fast.name
         sys.stderr.write(
             f"fgram: warning: the {fast.name} backend's ids differ from tokenizers' on "

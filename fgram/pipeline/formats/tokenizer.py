@@ -92,8 +92,7 @@ def load_spec(path: str) -> TokenizerSpec:
         vocab_size=int(tok.get_vocab_size(with_added_tokens=True)),
         eos_id=eos,
     )
-    _LOADED.clear()
-    _LOADED[f"{spec.sha256}:tokenizers"] = tok  # the driver's own tasks need not parse it again
+    _keep(spec.sha256, "tokenizers", tok)  # the driver's own tasks need not parse it again
     return spec
 
 
@@ -179,9 +178,29 @@ def encoder(spec: TokenizerSpec, threads: int = 0) -> Encoder:
     size_threads(chosen, threads)
     key = f"{spec.sha256}:{spec.backend}"
     if key not in _LOADED:
-        _LOADED.clear()
-        _LOADED[key] = chosen.load(spec.json)
+        _keep(spec.sha256, spec.backend, chosen.load(spec.json))
     return Encoder(spec.backend, _LOADED[key], spec.json)
+
+
+def _keep(sha256: str, backend: str, tok: Any) -> None:
+    """Keep a made tokenizer for this process (one tokenizer's, in each backend)."""
+    if any(not k.startswith(f"{sha256}:") for k in _LOADED):
+        _LOADED.clear()
+    _LOADED[f"{sha256}:{backend}"] = tok
+
+
+def prove(
+    spec: TokenizerSpec, requested: str, samples: list[tuple[str, str]], special: bool
+) -> TokenizerSpec:
+    """The spec with the backend a run uses (`backends.choose`), the tokenizers made
+    for the proof kept for this process's own tasks."""
+    from fgram.pipeline.formats.backends import choose
+
+    made = {"tokenizers": _LOADED.get(f"{spec.sha256}:tokenizers")}
+    name = choose(requested, spec.json, samples, special, made)
+    if name in made and made[name] is not None:
+        _keep(spec.sha256, name, made[name])
+    return dataclasses.replace(spec, backend=name)
 
 
 def encode(enc: Encoder, texts: list[str], special: bool = False) -> tuple[np.ndarray, np.ndarray]:
