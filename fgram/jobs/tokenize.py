@@ -284,42 +284,51 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
     check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
     with OutputLock(out):
-        files = plan_text(cfg.inputs, cfg.text_options())
-        units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
-        spec = _backend(cfg, spec, files, units)
-        fingerprint = _fingerprint(cfg, spec, files)
-        digest = fingerprint_digest(fingerprint)
-        done = out.child("manifest.json")
-        if cfg.resume and done.exists():
-            published = done.read_json()
-            if published.get("run_fingerprint") == digest:
-                return dict(published)  # finished already: nothing to resume
-        staging = staging_for(out, runs_here(cfg))
-        resumed = claim_staging(staging, fingerprint, cfg.resume, out.uri, "tokenize run")
-        wf.make_dirs(wf.join(staging, "shards"))
+        # the JVM starts (seconds) while the driver plans, proves the backend, and then
+        # counts and tokenizes units itself
+        starting = Starting(cfg, spark)
         try:
-            with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
-                manifest = _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep)
-            manifest["resumed"] = resumed
-            manifest["run_fingerprint"] = digest
-            manifest["seconds"] = round(time.time() - t0, 3)
-            finish(staging, out, manifest, checksums=True)  # the work goes with the publish
-        except BaseException as exc:
-            if not keeps_work(exc):
-                wf.remove_tree(staging)
-            else:  # for the command line's one line (cli.main)
-                exc.fgram_kept = (  # type: ignore[attr-defined]
-                    f"the tokenized units are kept in {getattr(staging, 'uri', staging)}: "
-                    f"rerun with --resume to continue"
-                )
-            raise
+            return _publish(cfg, out, starting, spec, dtype, doc_sep, t0)
+        finally:
+            starting.wait()  # no executor left starting behind an early end or an error
+
+
+def _publish(cfg, out, starting, spec, dtype, doc_sep, t0) -> dict[str, Any]:
+    """Plan, prove the backend, tokenize aside and publish, under the output's lock."""
+    files = plan_text(cfg.inputs, cfg.text_options())
+    units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
+    spec = _backend(cfg, spec, files, units)
+    fingerprint = _fingerprint(cfg, spec, files)
+    digest = fingerprint_digest(fingerprint)
+    done = out.child("manifest.json")
+    if cfg.resume and done.exists():
+        published = done.read_json()
+        if published.get("run_fingerprint") == digest:
+            return dict(published)  # finished already: nothing to resume
+    staging = staging_for(out, runs_here(cfg))
+    resumed = claim_staging(staging, fingerprint, cfg.resume, out.uri, "tokenize run")
+    wf.make_dirs(wf.join(staging, "shards"))
+    try:
+        with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
+            manifest = _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep)
+        manifest["resumed"] = resumed
+        manifest["run_fingerprint"] = digest
+        manifest["seconds"] = round(time.time() - t0, 3)
+        finish(staging, out, manifest, checksums=True)  # the work goes with the publish
+    except BaseException as exc:
+        if not keeps_work(exc):
+            wf.remove_tree(staging)
+        else:  # for the command line's one line (cli.main)
+            exc.fgram_kept = (  # type: ignore[attr-defined]
+                f"the tokenized units are kept in {getattr(staging, 'uri', staging)}: "
+                f"rerun with --resume to continue"
+            )
+        raise
     PROGRESS.end()
     return manifest
 
 
-def _tokenize(cfg, spark, spec, files, units, staging, dtype, doc_sep) -> dict[str, Any]:
-    # the JVM starts (seconds) while the driver counts and tokenizes units itself
-    starting = Starting(cfg, spark)
+def _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep) -> dict[str, Any]:
     ex = HeadStart(starting, cfg.master)
     plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep, task_threads(cfg, len(units)))
     PROGRESS.stage("count documents", len(units) - 1)
