@@ -1,6 +1,5 @@
 """One writer per output: a lock file beside a local output (`FileLock`: its holder's
-host and pid, a heartbeat), a lease object beside one on an object store (`LeaseLock`:
-claims in a folder, the oldest live claim wins, renewed while the run lasts)."""
+host and pid, a heartbeat), a lease beside one on an object store (`lease.LeaseLock`)."""
 
 from __future__ import annotations
 
@@ -11,13 +10,15 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from fgram.pipeline.errors import LockedError, StorageUnavailable
+from fgram.pipeline.errors import LockedError
+from fgram.pipeline.io.lease import LeaseLock, process_alive
 from fgram.pipeline.io.publish import as_location, lock_path
 from fgram.pipeline.io.storage import Location, Place
+
+__all__ = ["FileLock", "LeaseLock", "OutputLock", "is_live", "process_alive", "working_in"]
 
 
 def OutputLock(out: Place, beat: float = 10.0, stale: float = 120.0) -> FileLock | LeaseLock:
@@ -144,123 +145,6 @@ class FileLock:
         while not self._stop.wait(self.beat):
             with contextlib.suppress(OSError):
                 os.utime(self.path)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process of this id runs on this machine (a stale lock's, a killed run's)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class LeaseLock:
-    """One writer per output on an object store, where there is no exclusive create:
-    each run writes a claim object of its own into ``.<name>.fgram-lock/`` beside the
-    output, then lists the claims. It holds the lock only if it sees no other live
-    claim; otherwise it withdraws its claim and tries again, a few times, then gives
-    up (LockedError). Two runs that claim at once may both withdraw, never both hold:
-    with strongly consistent listing (S3 and SeaweedFS), of two claims written before
-    either listing, the later listing sees both. A holder rewrites its claim every
-    ``beat`` seconds; a claim is stale (deleted by the next run) when its run is gone
-    (same host) or it was last written more than ``stale`` seconds ago by the store's
-    clock: its object's time against that of the claim just written (hosts' clocks
-    may disagree by minutes; the store's times are one clock).
-
-    Released at the end in a bounded wait (`RELEASE_WAIT`): a store that froze is not
-    waited for; the claim then expires by itself."""
-
-    ATTEMPTS = 5
-    RELEASE_WAIT = 5.0
-
-    def __init__(self, out: Location, beat: float = 10.0, stale: float = 120.0):
-        self.out = out
-        self.folder = out.sibling(f".{out.name}.fgram-lock")
-        self.me = {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "started": time.time(),
-            "output": out.uri,
-        }
-        self.claim = self.folder.child(
-            f"{self.me['host']}-{os.getpid()}-{uuid.uuid4().hex[:8]}.json"
-        )
-        self.beat, self.stale = beat, stale
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def __enter__(self) -> LeaseLock:
-        import random
-
-        seen = None
-        for attempt in range(self.ATTEMPTS):
-            self.claim.write_json(self.me)
-            now = self.claim.info().mtime  # the store's clock, as it wrote our claim
-            live = [n for n in self.folder.names() if n != self.claim.name and self._live(n, now)]
-            if not live:
-                thread = self._thread = threading.Thread(target=self._heartbeat, daemon=True)
-                thread.start()
-                return self
-            self.claim.remove()
-            holder = self._read(live[0]) or {}
-            if live[0] == seen or attempt == self.ATTEMPTS - 1:
-                raise LockedError(
-                    f"{self.out.uri}: another fgram run is writing it (pid {holder.get('pid')} "
-                    f"on {holder.get('host')}, lease {self.folder.child(live[0]).uri}); if that "
-                    f"run is gone, the lease expires {int(self.stale)} s after its last beat"
-                )
-            seen = live[0]
-            time.sleep(random.uniform(0.2, 1.0))
-        raise LockedError(f"{self.out.uri}: could not take the lease {self.folder.uri}")
-
-    def _read(self, name: str) -> dict[str, Any] | None:
-        try:
-            lease: dict[str, Any] = self.folder.child(name).read_json()
-            return lease
-        except Exception:  # noqa: BLE001 - gone meanwhile
-            return None
-
-    def _live(self, name: str, now: Any) -> bool:
-        """Whether another run's claim still counts (``now``: the store's time of our own
-        claim); stale ones are deleted."""
-        other = self.folder.child(name)
-        info, holder = other.info(), self._read(name)
-        if holder is None or info.mtime is None:
-            return False
-        if holder.get("host") == self.me["host"]:
-            alive = process_alive(int(holder.get("pid", -1)))
-        else:
-            ref = now.timestamp() if now is not None else time.time()
-            alive = ref - info.mtime.timestamp() <= self.stale
-        if not alive:
-            other.remove()
-        return alive
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.beat):
-            with contextlib.suppress(Exception):  # noqa: BLE001 - the next beat tries again
-                self.claim.write_json({**self.me, "beat": time.time()})
-
-    def __exit__(self, kind: Any, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1)  # a beat hung on a frozen store is left behind
-        if kind is not None and issubclass(kind, StorageUnavailable):
-            return  # the store does not answer: the claim expires by itself
-        done = threading.Event()
-
-        def release() -> None:
-            with contextlib.suppress(Exception):  # noqa: BLE001 - it expires by itself
-                self.claim.remove()
-            done.set()
-
-        threading.Thread(target=release, daemon=True).start()
-        done.wait(self.RELEASE_WAIT)
 
 
 LIVE = "live.lock"  # in a run's local work folder: flocked while the run lasts

@@ -7,8 +7,9 @@ import shutil
 import uuid
 from typing import Any
 
-from fgram.pipeline.errors import OutputError
+from fgram.pipeline.errors import LockedError, OutputError
 from fgram.pipeline.io.cache import cache_dir
+from fgram.pipeline.io.lease import confirm_held
 from fgram.pipeline.io.storage import Location, Place, check_bucket, json_bytes, locate
 
 
@@ -259,6 +260,12 @@ def commit_generation(
     first is the switch: it names the new files); then delete every other object below
     ``dest``."""
     upload_all([(src, dest.child(name)) for name, src in files.items()])
+    try:
+        confirm_held(dest)  # a run whose lease was taken over switches nothing
+    except LockedError:
+        for name in files:
+            dest.child(name).remove()
+        raise
     for name, data in markers:
         dest.child(name).write_bytes(data)
     keep = set(files) | set(written) | {name for name, _ in markers}
