@@ -162,3 +162,32 @@ def test_the_master_of_a_context_still_being_made(monkeypatch):
     running = SimpleNamespace(master="spark://h:7077")
     monkeypatch.setattr(SparkContext, "_active_spark_context", running)
     assert effective_master(None) == "spark://h:7077"
+
+
+_RESET_WORKER = """
+import socket, struct, sys, time
+from pyspark import daemon
+from fgram.spark.daemon import install
+if sys.argv[1] == "fgram":
+    install()
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+jvm = socket.create_connection(srv.getsockname())
+sock, _ = srv.accept()
+jvm.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+jvm.close()  # a reset, as when the JVM drops a cancelled task's worker
+time.sleep(0.2)
+print("exit", daemon.worker(sock, True))
+"""
+
+
+def test_a_worker_whose_jvm_socket_was_reset_says_nothing():
+    """pyspark's own daemon prints a traceback when the JVM dropped a task's socket
+    (a cancelled stage); the daemon fgram runs ends that worker without a word."""
+    run = [sys.executable, "-c", _RESET_WORKER]
+    plain = subprocess.run([*run, "plain"], capture_output=True, text=True, timeout=120)
+    assert "Traceback" in plain.stderr and "BrokenPipeError" in plain.stderr  # pyspark's
+    ours = subprocess.run([*run, "fgram"], capture_output=True, text=True, timeout=120)
+    assert ours.returncode == 0 and ours.stdout.strip() == "exit 1"
+    assert ours.stderr == ""

@@ -17,10 +17,40 @@ would otherwise become the workers' ``fgram``, an empty namespace package, for
 an editable install, whose modules are found after every path entry. The
 working directory goes back at the end of the path (modules of the user's,
 such as an ``embed --model``, still import from it).
+
+A worker whose task the JVM gave up (a cancelled stage, a failing sibling, a stopped
+context) finds its socket reset or closed under it. pyspark's daemon prints that as a
+traceback into the run's output, though the JVM already knows the task is gone:
+`quiet_worker` ends such a worker without a word (exceptions of the task itself never
+reach it: pyspark's worker sends them to the JVM).
 """
 
 import os
+import socket
 import sys
+
+
+def quiet_worker(sock: socket.socket, authenticated: bool) -> int:
+    """pyspark's daemon ``worker``, silent when the JVM's end of the socket is gone."""
+    from pyspark import daemon
+
+    try:
+        code: int = daemon.real_worker(sock, authenticated)  # type: ignore[attr-defined]
+        return code
+    except (ConnectionResetError, BrokenPipeError):
+        return 1  # the daemon then drains the socket and ends the worker
+
+
+def install() -> None:
+    """pyspark's daemon, its workers made quiet (`quiet_worker`)."""
+    from pyspark import daemon
+
+    # a flush to a socket the JVM closed raises (into `quiet_worker`), not a printed traceback
+    os.environ.setdefault("PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE", "1")
+    if not hasattr(daemon, "real_worker"):
+        daemon.real_worker = daemon.worker  # type: ignore[attr-defined]
+        daemon.worker = quiet_worker
+
 
 if __name__ == "__main__":
     zips = [p for p in sys.path if p.endswith(".zip")]
@@ -33,4 +63,5 @@ if __name__ == "__main__":
     sys.path += here
     from pyspark.daemon import manager
 
+    install()
     manager()
