@@ -157,7 +157,7 @@ def test_each_size_built_separately(tmp_path, spark):
     assert one.exit_code == 0, one.output
     import json
 
-    by_size = json.loads(one.stdout)["by_size"]
+    by_size = json.loads(one.stdout)["details"]["coverage"]["by_size"]
     assert [r["size"] for r in by_size] == sizes
     for row in by_size:
         assert {k: v for k, v in row.items() if k not in ("size", "fgrams")} == runs[row["size"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 from typing import NoReturn
@@ -14,6 +15,7 @@ import click
 
 from fgram.cli import make, report, use
 from fgram.cli.options import Interrupted, fail
+from fgram.cli.results import RUN, failed
 from fgram.pipeline.errors import FgramError, StorageUnavailable
 from fgram.version import __version__
 
@@ -63,6 +65,7 @@ class _Commands(click.Group):
     group's options may follow the command (`hoisted`)."""
 
     def parse_args(self, ctx, args):
+        RUN.expect(list(args))  # --json: even a usage error ends in a result
         return super().parse_args(ctx, hoisted(list(args)))
 
     def invoke(self, ctx):
@@ -74,7 +77,11 @@ class _Commands(click.Group):
             kept = getattr(exc, "fgram_kept", None)  # a store down, a disk full: work kept
             if SIGINTS:  # a task's failure under the same Ctrl-C came back first
                 raise Interrupted(kept) from None
-            fail(f"{exc}{'; ' + kept if kept else ''}", at_once=isinstance(exc, StorageUnavailable))
+            fail(
+                f"{exc}{'; ' + kept if kept else ''}",
+                at_once=isinstance(exc, StorageUnavailable),
+                kind=type(exc).__name__,
+            )
 
 
 @click.group(
@@ -134,6 +141,7 @@ for command in (
 
 
 def _interrupted(kept: str | None) -> NoReturn:
+    failed(130, "Interrupted", "interrupted", kept)
     click.echo(f"fgram: interrupted{'; ' + kept if kept else ''}", err=True)
     sys.exit(130)
 
@@ -155,6 +163,7 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
+        failed(exc.exit_code, type(exc).__name__, exc.format_message())
         exc.show()
         sys.exit(exc.exit_code)
     except (Interrupted, click.exceptions.Abort, KeyboardInterrupt) as exc:
@@ -171,6 +180,8 @@ def main() -> None:
             traceback.print_exc()
         line, _ = task_failure(str(exc)) if str(exc) else (type(exc).__name__, None)
         kept = getattr(exc, "fgram_kept", None)
+        named = re.match(r"(\w+): ", line)
+        failed(1, named.group(1) if named else type(exc).__name__, line, kept)
         click.echo(f"fgram: error: {line}{'; ' + kept if kept else ''}", err=True)
         sys.exit(1)
 

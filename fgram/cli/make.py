@@ -7,6 +7,7 @@ import os
 import click
 
 from fgram.cli.options import config_options, fail, shown, summary
+from fgram.cli.results import finished, json_option, table_fields
 from fgram.pipeline.config.commands import BuildConfig, TokenizeConfig
 
 # build's options that a refresh has not: it publishes versions of its own, from tokens
@@ -26,6 +27,7 @@ REFRESH_TAKES_NOT = (
 @click.argument("table", metavar="TABLE")
 @click.argument("inputs", nargs=-1, metavar="INPUTS...")
 @config_options(BuildConfig, exclude=("inputs", "output"))
+@json_option
 def build_command(table, inputs, **opts):
     """Build the f-gram table TABLE of tokenized shards INPUTS (files, folders, globs, URIs).
 
@@ -46,7 +48,7 @@ def build_command(table, inputs, **opts):
         fail("give the table, then the inputs: fgram build TABLE INPUTS...")
     _table_first(table)
     manifest = run_build(BuildConfig(inputs=list(inputs), output=table, **opts))
-    click.echo(summary(manifest, shown(table)))
+    finished([summary(manifest, shown(table))], "built", shown(table), **table_fields(manifest))
 
 
 def _table_first(table: str) -> None:
@@ -73,6 +75,7 @@ def _table_first(table: str) -> None:
     help="Versions to keep (the current one always stays).",
 )
 @config_options(BuildConfig, exclude=REFRESH_TAKES_NOT)
+@json_option
 def refresh_command(table, inputs, keep, **opts):
     """New version of a versioned table for the input list INPUTS, incrementally.
 
@@ -95,12 +98,27 @@ def refresh_command(table, inputs, keep, **opts):
 
     res = run_refresh(BuildConfig(inputs=list(inputs), output=table, **opts), keep=keep)
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
+    root = shown(table).rstrip("/")
+    fields = {
+        "version_id": res["version"],
+        "previous_version_id": res["previous"],
+        "fingerprint": res.get("fingerprint"),
+        "details": {"pruned": res["pruned"], "current": f"{root}/current"},
+    }
+    made = table_fields(res["manifest"])
+    fields["counts"] = made["counts"]  # the current version's
     if not res["built"]:
-        click.echo(f"up to date: {shown(table).rstrip('/')}/current -> {res['version']}{pruned}")
+        line = f"up to date: {root}/current -> {res['version']}{pruned}"
+        finished([line], "unchanged", f"{root}/versions/{res['version']}", **fields)
         return
-    click.echo(
-        summary(res["manifest"], f"{shown(table).rstrip('/')}/versions/{res['version']}")
-        + f"; current -> {res['version']} (was {res['previous']}){pruned}"
+    fields["seconds"] = made["seconds"]
+    was = f"was {res['previous']}" if res["previous"] else "the first version"
+    line = summary(res["manifest"], f"{root}/versions/{res['version']}")
+    finished(
+        [f"{line}; current -> {res['version']} ({was}){pruned}"],
+        "built",
+        f"{root}/versions/{res['version']}",
+        **fields,
     )
 
 
@@ -174,6 +192,7 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
     help="Also list fgram's cache ($FGRAM_CACHE_DIR, else ~/.cache/fgram).",
 )
 @click.option("--remove", is_flag=True, help="Delete what is listed (default: only list it).")
+@json_option
 def clean_command(folders, cache, remove):
     """List, or with --remove delete, what fgram leaves besides its outputs: the cache and,
     in FOLDERS (and one level below), what killed runs left beside their outputs.
@@ -187,21 +206,29 @@ def clean_command(folders, cache, remove):
     from fgram.pipeline.io import clean
 
     entries = (clean.cache_entries() if cache else []) + clean.leftovers(list(folders))
-    for e in entries:
-        click.echo(f"  {e.bytes / 2**20:>10.1f} MB  {e.kind}: {e.path}")
+    lines = [f"  {e.bytes / 2**20:>10.1f} MB  {e.kind}: {e.path}" for e in entries]
     total = sum(e.bytes for e in entries) / 2**20
     if not entries:
-        click.echo("nothing to clean")
+        lines.append("nothing to clean")
     elif remove:
         clean.remove(entries)
-        click.echo(f"removed {len(entries)} entries, {total:.1f} MB")
+        lines.append(f"removed {len(entries)} entries, {total:.1f} MB")
     else:
-        click.echo(f"{len(entries)} entries, {total:.1f} MB: pass --remove to delete them")
+        lines.append(f"{len(entries)} entries, {total:.1f} MB: pass --remove to delete them")
+    listed = [{"path": e.path, "kind": e.kind, "bytes": e.bytes} for e in entries]
+    finished(
+        lines,
+        "built" if remove and entries else "unchanged",
+        None,
+        counts={"entries": len(entries), "bytes": sum(e.bytes for e in entries)},
+        details={"entries": listed, "removed": bool(remove and entries)},
+    )
 
 
 @click.command("tokenize", short_help="Token shards of raw text, with a HF tokenizer.")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
 @config_options(TokenizeConfig, exclude=("inputs",))
+@json_option
 def tokenize_command(inputs, **opts):
     """Tokenize the text files INPUTS (files, folders, globs, URIs) into token shards.
 
@@ -218,7 +245,15 @@ def tokenize_command(inputs, **opts):
 
     m = run_tokenize(TokenizeConfig(inputs=list(inputs), **opts))
     rate = m["tokens"] / max(m["seconds"], 1e-9)
-    click.echo(
+    line = (
         f"{m['tokens']} tokens in {m['documents']} documents ({len(m['shards'])} shards, "
         f"{m['dtype']}) in {m['seconds']:.1f}s, {rate:,.0f} tokens/s -> {shown(opts['output'])}"
+    )
+    finished(
+        [line],
+        "built",
+        shown(opts["output"]),
+        counts={"tokens": m["tokens"], "documents": m["documents"], "shards": len(m["shards"])},
+        seconds={"total": m["seconds"]},
+        details={"dtype": m["dtype"], "doc_sep": m.get("doc_sep")},
     )

@@ -10,14 +10,20 @@ from typing import Any, NoReturn
 
 import click
 
+from fgram.cli.results import failed, shown
 
-def fail(message: str, at_once: bool = False) -> NoReturn:
-    """The one line of a failed command, exit status 2. ``at_once``: without the exit's
-    handlers (an object store that froze: Arrow's S3 finalizer would wait for a request
-    still hanging in another thread, up to its time-outs again)."""
+__all__ = ["fail", "shown", "summary", "config_options"]
+
+
+def fail(message: str, at_once: bool = False, kind: str = "UsageError") -> NoReturn:
+    """The one line of a failed command, exit status 2 (and under ``--json`` its result,
+    ``kind`` the error's class). ``at_once``: without the exit's handlers (an object store
+    that froze: Arrow's S3 finalizer would wait for a request still hanging in another
+    thread, up to its time-outs again)."""
     from fgram.jobs.progress import PROGRESS
 
     PROGRESS.end(finished=False)
+    failed(2, kind, message)
     click.echo(f"fgram: error: {message}", err=True)
     if at_once:
         sys.stdout.flush()
@@ -41,14 +47,6 @@ def parse_storage(values) -> dict[str, str]:
     from fgram.pipeline.config.options import parse_pairs
 
     return parse_pairs("--storage-option")(values)
-
-
-def shown(loc_or_path) -> str:
-    """How an output is named to the user: its URI, or its absolute path."""
-    from fgram.pipeline.io.storage import is_remote
-
-    text = str(getattr(loc_or_path, "uri", loc_or_path))
-    return text if is_remote(text) else os.path.abspath(text)
 
 
 def tokenizer_option(help: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from fgram.cli.options import config_options
+from fgram.cli.results import finished, json_option
 from fgram.pipeline.config.commands import AnnotateConfig, ReportConfig
 
 # how the held-out shards are read, and where the coverage runs (`AnnotateConfig`'s)
@@ -27,6 +28,7 @@ HELDOUT_READING = (
 @click.argument("table", metavar="TABLE")
 @config_options(ReportConfig, exclude=("table",))
 @config_options(AnnotateConfig, only=HELDOUT_READING)
+@json_option
 def report_command(table, **opts):
     """Write one self-contained HTML page of TABLE (plots inlined: it opens offline)
     and its numbers as JSON beside it: f-grams per length, rank-frequency per length,
@@ -50,5 +52,10 @@ def report_command(table, **opts):
 
     if not plots_available():
         click.echo(f"fgram: warning: {PLOTS_MISSING}", err=True)
-    click.echo(f"report of {rep['source']} -> {shown(rep['written']['html'])}")
-    click.echo(f"  its numbers -> {shown(rep['written']['json'])}")
+    html, numbers = shown(rep["written"]["html"]), shown(rep["written"]["json"])
+    finished(
+        [f"report of {rep['source']} -> {html}", f"  its numbers -> {numbers}"],
+        "built",
+        html,
+        details={"source": rep["source"], "numbers": numbers},
+    )

@@ -16,6 +16,7 @@ from fgram.cli.options import (
     storage_option,
     tokenizer_option,
 )
+from fgram.cli.results import finished, json_option
 from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
 from fgram.pipeline.errors import FgramError
 
@@ -130,6 +131,7 @@ def show_command(table, top, tokenizer, as_json, storage):
 @click.argument("table", metavar="TABLE")
 @click.option("--overwrite", is_flag=True, help="Replace an existing index.")
 @storage_option
+@json_option
 def index_command(table, overwrite, storage):
     """Write TABLE/index/: the memory-mappable f-gram index that lookups use.
 
@@ -140,23 +142,36 @@ def index_command(table, overwrite, storage):
 
     meta = index(table, parse_storage(storage), overwrite)
     where = part_shown(table, "index", storage)
-    click.echo(f"indexed {meta['fgrams']} f-grams -> {where}")
+    finished(
+        [f"indexed {meta['fgrams']} f-grams -> {where}"],
+        "built",
+        where,
+        counts={"fgrams": meta["fgrams"]},
+    )
 
 
-def _print_coverage(cov: dict) -> None:
-    n = cov["positions"]
-    click.echo(f"  positions: {n}")
-    click.echo(f"  {'length':>7} {'positions':>12} {'share':>8}")
-    click.echo(f"  {'none':>7} {cov['unmatched']:>12} {cov['share_unmatched']:>8.2%}")
+def _coverage_lines(cov: dict) -> list[str]:
+    lines = [f"  positions: {cov['positions']}", f"  {'length':>7} {'positions':>12} {'share':>8}"]
+    lines.append(f"  {'none':>7} {cov['unmatched']:>12} {cov['share_unmatched']:>8.2%}")
     for length, count in cov["matched_by_length"].items():
-        click.echo(f"  {length:>7} {count:>12} {cov['share_by_length'][length]:>8.2%}")
-    click.echo(f"  mean match length (1 where unmatched): {cov['mean_match_length']:.3f}")
+        lines.append(f"  {length:>7} {count:>12} {cov['share_by_length'][length]:>8.2%}")
+    lines.append(f"  mean match length (1 where unmatched): {cov['mean_match_length']:.3f}")
+    return lines
+
+
+def _coverage_counts(cov: dict) -> dict:
+    return {
+        "positions": cov["positions"],
+        "unmatched": cov["unmatched"],
+        "mean_match_length": cov["mean_match_length"],
+    }
 
 
 @click.command("annotate", short_help="Per-token f-gram tags of training shards.")
 @click.argument("table", metavar="TABLE")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
 @config_options(AnnotateConfig, exclude=ANNOTATE_TAKES_NOT)
+@json_option
 def annotate_command(table, inputs, **opts):
     """Tag every token of INPUTS with its longest f-gram of TABLE (needs TABLE/index).
 
@@ -172,16 +187,23 @@ def annotate_command(table, inputs, **opts):
     if opts["output"] is None:
         fail("annotate writes tags: give -o/--output (fgram coverage measures only)")
     m = run_annotate(AnnotateConfig(table=table, inputs=list(inputs), **opts))
-    click.echo(f"tagged {m['coverage']['positions']} tokens -> {shown(opts['output'])}")
-    _print_coverage(m["coverage"])
+    cov = m["coverage"]
+    finished(
+        [f"tagged {cov['positions']} tokens -> {shown(opts['output'])}", *_coverage_lines(cov)],
+        "built",
+        shown(opts["output"]),
+        counts=_coverage_counts(cov),
+        seconds={"total": m.get("seconds")},
+        details={"coverage": cov, "layout": m.get("layout")},
+    )
 
 
 @click.command("coverage", short_help="How much of held-out shards a table matches.")
 @click.argument("table", metavar="TABLE")
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
-@click.option("--json", "as_json", is_flag=True, help="Print the coverage as JSON.")
 @config_options(AnnotateConfig, exclude=("table", "inputs", "output", "overwrite"))
-def coverage_command(table, inputs, as_json, **opts):
+@json_option
+def coverage_command(table, inputs, **opts):
     """Share of positions of (held-out) INPUTS matched at each length by TABLE's f-grams,
     and with --sizes the same for smaller tables: the curve that picks S.
 
@@ -195,34 +217,32 @@ def coverage_command(table, inputs, as_json, **opts):
     from fgram.jobs.annotate import run_annotate
 
     cov = run_annotate(AnnotateConfig(table=table, inputs=list(inputs), **opts))["coverage"]
-    if as_json:
-        click.echo(json.dumps(cov, indent=2))
-        return
-    _print_coverage(cov)
-    if "by_size" in cov:
-        _print_by_size(cov["by_size"])
+    lines = _coverage_lines(cov) + (_by_size_lines(cov["by_size"]) if "by_size" in cov else [])
+    finished(lines, "built", None, counts=_coverage_counts(cov), details={"coverage": cov})
 
 
-def _print_by_size(rows: list[dict]) -> None:
+def _by_size_lines(rows: list[dict]) -> list[str]:
     from fgram.pipeline.config.options import human
 
     lengths = list(rows[0]["share_by_length"]) if rows else []
-    click.echo("  by table size (the first S f-grams):")
-    click.echo(
+    lines = ["  by table size (the first S f-grams):"]
+    lines.append(
         f"  {'S':>8} {'f-grams':>12} {'matched':>8} {'mean len':>8} "
         + " ".join(f"{'len ' + n:>7}" for n in lengths)
     )
     for r in rows:
-        click.echo(
+        lines.append(
             f"  {human(r['size']):>8} {r['fgrams']:>12} {1 - r['share_unmatched']:>8.2%} "
             f"{r['mean_match_length']:>8.3f} "
             + " ".join(f"{r['share_by_length'][n]:>7.2%}" for n in lengths)
         )
+    return lines
 
 
 @click.command("embed", short_help="A model's output for every f-gram (the store).")
 @click.argument("table", metavar="TABLE")
 @config_options(EmbedConfig, exclude=("table",))
+@json_option
 def embed_command(table, **opts):
     """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
@@ -240,9 +260,18 @@ def embed_command(table, **opts):
 
     where = part_shown(table, "embeddings", opts["storage"])  # refused there unless --overwrite
     meta = run_embed(EmbedConfig(table=table, **opts))
-    click.echo(
+    line = (
         f"embedded {meta['rows']} f-grams (d={meta['dim']}, {meta['dtype']}) in "
         f"{meta['seconds']:.1f}s -> {where}"
+    )
+    finished(
+        [line],
+        "built",
+        where,
+        counts={"rows": meta["rows"], "dim": meta["dim"]},
+        seconds={"total": meta["seconds"]},
+        fingerprint=meta.get("sha256"),
+        details={"dtype": meta["dtype"], "model": meta.get("model")},
     )
 
 

@@ -97,9 +97,15 @@ def task_failure(text: str) -> tuple[str, str | None]:
     python = [
         (n, m) for n, m in found if not n.startswith(("Py4J", "Spark")) and "java" not in m[:40]
     ]
+    crashed = "Python worker exited unexpectedly" in text
     if python:
         name, message = python[-1]
         line = f"{name}: {message.strip()}"
+    elif crashed:  # no Python error to show: the worker process itself died
+        line = (
+            "WorkerDied: a Spark task's Python worker exited unexpectedly (killed, out of "
+            "memory, or a crash in native code; its executor's log has the rest)"
+        )
     else:
         line = (text.strip().splitlines() or [""])[0]
     missing = None

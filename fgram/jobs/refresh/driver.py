@@ -100,6 +100,8 @@ def _run_locked(
                 "version": previous,
                 "previous": previous,
                 "built": False,
+                "fingerprint": digest,
+                "manifest": old,
                 "pruned": vs.prune(root, keep),
                 "collected": collect_garbage(root),
             }
@@ -146,6 +148,7 @@ def _run_locked(
         "version": vid,
         "previous": previous,
         "built": True,
+        "fingerprint": digest,
         "pruned": pruned,
         "collected": collect_garbage(root),
         "manifest": record,

@@ -1,0 +1,137 @@
+"""A run's result for schedulers (``--json``): one JSON object on stdout at the end, its
+schema `SCHEMA` version `VERSION` (docs/formats.md, "The result of a run"); the closing
+lines, progress and logs on stderr. Without ``--json`` the closing lines go to stdout, as
+they always have.
+
+A command that runs a job ends with `finished`; every failure ends in `failed` (called
+by `options.fail` and by `cli.main`'s endings), so a scheduler reads a status whatever
+happened: ``built``, ``unchanged`` (exit 0 both) or ``failed`` (exit 2, 1 or 130)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+SCHEMA = "fgram-result"
+VERSION = 1
+WRITE_TABLE = ("build", "refresh", "index", "embed")  # their TABLE is what they write
+
+
+class _Run:
+    """This process's command: whether it speaks JSON, and its result once printed."""
+
+    def __init__(self) -> None:
+        self.json = False
+        self.command: str | None = None
+        self.output: str | None = None
+        self.printed = False
+
+    def expect(self, args: list[str]) -> None:
+        """From the command line, before click parses it: a usage error is a result too."""
+        words = args[: args.index("--")] if "--" in args else args
+        self.json, self.output, self.printed = "--json" in words, None, False
+        self.command = next((w for w in words if not w.startswith("-")), None)
+
+
+RUN = _Run()
+
+
+def json_option(fn):
+    """``--json`` for a command that runs a job (`finished` then prints its result)."""
+
+    @click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help="Print the run's result as one JSON object on stdout at the end (status "
+        "built, unchanged or failed; counts, seconds, fingerprint: docs/formats.md); "
+        "progress and logs stay on stderr.",
+    )
+    @functools.wraps(fn)
+    def run(*args: Any, as_json: bool, **kw: Any) -> Any:
+        ctx = click.get_current_context()
+        RUN.json, RUN.command = as_json, ctx.info_name
+        written = kw.get("output") or (kw.get("table") if RUN.command in WRITE_TABLE else None)
+        if written:
+            RUN.output = shown(written)
+        return fn(*args, **kw)
+
+    return run
+
+
+def shown(loc_or_path: Any) -> str:
+    """How an output is named to the user: its URI, or its absolute path."""
+    from fgram.pipeline.io.storage import is_remote
+
+    text = str(getattr(loc_or_path, "uri", loc_or_path))
+    return text if is_remote(text) else os.path.abspath(text)
+
+
+def say(line: str) -> None:
+    """A closing line of the command: stdout, or stderr under ``--json``."""
+    click.echo(line, err=RUN.json)
+
+
+def _emit(result: dict[str, Any]) -> None:
+    if RUN.json and not RUN.printed:
+        RUN.printed = True
+        from fgram.version import __version__
+
+        head = {"schema": SCHEMA, "version": VERSION, "command": RUN.command}
+        sys.stdout.write(json.dumps({**head, **result, "fgram_version": __version__}) + "\n")
+        sys.stdout.flush()
+
+
+EMPTY: dict[str, Any] = {
+    "output": None,
+    "counts": {},
+    "seconds": {},
+    "fingerprint": None,
+    "version_id": None,
+    "previous_version_id": None,
+    "details": {},
+    "error": None,
+}
+
+
+def finished(lines: list[str], status: str, output: str | None, **fields: Any) -> None:
+    """The command's end: its closing ``lines``, and under ``--json`` its result
+    (``status`` built or unchanged, the ``output`` URI, and ``fields``: ``counts``,
+    ``seconds``, ``fingerprint``, ``version_id``, ``previous_version_id``, ``details``)."""
+    for line in lines:
+        say(line)
+    _emit({**EMPTY, "status": status, "exit_code": 0, "output": output, **fields})
+
+
+def failed(exit_code: int, kind: str, message: str, kept: str | None = None) -> None:
+    """A failed run's result under ``--json`` (nothing otherwise): the error's class and
+    its one line, and what was kept for ``--resume``."""
+    error = {"class": kind, "message": message, "kept": kept}
+    _emit(
+        {**EMPTY, "status": "failed", "exit_code": exit_code, "output": RUN.output, "error": error}
+    )
+
+
+def table_fields(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A table's counts, seconds and fingerprint, from its manifest."""
+    totals = manifest.get("totals", {})
+    return {
+        "counts": {
+            "fgrams": manifest.get("fgrams"),
+            "tokens": totals.get("tokens"),
+            "documents": totals.get("documents"),
+            "cutoff_count": manifest.get("cutoff_count"),
+            "by_length": manifest.get("by_length", {}),
+        },
+        "seconds": {
+            "total": manifest.get("seconds"),
+            "passes": {str(p["length"]): p.get("seconds") for p in manifest.get("passes", [])},
+            "select": (manifest.get("select") or {}).get("seconds"),
+        },
+        "fingerprint": manifest.get("run_fingerprint"),
+    }
