@@ -164,3 +164,41 @@ def test_a_failed_refresh_leaves_no_store_objects_behind(tmp_path, monkeypatch):
         with pytest.raises(RuntimeError, match="after writing objects"):
             fgram.refresh(root, [tmp_path / "a.bin", tmp_path / "b.bin"], **kw)
         assert sorted(os.listdir(objects_dir(str(root)))) == before
+
+
+def test_a_new_version_serves_what_the_current_one_served(tmp_path):
+    """current had an index and embeddings: the next version has both before current
+    points at it (the embeddings made again with the recorded model and row type, equal
+    to an embed of that version), so lookups never meet a version without them."""
+    from fgram import FgramStore
+
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
+    out = tmp_path / "t"
+    opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "3", "--engine", "local"]
+    runner = CliRunner()
+    assert runner.invoke(cli, ["refresh", str(out), a, *opts]).exit_code == 0
+    assert runner.invoke(cli, ["index", str(out)]).exit_code == 0
+    model = ["--model", "fgram.pipeline.models:hashed", "--float", "float32", "--engine", "local"]
+    assert runner.invoke(cli, ["embed", str(out), *model]).exit_code == 0
+    b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2], [4, 4, 4, 4]] * 5, sep=0)
+    res = runner.invoke(cli, ["refresh", str(out), a, b, *opts])
+    assert res.exit_code == 0, res.output
+    assert "index and embeddings carried" in res.stdout
+    v2 = tmp_path / "t" / "versions" / vs.current(str(out))
+    meta = json.loads((v2 / "embeddings" / "embeddings.json").read_text())
+    assert meta["dtype"] == "float32" and meta["model"] == "fgram.pipeline.models:hashed"
+    fresh = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(v2, fresh, ignore=shutil.ignore_patterns("embeddings", "index"))
+    assert runner.invoke(cli, ["index", str(fresh)]).exit_code == 0
+    assert runner.invoke(cli, ["embed", str(fresh), *model]).exit_code == 0
+    carried = np.load(v2 / "embeddings" / "matrix.npy")
+    assert carried.shape[0] == len(result(v2)) and np.array_equal(
+        carried, np.load(fresh / "embeddings" / "matrix.npy")
+    )
+    store = FgramStore.open(str(out))  # through current
+    rows, mlen, unmatched = store.embed_sequence([5, 6, 5, 6])
+    assert mlen.max() >= 2 and not unmatched.all()  # an f-gram only the new shard has
+    fid, _ = store.index.match([5, 6, 5, 6])
+    assert np.array_equal(rows[~unmatched], carried[fid[~unmatched]])

@@ -103,7 +103,11 @@ def refresh_command(table, inputs, keep, **opts):
         "version_id": res["version"],
         "previous_version_id": res["previous"],
         "fingerprint": res.get("fingerprint"),
-        "details": {"pruned": res["pruned"], "current": f"{root}/current"},
+        "details": {
+            "pruned": res["pruned"],
+            "current": f"{root}/current",
+            "carried": res.get("carried", []),
+        },
     }
     made = table_fields(res["manifest"])
     fields["counts"] = made["counts"]  # the current version's
@@ -113,6 +117,8 @@ def refresh_command(table, inputs, keep, **opts):
         return
     fields["seconds"] = made["seconds"]
     was = f"was {res['previous']}" if res["previous"] else "the first version"
+    if res.get("carried"):
+        pruned = f"; {' and '.join(res['carried'])} carried{pruned}"
     line = summary(res["manifest"], f"{root}/versions/{res['version']}")
     finished(
         [f"{line}; current -> {res['version']} ({was}){pruned}"],

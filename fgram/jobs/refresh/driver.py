@@ -14,6 +14,7 @@ from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.refresh.serve import carry_serving
 from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
     Level,
@@ -142,12 +143,14 @@ def _run_locked(
             with contextlib.suppress(Exception):  # noqa: BLE001 - a store that stopped
                 collect_garbage(root)  # this run's objects: no version names them
             raise
+    carried = carry_serving(cfg, root, previous, vid, spark)  # before current points there
     vs.switch_current(root, vid)
     pruned = vs.prune(root, keep)
     return {
         "version": vid,
         "previous": previous,
         "built": True,
+        "carried": carried,
         "fingerprint": digest,
         "pruned": pruned,
         "collected": collect_garbage(root),
