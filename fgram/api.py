@@ -46,15 +46,16 @@ def build(table, inputs, spark=None, **options) -> dict:
     return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
 
 
-def refresh(table, inputs, keep: int = 3, spark=None, **options) -> dict:
+def refresh(table, inputs, keep: int = 3, spark=None, rebuild: bool = False, **options) -> dict:
     """`fgram refresh TABLE INPUTS...`: a new version for the whole new input list;
-    returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}."""
+    returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}.
+    Options not given are the current version's; others that shape the table are
+    refused unless ``rebuild``."""
     from fgram.jobs.refresh import run_refresh
     from fgram.pipeline.config.commands import BuildConfig
 
-    return run_refresh(
-        BuildConfig(inputs=_paths(inputs), output=str(table), **options), keep, spark
-    )
+    cfg = BuildConfig(inputs=_paths(inputs), output=str(table), **options)
+    return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild)
 
 
 def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:

@@ -64,7 +64,7 @@ def test_a_refresh_in_progress_is_not_listed(tmp_path, monkeypatch):
     seen: list[list[str]] = []
     _hook(monkeypatch, driver.RefreshPasses, "done", seen, root)
     with pytest.raises(RuntimeError, match="killed"):
-        fgram.refresh(root, [src], doc_sep=0, min_count=3, engine="local")
+        fgram.refresh(root, [src], doc_sep=0, min_count=3, engine="local", rebuild=True)
     assert seen == [[]]
 
 

@@ -21,14 +21,15 @@ from fgram.pipeline.config.options import options_of
 from fgram.pipeline.errors import ConfigError
 
 # command -> (its config, the fields it leaves out, its own parameters)
+# (--json, `as_json`, is every job command's: the result, not a config field)
 COMMANDS = {
-    "build": (BuildConfig, ("inputs", "output"), {"table", "inputs"}),
-    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep"}),
-    "tokenize": (TokenizeConfig, ("inputs",), {"inputs"}),
-    "annotate": (AnnotateConfig, ANNOTATE_TAKES_NOT, {"table", "inputs"}),
+    "build": (BuildConfig, ("inputs", "output"), {"table", "inputs", "as_json"}),
+    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "as_json"}),  # noqa: E501
+    "tokenize": (TokenizeConfig, ("inputs",), {"inputs", "as_json"}),
+    "annotate": (AnnotateConfig, ANNOTATE_TAKES_NOT, {"table", "inputs", "as_json"}),
     "coverage": (AnnotateConfig, ("table", "inputs", "output", "overwrite"), {"table", "inputs", "as_json"}),  # noqa: E501
-    "embed": (EmbedConfig, ("table",), {"table"}),
-    "report": (ReportConfig, ("table",), {"table", *HELDOUT_READING}),
+    "embed": (EmbedConfig, ("table",), {"table", "as_json"}),
+    "report": (ReportConfig, ("table",), {"table", "as_json", *HELDOUT_READING}),
 }  # fmt: skip
 
 
@@ -59,7 +60,7 @@ def test_a_function_takes_the_commands_names(name):
     if name == "report":
         params -= set(HELDOUT_READING)  # they go in coverage={...}, as AnnotateConfig's
     assert params <= keywords
-    assert name != "refresh" or "keep" in sig.parameters
+    assert name != "refresh" or {"keep", "rebuild"} <= set(sig.parameters)
 
 
 def test_a_value_parses_alike_from_the_command_line_and_from_python():
@@ -69,6 +70,7 @@ def test_a_value_parses_alike_from_the_command_line_and_from_python():
          "--conf", "a=b", "--storage-option", "region=x", "--rank-rows", "10K"],
     )  # fmt: skip
     params = dict(ctx.params)
+    assert params.pop("as_json") is False  # the result, not a config field
     from_cli = BuildConfig(inputs=list(params.pop("inputs")), output=params.pop("table"), **params)
     from_python = BuildConfig(
         inputs=["in/"],

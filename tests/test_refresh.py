@@ -202,3 +202,42 @@ def test_a_new_version_serves_what_the_current_one_served(tmp_path):
     assert mlen.max() >= 2 and not unmatched.all()  # an f-gram only the new shard has
     fid, _ = store.index.match([5, 6, 5, 6])
     assert np.array_equal(rows[~unmatched], carried[fid[~unmatched]])
+
+
+def test_a_refresh_folder_remembers_its_options(tmp_path):
+    """A later run without -S/--min-count takes the current version's (no store started
+    afresh, no version pruned); one giving another value is refused unless --rebuild,
+    and a run that rebuilt for its options prunes nothing."""
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4
+    a = write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    out = str(tmp_path / "t")
+    flat = ["--dtype", "uint16", "--doc-sep", "0", "--engine", "local"]
+    runner = CliRunner()
+    first = runner.invoke(cli, ["refresh", out, a, *flat, "-S", "5", "--min-count", "3"])
+    assert first.exit_code == 0, first.output
+    v1 = vs.current(out)
+    b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2]] * 5, sep=0)
+    second = runner.invoke(cli, ["refresh", out, a, b, *flat, "--keep", "1"])  # no -S
+    assert second.exit_code == 0, second.output
+    m = json.load(open(os.path.join(out, "current", "manifest.json")))
+    assert m["config"]["size"] == 5 and m["config"]["min_count"] == 3
+    assert m["refresh"]["store_reused"] is True
+    assert result(os.path.join(out, "current")) == select(docs + [[5, 6, 5, 6, 1, 2]] * 5, 5, 3, 5)
+    v2 = vs.current(out)
+    assert vs.list_versions(out) == [v2]  # --keep 1: v1 pruned by a run of the same options
+
+    refused = runner.invoke(cli, ["refresh", out, a, b, *flat, "-S", "3"])
+    assert refused.exit_code == 2
+    assert "-S/--size 5 -> 3" in refused.output and "--rebuild" in refused.output
+    assert vs.current(out) == v2
+    rebuilt = runner.invoke(cli, ["refresh", out, a, b, *flat, "-S", "3", "--keep", "1"])
+    assert rebuilt.exit_code == 2  # still refused: --keep is no licence
+    rebuilt = runner.invoke(
+        cli, ["refresh", out, a, b, *flat, "-S", "3", "--keep", "1", "--rebuild", "--json"]
+    )
+    assert rebuilt.exit_code == 0, rebuilt.output
+    v3 = vs.current(out)
+    assert v3 != v2 and vs.list_versions(out) == [v2, v3]  # nothing pruned by the rebuild
+    assert "rebuilt with other options" in rebuilt.stderr
+    assert json.loads(rebuilt.stdout)["counts"]["fgrams"] == 3
+    assert v1 not in vs.list_versions(out)

@@ -14,7 +14,7 @@ from oracle import count_ngrams, select
 from fgram.jobs.refresh import driver, run_refresh, store, tasks
 from fgram.jobs.refresh import stages as rstages
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import FgramError
+from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.formats.reading import stream_from_lists
 from fgram.pipeline.io.workdir import load_json
 from fgram.pipeline.kernels import partials as pt
@@ -242,8 +242,11 @@ def test_other_options_start_the_store_afresh_and_parquet_works(tmp_path):
     b = write_parquet(str(tmp_path / "b.parquet"), docs[:3], rows_per_group=1)
     cfg = dict(engine="local", unit_tokens=5)
     run_refresh(BuildConfig(inputs=[a], output=str(tmp_path / "o"), min_count=2, **cfg))
-    r = run_refresh(BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), min_count=3, **cfg))
-    assert r["manifest"]["refresh"]["store_reused"] is False
+    other = BuildConfig(inputs=[a, b], output=str(tmp_path / "o"), min_count=3, **cfg)
+    with pytest.raises(ConfigError, match="--min-count 2 -> 3.*--rebuild"):
+        run_refresh(other)
+    r = run_refresh(other, rebuild=True)
+    assert r["rebuilt"] and r["manifest"]["refresh"]["store_reused"] is False
     assert r["manifest"]["refresh"]["new_shards"] == 2
     assert result(tmp_path / "o" / "current") == select(docs + docs[:3], 5, 3, None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import click
+from click.core import ParameterSource
 
 from fgram.cli.options import config_options, fail, shown, summary
 from fgram.cli.results import finished, json_option, table_fields
@@ -74,9 +75,16 @@ def _table_first(table: str) -> None:
     type=int,
     help="Versions to keep (the current one always stays).",
 )
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="Options that shape the table (-K, --min-count, -S, reading options) other than "
+    "the current version's: start the table afresh with them (older versions are kept). "
+    "Without it such a run is refused; options not given are the current version's.",
+)
 @config_options(BuildConfig, exclude=REFRESH_TAKES_NOT)
 @json_option
-def refresh_command(table, inputs, keep, **opts):
+def refresh_command(table, inputs, keep, rebuild, **opts):
     """New version of a versioned table for the input list INPUTS, incrementally.
 
     TABLE is a refresh folder (made by the first refresh); INPUTS is the whole new corpus:
@@ -87,8 +95,10 @@ def refresh_command(table, inputs, keep, **opts):
     content checksum) and options are those of the current version. Incremental: per-shard
     partial counts kept in TABLE/store/ are reused, so only new shards are counted (old ones
     are read again only for n-grams that became frequent); removed or changed shards are
-    subtracted. Other -K/--min-count/--size/reading options start the store afresh, as
-    does a shard of wider tokens joining 16-bit flat shards. Read the table through
+    subtracted. Options not given are the current version's; other -K/--min-count/--size/
+    reading options are refused unless --rebuild (which starts the store afresh, as does a
+    shard of wider tokens joining 16-bit flat shards). A new version gets the index and
+    embeddings the current one has before current points at it. Read the table through
     TABLE/current: every command that reads a table takes the refresh folder itself.
 
     \b
@@ -96,7 +106,10 @@ def refresh_command(table, inputs, keep, **opts):
     """
     from fgram.jobs.refresh import run_refresh
 
-    res = run_refresh(BuildConfig(inputs=list(inputs), output=table, **opts), keep=keep)
+    ctx = click.get_current_context()
+    given = [n for n in opts if ctx.get_parameter_source(n) != ParameterSource.DEFAULT]
+    cfg = BuildConfig(inputs=list(inputs), output=table, **opts)
+    res = run_refresh(cfg, keep=keep, given=given, rebuild=rebuild)
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     root = shown(table).rstrip("/")
     fields = {
@@ -117,6 +130,8 @@ def refresh_command(table, inputs, keep, **opts):
         return
     fields["seconds"] = made["seconds"]
     was = f"was {res['previous']}" if res["previous"] else "the first version"
+    if res.get("rebuilt"):
+        pruned = f"; rebuilt with other options (older versions kept){pruned}"
     if res.get("carried"):
         pruned = f"; {' and '.join(res['carried'])} carried{pruned}"
     line = summary(res["manifest"], f"{root}/versions/{res['version']}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,7 @@ from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.refresh.remembered import settle_options
 from fgram.jobs.refresh.serve import carry_serving
 from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
@@ -48,11 +50,21 @@ MERGE_BYTES = 256 * 2**20  # base volume read by one merge task
 COMPACT = 0.25  # rewrite a length's base when its delta outgrows this share of it
 
 
-def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None, bound: bool = True) -> dict:
+def run_refresh(
+    cfg: BuildConfig,
+    keep: int = 3,
+    spark=None,
+    bound: bool = True,
+    given: Collection[str] | None = None,
+    rebuild: bool = False,
+) -> dict:
     """Refresh the versioned table at ``cfg.output``; returns a summary (and the new
     version's manifest under "manifest" when one was built). ``bound``: a refresh that
     only adds shards starts its thresholds at the current version's cutoff count (exact
-    either way; False counts from --min-count, which scans more old units)."""
+    either way; False counts from --min-count, which scans more old units). ``given``:
+    the options the caller set (the others are taken from the current version; None:
+    all); ``rebuild``: options other than the current version's start it afresh
+    (`remembered.settle_options`)."""
     t_start = time.time()
     cfg.validate()
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
@@ -61,7 +73,13 @@ def run_refresh(cfg: BuildConfig, keep: int = 3, spark=None, bound: bool = True)
     check_bucket(where)
     root = vs.check_root(where)
     with OutputLock(where):
-        return _run_locked(cfg, keep, root, spark, t_start, bound, tokenizer)
+        previous = vs.current(root)
+        rebuilt = False
+        if previous is not None:
+            old = load_json(wf.join(vs.version_path(root, previous), "manifest.json"))
+            cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, where.uri)
+        res = _run_locked(cfg, keep, root, spark, t_start, bound, tokenizer, rebuilt)
+        return {**res, "rebuilt": rebuilt}
 
 
 def _staging(cfg: BuildConfig, root, vid: str):
@@ -84,7 +102,14 @@ def rare_by_unit(entry: ShardEntry) -> dict[tuple[int, int], dict[int, str]]:
 
 
 def _run_locked(
-    cfg: BuildConfig, keep: int, root, spark, t_start: float, use_bound: bool, tokenizer=None
+    cfg: BuildConfig,
+    keep: int,
+    root,
+    spark,
+    t_start: float,
+    use_bound: bool,
+    tokenizer=None,
+    rebuilt: bool = False,
 ) -> dict:
     vs.clear_leftovers(root)  # of a refresh killed before it could clean up
     previous = vs.current(root)
@@ -145,7 +170,7 @@ def _run_locked(
             raise
     carried = carry_serving(cfg, root, previous, vid, spark)  # before current points there
     vs.switch_current(root, vid)
-    pruned = vs.prune(root, keep)
+    pruned = [] if rebuilt else vs.prune(root, keep)  # other options: the old ones stay
     return {
         "version": vid,
         "previous": previous,

@@ -1,0 +1,51 @@
+"""A refresh folder remembers the options that shape its table: those its current
+version was built with (its manifest's ``config``). A later run that does not give one
+takes it; one that gives another value is refused unless it says ``rebuild`` (then the
+store starts afresh with the new options, and nothing older is pruned by that run)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+from typing import Any
+
+from fgram.jobs.refresh.store import STORE_OPTIONS
+from fgram.pipeline.config.commands import BuildConfig
+from fgram.pipeline.errors import ConfigError
+
+FLAGS = {"max_len": "-K/--max-len", "size": "-S/--size"}  # the rest: --name-with-dashes
+
+
+def _flag(name: str) -> str:
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def settle_options(
+    cfg: BuildConfig,
+    recorded: dict[str, Any],
+    given: Collection[str] | None,
+    rebuild: bool,
+    where: str,
+) -> tuple[BuildConfig, bool]:
+    """(the run's config, whether it rebuilds because its options differ). ``recorded``:
+    the current version's config; ``given``: the option names the caller set (None: all
+    of them, as a config made by hand says every value)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(BuildConfig)}
+    taken, differ = {}, []
+    for name in STORE_OPTIONS:
+        if name not in recorded:
+            continue
+        now, then = getattr(cfg, name), recorded[name]
+        if now == then:
+            continue
+        if (given is not None and name not in given) and now == defaults.get(name):
+            taken[name] = then
+        else:
+            differ.append(f"{_flag(name)} {then} -> {now}")
+    if differ and not rebuild:
+        raise ConfigError(
+            f"{where}: its current version was built with other options "
+            f"({'; '.join(differ)}); run without them to keep the table's, or pass "
+            f"--rebuild to start it afresh with these (older versions are kept)"
+        )
+    return dataclasses.replace(cfg, **taken), bool(differ)
