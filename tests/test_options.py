@@ -23,13 +23,13 @@ from fgram.pipeline.errors import ConfigError
 # command -> (its config, the fields it leaves out, its own parameters)
 # (--json, `as_json`, is every job command's: the result, not a config field)
 COMMANDS = {
-    "build": (BuildConfig, ("inputs", "output"), {"table", "inputs", "as_json"}),
-    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "as_json"}),  # noqa: E501
-    "tokenize": (TokenizeConfig, ("inputs",), {"inputs", "as_json"}),
-    "annotate": (AnnotateConfig, ANNOTATE_TAKES_NOT, {"table", "inputs", "as_json"}),
-    "coverage": (AnnotateConfig, ("table", "inputs", "output", "overwrite"), {"table", "inputs", "as_json"}),  # noqa: E501
-    "embed": (EmbedConfig, ("table",), {"table", "as_json"}),
-    "report": (ReportConfig, ("table",), {"table", "as_json", *HELDOUT_READING}),
+    "build": (BuildConfig, ("inputs", "output"), {"table", "inputs", "as_json", "lineage"}),
+    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "as_json", "lineage"}),  # noqa: E501
+    "tokenize": (TokenizeConfig, ("inputs",), {"inputs", "as_json", "lineage"}),
+    "annotate": (AnnotateConfig, ANNOTATE_TAKES_NOT, {"table", "inputs", "as_json", "lineage"}),
+    "coverage": (AnnotateConfig, ("table", "inputs", "output", "overwrite"), {"table", "inputs", "as_json", "lineage"}),  # noqa: E501
+    "embed": (EmbedConfig, ("table",), {"table", "as_json", "lineage"}),
+    "report": (ReportConfig, ("table",), {"table", "as_json", "lineage", *HELDOUT_READING}),
 }  # fmt: skip
 
 
@@ -56,7 +56,7 @@ def test_a_function_takes_the_commands_names(name):
     sig = inspect.signature(fn)
     assert any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())  # **options
     keywords = set(sig.parameters) | set(options_of(cls)) | {"table", "inputs"}
-    params = {p.name for p in cli.commands[name].params} - {"help", "as_json", "keep"}
+    params = {p.name for p in cli.commands[name].params} - {"help", "as_json", "lineage", "keep"}
     if name == "report":
         params -= set(HELDOUT_READING)  # they go in coverage={...}, as AnnotateConfig's
     assert params <= keywords
@@ -70,7 +70,7 @@ def test_a_value_parses_alike_from_the_command_line_and_from_python():
          "--conf", "a=b", "--storage-option", "region=x", "--rank-rows", "10K"],
     )  # fmt: skip
     params = dict(ctx.params)
-    assert params.pop("as_json") is False  # the result, not a config field
+    assert params.pop("as_json") is params.pop("lineage") is False  # not config fields
     from_cli = BuildConfig(inputs=list(params.pop("inputs")), output=params.pop("table"), **params)
     from_python = BuildConfig(
         inputs=["in/"],

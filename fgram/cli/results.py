@@ -30,11 +30,13 @@ class _Run:
         self.command: str | None = None
         self.output: str | None = None
         self.printed = False
+        self.lineage: Any = None  # this run's OpenLineage events (`fgram.lineage`)
 
     def expect(self, args: list[str]) -> None:
         """From the command line, before click parses it: a usage error is a result too."""
         words = args[: args.index("--")] if "--" in args else args
         self.json, self.output, self.printed = "--json" in words, None, False
+        self.lineage = None
         self.command = next((w for w in words if not w.startswith("-")), None)
 
 
@@ -42,8 +44,17 @@ RUN = _Run()
 
 
 def json_option(fn):
-    """``--json`` for a command that runs a job (`finished` then prints its result)."""
+    """``--json`` and ``--openlineage`` for a command that runs a job (`finished` then
+    prints its result and sends its last lineage event)."""
 
+    @click.option(
+        "--openlineage",
+        "lineage",
+        is_flag=True,
+        help="Send OpenLineage START and COMPLETE/FAIL events (inputs, outputs, counts) "
+        "through the client's configured transport; on by itself when OPENLINEAGE_URL or "
+        "OPENLINEAGE_CONFIG is set (extra: lineage).",
+    )
     @click.option(
         "--json",
         "as_json",
@@ -53,12 +64,19 @@ def json_option(fn):
         "progress and logs stay on stderr.",
     )
     @functools.wraps(fn)
-    def run(*args: Any, as_json: bool, **kw: Any) -> Any:
+    def run(*args: Any, as_json: bool, lineage: bool, **kw: Any) -> Any:
+        from fgram.lineage import begin
+
         ctx = click.get_current_context()
         RUN.json, RUN.command = as_json, ctx.info_name
         written = kw.get("output") or (kw.get("table") if RUN.command in WRITE_TABLE else None)
         if written:
             RUN.output = shown(written)
+        read = [shown(p) for p in kw.get("inputs") or kw.get("folders") or ()]
+        if kw.get("table") and RUN.command not in WRITE_TABLE:
+            read.insert(0, shown(kw["table"]))  # the table it reads
+        conf = dict(p.split("=", 1) for p in kw.get("conf") or () if "=" in p)
+        RUN.lineage = begin(RUN.command or "run", read, RUN.output, conf, lineage)
         return fn(*args, **kw)
 
     return run
@@ -78,13 +96,19 @@ def say(line: str) -> None:
 
 
 def _emit(result: dict[str, Any]) -> None:
-    if RUN.json and not RUN.printed:
-        RUN.printed = True
-        from fgram.version import __version__
+    if RUN.printed:
+        return
+    RUN.printed = True
+    from fgram.version import __version__
 
-        head = {"schema": SCHEMA, "version": VERSION, "command": RUN.command}
-        sys.stdout.write(json.dumps({**head, **result, "fgram_version": __version__}) + "\n")
+    head = {"schema": SCHEMA, "version": VERSION, "command": RUN.command}
+    whole = {**head, **result, "fgram_version": __version__}
+    if RUN.json:
+        sys.stdout.write(json.dumps(whole) + "\n")
         sys.stdout.flush()
+    if RUN.lineage is not None:
+        lineage, RUN.lineage = RUN.lineage, None
+        lineage.end(whole)
 
 
 EMPTY: dict[str, Any] = {
