@@ -30,13 +30,13 @@ class _Run:
         self.command: str | None = None
         self.output: str | None = None
         self.printed = False
-        self.lineage: Any = None  # this run's OpenLineage events (`fgram.lineage`)
+        self.reporters: list[Any] = []  # OpenLineage events, a Dagster Pipes session
 
     def expect(self, args: list[str]) -> None:
         """From the command line, before click parses it: a usage error is a result too."""
         words = args[: args.index("--")] if "--" in args else args
         self.json, self.output, self.printed = "--json" in words, None, False
-        self.lineage = None
+        self.reporters = []
         self.command = next((w for w in words if not w.startswith("-")), None)
 
 
@@ -65,6 +65,7 @@ def json_option(fn):
     )
     @functools.wraps(fn)
     def run(*args: Any, as_json: bool, lineage: bool, **kw: Any) -> Any:
+        from fgram.dagster import begin as pipes_session
         from fgram.lineage import begin
 
         ctx = click.get_current_context()
@@ -76,7 +77,8 @@ def json_option(fn):
         if kw.get("table") and RUN.command not in WRITE_TABLE:
             read.insert(0, shown(kw["table"]))  # the table it reads
         conf = dict(p.split("=", 1) for p in kw.get("conf") or () if "=" in p)
-        RUN.lineage = begin(RUN.command or "run", read, RUN.output, conf, lineage)
+        events = begin(RUN.command or "run", read, RUN.output, conf, lineage)
+        RUN.reporters = [r for r in (events, pipes_session()) if r is not None]
         return fn(*args, **kw)
 
     return run
@@ -106,9 +108,12 @@ def _emit(result: dict[str, Any]) -> None:
     if RUN.json:
         sys.stdout.write(json.dumps(whole) + "\n")
         sys.stdout.flush()
-    if RUN.lineage is not None:
-        lineage, RUN.lineage = RUN.lineage, None
-        lineage.end(whole)
+    reporters, RUN.reporters = RUN.reporters, []
+    for reporter in reporters:  # none fails the run
+        try:
+            reporter.end(whole)
+        except Exception as exc:  # noqa: BLE001 - the result stands; one warning
+            sys.stderr.write(f"fgram: warning: {type(reporter).__name__}: not reported ({exc})\n")
 
 
 EMPTY: dict[str, Any] = {
