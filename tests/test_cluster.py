@@ -236,8 +236,10 @@ def test_build_with_master_equals_local_mode(spark, cluster, corpus, tmp_path):
     assert result(tmp_path / "c") == _local(spark, src, tmp_path / "l") == select(docs, 4, 5, 3000)
 
 
-def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
-    """What a cluster user does: ship the package as a zip (--py-files), submit the job file."""
+@pytest.mark.parametrize("command", ["build", "refresh"])
+def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path, command):
+    """What a cluster user does: ship the package as a zip (--py-files), submit the job file
+    (a build, or a scheduled refresh with its result as JSON on stdout)."""
     src, docs = corpus
     shipped = str(tmp_path / "fgram.zip")
     with zipfile.ZipFile(shipped, "w") as z:
@@ -257,10 +259,11 @@ def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
             "--conf",
             "spark.ui.enabled=false",
             os.path.join(REPO, "fgram", "__main__.py"),
-            "build",
+            command,
             str(tmp_path / "s"),
             src,
             *ARGS,
+            "--json",
         ],
         env=_env(),
         capture_output=True,
@@ -268,7 +271,11 @@ def test_spark_submit_with_the_package_zipped(spark, cluster, corpus, tmp_path):
         timeout=600,
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    assert result(tmp_path / "s") == _local(spark, src, tmp_path / "l")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["status"] == "built" and out["command"] == command
+    made = tmp_path / "s" / ("current" if command == "refresh" else "")
+    assert result(made) == _local(spark, src, tmp_path / "l")
+    assert out["counts"]["fgrams"] == len(result(made))
 
 
 def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_path):

@@ -191,3 +191,70 @@ def test_a_worker_whose_jvm_socket_was_reset_says_nothing():
     ours = subprocess.run([*run, "fgram"], capture_output=True, text=True, timeout=120)
     assert ours.returncode == 0 and ours.stdout.strip() == "exit 1"
     assert ours.stderr == ""
+
+
+_MANAGED = """
+import json, sys
+import numpy as np
+from pyspark.sql import SparkSession
+import fgram
+
+# a managed platform's session (Databricks, EMR notebooks): made by the caller, with its
+# own app name, parallelism and settings, before fgram is called
+spark = (
+    SparkSession.builder.master("local[3]").appName("user-notebook")
+    .config("spark.default.parallelism", "5").config("spark.sql.shuffle.partitions", "7")
+    .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+    .config("spark.user.setting", "kept").getOrCreate()
+)
+spark.range(1).count()  # the notebook has run SQL (Spark then adds its warehouse dir)
+before = (sorted(spark.sparkContext.getConf().getAll()), sorted(spark.conf.getAll.items()))
+root, shard = sys.argv[1], sys.argv[2]
+docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2]] * 5
+flat = []
+for d in docs:
+    flat += d + [0]
+np.asarray(flat, dtype=np.uint16).tofile(shard)
+built = fgram.build(root + "/t", [shard], spark=spark, doc_sep=0, min_count=2)
+refreshed = fgram.refresh(root + "/r", [shard], spark=spark, doc_sep=0, min_count=2)
+again = fgram.refresh(root + "/r", [shard], spark=spark)  # its options remembered
+after = (sorted(spark.sparkContext.getConf().getAll()), sorted(spark.conf.getAll.items()))
+print(json.dumps({
+    "fgrams": [built["fgrams"], refreshed["manifest"]["fgrams"]],
+    "unchanged": again["built"] is False,
+    "same_conf": before == after,
+    "alive": spark.range(10).count(),
+    "app": spark.sparkContext.appName,
+    "parallelism": spark.sparkContext.defaultParallelism,
+    "same_session": SparkSession.getActiveSession() is spark,
+}))
+spark.stop()
+"""
+
+
+def test_build_and_refresh_inside_a_session_the_caller_made(tmp_path):
+    """fgram.build and fgram.refresh given an active SparkSession (its own app name,
+    parallelism and settings) run in it, leave it running, and leave its settings as
+    they were."""
+    import json
+
+    from helpers import result
+    from oracle import select
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}  # the platform's workers' Python
+    res = subprocess.run(
+        [sys.executable, "-c", _MANAGED, str(tmp_path), str(tmp_path / "a.bin")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["same_conf"] and got["alive"] == 10 and got["same_session"]
+    assert got["app"] == "user-notebook" and got["parallelism"] == 5
+    assert got["unchanged"]
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2]] * 5
+    expect = select(docs, 5, 2, None)
+    assert result(tmp_path / "t") == result(tmp_path / "r" / "current") == expect
+    assert got["fgrams"] == [len(expect)] * 2
