@@ -23,8 +23,8 @@ from fgram.pipeline.errors import ConfigError
 # command -> (its config, the fields it leaves out, its own parameters)
 # (--json, `as_json`, is every job command's: the result, not a config field)
 COMMANDS = {
-    "build": (BuildConfig, ("inputs", "output"), {"table", "inputs", "as_json", "lineage"}),
-    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "as_json", "lineage"}),  # noqa: E501
+    "build": (BuildConfig, ("inputs", "output"), {"table", "inputs", "dry_run", "as_json", "lineage"}),  # noqa: E501
+    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "dry_run", "as_json", "lineage"}),  # noqa: E501
     "tokenize": (TokenizeConfig, ("inputs",), {"inputs", "as_json", "lineage"}),
     "annotate": (AnnotateConfig, ANNOTATE_TAKES_NOT, {"table", "inputs", "as_json", "lineage"}),
     "coverage": (AnnotateConfig, ("table", "inputs", "output", "overwrite"), {"table", "inputs", "as_json", "lineage"}),  # noqa: E501
@@ -56,7 +56,8 @@ def test_a_function_takes_the_commands_names(name):
     sig = inspect.signature(fn)
     assert any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())  # **options
     keywords = set(sig.parameters) | set(options_of(cls)) | {"table", "inputs"}
-    params = {p.name for p in cli.commands[name].params} - {"help", "as_json", "lineage", "keep"}
+    cli_only = {"help", "as_json", "lineage", "keep", "dry_run"}
+    params = {p.name for p in cli.commands[name].params} - cli_only
     if name == "report":
         params -= set(HELDOUT_READING)  # they go in coverage={...}, as AnnotateConfig's
     assert params <= keywords
@@ -70,7 +71,7 @@ def test_a_value_parses_alike_from_the_command_line_and_from_python():
          "--conf", "a=b", "--storage-option", "region=x", "--rank-rows", "10K"],
     )  # fmt: skip
     params = dict(ctx.params)
-    assert params.pop("as_json") is params.pop("lineage") is False  # not config fields
+    assert params.pop("as_json") is params.pop("lineage") is params.pop("dry_run") is False
     from_cli = BuildConfig(inputs=list(params.pop("inputs")), output=params.pop("table"), **params)
     from_python = BuildConfig(
         inputs=["in/"],

@@ -135,3 +135,26 @@ def test_a_killed_task_is_a_failed_result_on_stdout_alone(corpus):
     assert out["error"]["class"] == "WorkerDied" and "exited unexpectedly" in res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith("fgram: error: ")
     assert out["error"]["message"] in res.stderr
+
+
+def test_dry_runs_plan_from_metadata_and_write_nothing(corpus):
+    t, root = str(corpus / "t"), str(corpus / "r")
+    plan = run_json(["build", t, str(corpus / "c"), *LOCAL, "--dry-run"])
+    assert plan["status"] == "planned" and not os.path.exists(t)
+    assert plan["counts"]["tokens"] == sum(map(len, DOCS)) + len(DOCS) - 1  # the separators
+    assert plan["counts"]["files"] == 1 and plan["details"]["passes"] == 4
+    first = run_json(["refresh", root, str(corpus / "c"), *LOCAL, "--dry-run"])
+    assert first["details"]["would"] == "build the first version" and not os.path.exists(root)
+    run_json(["refresh", root, str(corpus / "c"), *LOCAL])
+    same = run_json(["refresh", root, str(corpus / "c"), "--engine", "local", "--dry-run"])
+    assert same["details"]["would"] == "nothing (unchanged)"  # its options remembered
+    write_bin(str(corpus / "c" / "b.bin"), DOCS[:3], sep=0)
+    grown = run_json(["refresh", root, str(corpus / "c"), "--engine", "local", "--dry-run"])
+    d = grown["details"]
+    assert d["would"] == "build a new version" and d["store"] == "reused"
+    assert d["new"] == [str(corpus / "c" / "b.bin")] and d["kept"] == [str(corpus / "c" / "a.bin")]
+    assert d["units_to_count"] == 1 and d["removed"] == 0
+    versions = os.listdir(os.path.join(root, "versions"))
+    other = run_json(["refresh", root, str(corpus / "c"), *LOCAL[:-1], "3", "--dry-run"], code=2)
+    assert other["error"]["class"] == "ConfigError" and "--rebuild" in other["error"]["message"]
+    assert os.listdir(os.path.join(root, "versions")) == versions

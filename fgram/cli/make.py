@@ -11,6 +11,12 @@ from fgram.cli.options import config_options, fail, shown, summary
 from fgram.cli.results import finished, json_option, table_fields
 from fgram.pipeline.config.commands import BuildConfig, TokenizeConfig
 
+DRY_RUN = (
+    "Print the plan and stop: the inputs (files, bytes, tokens), the units to count, the "
+    "options; for a refresh, whether it would build and which shards it would count, "
+    "reuse and subtract. Reads metadata only; writes nothing."
+)
+
 # build's options that a refresh has not: it publishes versions of its own, from tokens
 REFRESH_TAKES_NOT = (
     "inputs",
@@ -28,8 +34,9 @@ REFRESH_TAKES_NOT = (
 @click.argument("table", metavar="TABLE")
 @click.argument("inputs", nargs=-1, metavar="INPUTS...")
 @config_options(BuildConfig, exclude=("inputs", "output"))
+@click.option("--dry-run", is_flag=True, help=DRY_RUN)
 @json_option
-def build_command(table, inputs, **opts):
+def build_command(table, inputs, dry_run, **opts):
     """Build the f-gram table TABLE of tokenized shards INPUTS (files, folders, globs, URIs).
 
     Parquet (a list-of-integers column, one document per row), raw .bin /
@@ -48,8 +55,32 @@ def build_command(table, inputs, **opts):
     if not inputs:
         fail("give the table, then the inputs: fgram build TABLE INPUTS...")
     _table_first(table)
+    if dry_run:
+        from fgram.jobs.plan import plan_build
+
+        planned(plan_build(BuildConfig(inputs=list(inputs), output=table, **opts)), table)
+        return
     manifest = run_build(BuildConfig(inputs=list(inputs), output=table, **opts))
     finished([summary(manifest, shown(table))], "built", shown(table), **table_fields(manifest))
+
+
+def planned(plan: dict, table: str) -> None:
+    """A dry run's lines (and result, status ``planned``)."""
+    tokens = f", {plan['tokens']} tokens" if plan.get("tokens") is not None else ""
+    lines = [
+        f"would {plan['would'].removeprefix('would ')} -> {shown(table)}",
+        f"  inputs: {plan['files']} files, {plan['bytes']} bytes{tokens}; {plan['units']} "
+        f"units, {plan['passes']} passes",
+        "  options: " + " ".join(f"{k}={v}" for k, v in plan["options"].items()),
+    ]
+    if "new" in plan and plan.get("store"):
+        lines.append(
+            f"  store {plan['store']}: {len(plan['new'])} new shards to count "
+            f"({plan['units_to_count']} units), {len(plan['kept'])} kept, "
+            f"{plan['removed']} removed"
+        )
+    counts = {k: plan.get(k) for k in ("files", "bytes", "tokens", "units")}
+    finished(lines, "planned", shown(table), counts=counts, details=plan)
 
 
 def _table_first(table: str) -> None:
@@ -83,8 +114,9 @@ def _table_first(table: str) -> None:
     "Without it such a run is refused; options not given are the current version's.",
 )
 @config_options(BuildConfig, exclude=REFRESH_TAKES_NOT)
+@click.option("--dry-run", is_flag=True, help=DRY_RUN)
 @json_option
-def refresh_command(table, inputs, keep, rebuild, **opts):
+def refresh_command(table, inputs, keep, rebuild, dry_run, **opts):
     """New version of a versioned table for the input list INPUTS, incrementally.
 
     TABLE is a refresh folder (made by the first refresh); INPUTS is the whole new corpus:
@@ -109,6 +141,11 @@ def refresh_command(table, inputs, keep, rebuild, **opts):
     ctx = click.get_current_context()
     given = [n for n in opts if ctx.get_parameter_source(n) != ParameterSource.DEFAULT]
     cfg = BuildConfig(inputs=list(inputs), output=table, **opts)
+    if dry_run:
+        from fgram.jobs.plan import plan_refresh
+
+        planned(plan_refresh(cfg, given, rebuild), table)
+        return
     res = run_refresh(cfg, keep=keep, given=given, rebuild=rebuild)
     pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     root = shown(table).rstrip("/")
