@@ -19,7 +19,8 @@ from fgram.cli.results import RUN, failed
 from fgram.pipeline.errors import FgramError, StorageUnavailable
 from fgram.version import __version__
 
-GLOBAL = {"-q": 0, "--quiet": 0, "--log-level": 1}  # the group's options: values they take
+# the group's options: values they take
+GLOBAL = {"-q": 0, "--quiet": 0, "--log-level": 1, "--config": 1, "--log-file": 1}
 SIGINTS: list[int] = []  # Ctrl-C seen by this process (`note_sigint`)
 
 
@@ -98,20 +99,43 @@ class _Commands(click.Group):
     "shows fgram's debug records and keeps the JVM's start-up lines.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No log messages at all (--log-level off).")
-def cli(log_level, quiet) -> None:
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Options from a TOML (or YAML) file: top-level keys for every command, a "
+    "[command] table for one; the command line wins.",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append every line fgram writes to stderr to this file too.",
+)
+@click.pass_context
+def cli(ctx, log_level, quiet, config_file, log_file) -> None:
     """fgram: exact frequent n-grams (f-grams) of tokenized corpora, on Apache Spark.
 
-    -q and --log-level go before the command or anywhere after it.
+    -q, --log-level, --config and --log-file go before the command or anywhere after it.
 
     \b
     fgram synth -o corpus --tokens 10000000           # a small corpus to try
     fgram build fgrams corpus --dtype uint16 --doc-sep 0
     fgram show fgrams
     """
+    from fgram.cli.settings import defaults_for, log_to
     from fgram.jobs.progress import PROGRESS
     from fgram.spark.session import LOG_LEVEL
     from fgram.spark.session import log_level as effective_level
 
+    try:
+        if log_file:
+            log_to(log_file)
+        if config_file:
+            ctx.default_map = defaults_for(config_file, cli, ctx.invoked_subcommand)
+    except FgramError as exc:
+        fail(str(exc), kind=type(exc).__name__)
     if quiet or log_level:
         os.environ[LOG_LEVEL] = "off" if quiet else log_level
     level = effective_level()
