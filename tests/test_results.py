@@ -158,3 +158,40 @@ def test_dry_runs_plan_from_metadata_and_write_nothing(corpus):
     other = run_json(["refresh", root, str(corpus / "c"), *LOCAL[:-1], "3", "--dry-run"], code=2)
     assert other["error"]["class"] == "ConfigError" and "--rebuild" in other["error"]["message"]
     assert os.listdir(os.path.join(root, "versions")) == versions
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["build", "refresh", "tokenize", "annotate", "coverage", "index", "embed", "report", "clean"],
+)
+def test_every_job_command_ends_in_a_result(corpus, command):
+    """Each command, given what does not exist, ends in one failed result on stdout;
+    tokenize and clean also succeed into one."""
+    missing = str(corpus / "missing")
+    tok = str(corpus / "tok.json")
+    args = {
+        "build": ["build", str(corpus / "t"), missing, *FLAT],
+        "refresh": ["refresh", str(corpus / "r"), missing, *FLAT],
+        "tokenize": ["tokenize", missing, "-o", str(corpus / "o"), "--tokenizer", tok],
+        "annotate": ["annotate", missing, str(corpus / "c"), *FLAT, "-o", str(corpus / "g")],
+        "coverage": ["coverage", missing, str(corpus / "c"), *FLAT],
+        "index": ["index", missing],
+        "embed": ["embed", missing, "--model", "fgram.pipeline.models:hashed"],
+        "report": ["report", missing, "-o", str(corpus / "r.html")],
+        "clean": ["clean", missing],
+    }[command]
+    if command == "tokenize":
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        tokenizer.save(tok)
+    out = run_json(args, code=2)
+    assert out["status"] == "failed" and out["command"] == command
+    assert "missing" in out["error"]["message"]
+    if command == "tokenize":
+        (corpus / "text.jsonl").write_text('{"text": "a b a b"}\n{"text": "b a"}\n')
+        made = run_json(["tokenize", str(corpus / "text.jsonl"), "-o", str(corpus / "o"),
+                         "--tokenizer", tok, "--engine", "local"])  # fmt: skip
+        assert made["status"] == "built" and made["counts"]["tokens"] == 6
+        assert made["counts"]["documents"] == 2 and made["output"] == str(corpus / "o")

@@ -72,6 +72,9 @@ class _Commands(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.ClickException as exc:  # a usage error: under --json, a result too
+            failed(exc.exit_code, type(exc).__name__, exc.format_message())
+            raise
         except KeyboardInterrupt as exc:
             raise Interrupted(getattr(exc, "fgram_kept", None)) from None
         except FgramError as exc:
