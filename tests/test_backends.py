@@ -184,3 +184,35 @@ def test_an_unknown_or_missing_backend_is_one_line(monkeypatch):
     monkeypatch.setitem(backends.BACKENDS, "fastokens", missing)
     with pytest.raises(ConfigError, match="the package no_such_package_here is not installed"):
         choose("fastokens", BPE.to_str(), [], False)
+
+
+def test_lookup_text_and_report_take_the_backend(tmp_path, monkeypatch, capsys):
+    """lookup --text encodes through the proven backend (a differing one is caught on the
+    text itself and tokenizers' ids are used); report --heldout of text takes
+    --tokenizer-backend as coverage does."""
+    from click.testing import CliRunner
+
+    from fgram.cli import cli
+
+    docs = ["the cat sat on a mat", "then the dog ran off", "the cat ran off"] * 20
+    text, tok = _text(tmp_path, docs)
+    fgram.build(tmp_path / "t", [text], tokenizer=tok, engine="local", max_len=4, min_count=2)
+    fgram.index(tmp_path / "t")
+    look = ["lookup", str(tmp_path / "t"), "--text", "then the dog ran", "--tokenizer", tok]
+    ref = CliRunner().invoke(cli, [*look, "--tokenizer-backend", "tokenizers"])
+    fast = CliRunner().invoke(cli, [*look, "--tokenizer-backend", "fastokens"])
+    assert ref.exit_code == fast.exit_code == 0 and fast.stdout == ref.stdout
+    _differs(monkeypatch)
+    caught = CliRunner().invoke(cli, [*look, "--tokenizer-backend", "fastokens"])
+    assert caught.exit_code == 0 and caught.stdout == ref.stdout
+    assert "ids differ from tokenizers'" in caught.stderr
+    pages = []
+    for backend in ("tokenizers", "auto"):
+        out = tmp_path / f"{backend}.html"
+        res = CliRunner().invoke(
+            cli, ["report", str(tmp_path / "t"), "-o", str(out), "--heldout", text,
+                  "--tokenizer", tok, "--engine", "local", "--tokenizer-backend", backend],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        pages.append(json.loads(out.with_suffix(".json").read_text())["coverage"])
+    assert pages[0] == pages[1] and pages[0]

@@ -20,6 +20,7 @@ HELDOUT_READING = (
     "master",
     "conf",
     "text_field",
+    "tokenizer_backend",
     "doc_per_line",
 )
 

@@ -19,6 +19,7 @@ from fgram.cli.options import (
 from fgram.cli.results import finished, json_option
 from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
 from fgram.pipeline.errors import FgramError
+from fgram.pipeline.formats.backends import CHOICES
 
 # annotate tags token shards: text is tokenized first; its coverage is `fgram coverage`'s
 ANNOTATE_TAKES_NOT = ("table", "inputs", "tokenizer", "sizes", "text_field", "doc_per_line")
@@ -289,8 +290,16 @@ def embed_command(table, **opts):
     type=click.Choice(["ram", "mmap"]),
     help="mmap: arrays mapped from disk (shared, opens at once); ram: read into memory.",
 )
+@click.option(
+    "--tokenizer-backend",
+    default="auto",
+    show_default=True,
+    type=click.Choice(list(CHOICES)),
+    help="What encodes --text (as for tokenize: auto takes the fastest installed backend "
+    "proven to give the tokenizer's ids exactly).",
+)
 @storage_option
-def lookup_command(table, tokens, text, tokenizer, mode, storage):
+def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, storage):
     """Print, for each position of a context, its longest f-gram in table TABLE (and the
     start of its embedding row when TABLE has embeddings).
 
@@ -318,7 +327,11 @@ def lookup_command(table, tokens, text, tokenizer, mode, storage):
             from fgram.pipeline.formats.tokenizer import check_tokenizer, load_spec
 
             check_tokenizer(manifest, load_spec(tokenizer).record(), tokenizer, table)
-        ids = tok.encode(text, add_special_tokens=False).ids
+        from fgram.pipeline.formats.tokenizer import encode_text, known_tokenizer
+
+        path = tokenizer or known_tokenizer(manifest)
+        assert path is not None  # `tok` was made from it
+        ids = encode_text(path, tokenizer_backend, text)
     else:
         try:
             ids = [int(t) for t in tokens.replace(",", " ").split()]

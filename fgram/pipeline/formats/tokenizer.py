@@ -110,6 +110,16 @@ def table_tokenizer(given: str | None, manifest: dict[str, Any]) -> Any:
     return tokenizer(load_spec(path))
 
 
+def encode_text(path: str, backend: str, text: str) -> list[int]:
+    """One text's ids (no special tokens) by the tokenizer at ``path`` through ``backend``
+    (``auto``: the fastest installed one proven on hard cases and this text, as a run's)."""
+    spec = load_spec(path)
+    if backend != "tokenizers":
+        spec = prove(spec, backend, [("--text", text)], False)
+    _, ids = encode(encoder(spec), [text])
+    return [int(i) for i in ids]
+
+
 def check_tokenizer(
     table: dict[str, Any], given: dict[str, Any] | None, what: str, where: str
 ) -> None:
