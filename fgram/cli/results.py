@@ -59,8 +59,8 @@ def json_option(fn):
         "--json",
         "as_json",
         is_flag=True,
-        help="Print the run's result as one JSON object on stdout at the end (status "
-        "built, unchanged or failed; counts, seconds, fingerprint: docs/formats.md); "
+        help="Print the run's result as one JSON object on stdout at the end (status built, "
+        "unchanged, planned or failed; counts, seconds, fingerprint: docs/formats.md); "
         "progress and logs stay on stderr.",
     )
     @functools.wraps(fn)
