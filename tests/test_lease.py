@@ -65,7 +65,8 @@ def test_lease_contenders_never_both_hold(s3, monkeypatch):
     """Three runs started together through a barrier, 100 rounds: never two holders at
     once, and every run either held the lease or was refused. Odd rounds are mixed: one
     run has no conditional writes (it claims), the others take the lease object."""
-    monkeypatch.setattr(LeaseLock, "RETRY_WAIT", (0.01, 0.1))
+    monkeypatch.setattr(LeaseLock, "RETRY_WAIT", (0.01, 0.05))
+    monkeypatch.setattr(LeaseLock, "ATTEMPTS", 2)  # a loser gives up at once: rounds are quick
     real = lease_module.conditional_writes
     plain = threading.local()
     monkeypatch.setattr(
@@ -84,7 +85,7 @@ def test_lease_contenders_never_both_hold(s3, monkeypatch):
             try:
                 with LeaseLock(out):
                     holders.append(1)
-                    time.sleep(0.05)
+                    time.sleep(0.02)
                     holders.append(-1)
             except LockedError as exc:
                 errors.append(exc)

@@ -116,7 +116,11 @@ def test_http_transport_gets_the_reads_of_a_reader_and_a_failure(corpus, receive
 
 
 def test_a_receiver_that_is_down_is_one_warning_not_a_failure(corpus):
-    env = _env(OPENLINEAGE_URL="http://127.0.0.1:9")  # discard port: nothing listens
+    env = _env(  # the discard port: nothing listens; no retries (the client's own policy)
+        OPENLINEAGE__TRANSPORT__TYPE="http",
+        OPENLINEAGE__TRANSPORT__URL="http://127.0.0.1:9",
+        OPENLINEAGE__TRANSPORT__RETRY='{"total": 0}',
+    )
     res = _fgram(["build", str(corpus / "t"), str(corpus / "c"), *LOCAL], env)
     assert res.returncode == 0, res.stderr
     assert os.path.exists(corpus / "t" / "_SUCCESS")

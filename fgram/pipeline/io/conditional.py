@@ -32,6 +32,8 @@ _KEYS = {
 }
 _TIMING = ("connect_timeout", "request_timeout", "scheme", "endpoint_override")
 _PROBED: dict[tuple[Any, ...], bool] = {}
+_CLIENTS: dict[tuple[Any, ...], Any] = {}  # one client per settings (thread-safe; ~0.1 s to make)
+os.register_at_fork(after_in_child=_CLIENTS.clear)  # a child makes its own connections
 
 
 class NotSupported(Exception):
@@ -136,7 +138,18 @@ def conditional_writes(loc: Location) -> ConditionalWrites | None:
     if scheme_of(loc.uri) != "s3" or any(k not in _KEYS and k not in _TIMING for k in options):
         return None
     try:
-        client = _client(options)
+        import botocore  # noqa: F401 - the s3 extra
+    except ImportError:
+        return None
+    key = (
+        tuple(sorted(options.items())),
+        os.environ.get("AWS_ENDPOINT_URL_S3"),
+        os.environ.get("AWS_ENDPOINT_URL"),
+        os.environ.get("AWS_ACCESS_KEY_ID"),
+        os.environ.get("AWS_PROFILE"),
+    )
+    try:
+        client = _CLIENTS[key] if key in _CLIENTS else _CLIENTS.setdefault(key, _client(options))
     except ImportError:
         return None
     cond = ConditionalWrites(client, loc.path.split("/", 1)[0], loc.uri, options)
