@@ -166,7 +166,8 @@ def test_a_failed_refresh_leaves_no_store_objects_behind(tmp_path, monkeypatch):
         assert sorted(os.listdir(objects_dir(str(root)))) == before
 
 
-def test_a_new_version_serves_what_the_current_one_served(tmp_path):
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_new_version_serves_what_the_current_one_served(tmp_path, spark, engine):
     """current had an index and embeddings: the next version has both before current
     points at it (the embeddings made again with the recorded model and row type, equal
     to an embed of that version), so lookups never meet a version without them."""
@@ -174,7 +175,7 @@ def test_a_new_version_serves_what_the_current_one_served(tmp_path):
 
     a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
     out = tmp_path / "t"
-    opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "3", "--engine", "local"]
+    opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "3", "--engine", engine]
     runner = CliRunner()
     assert runner.invoke(cli, ["refresh", str(out), a, *opts]).exit_code == 0
     assert runner.invoke(cli, ["index", str(out)]).exit_code == 0
@@ -187,6 +188,9 @@ def test_a_new_version_serves_what_the_current_one_served(tmp_path):
     v2 = tmp_path / "t" / "versions" / vs.current(str(out))
     meta = json.loads((v2 / "embeddings" / "embeddings.json").read_text())
     assert meta["dtype"] == "float32" and meta["model"] == "fgram.pipeline.models:hashed"
+    v1 = tmp_path / "t" / "versions" / meta["reused_from"].rstrip("/").rsplit("/", 1)[1]
+    shared = {g for g, _ in result(v1)} & {g for g, _ in result(v2)}
+    assert 0 < meta["rows_reused"] == len(shared) < len(result(v2))  # only new rows computed
     fresh = tmp_path / "copy"
     import shutil
 

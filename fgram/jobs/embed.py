@@ -69,7 +69,21 @@ def padded(tokens_column, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     return out, lengths
 
 
-def _chunk_rows(model, dataset, lo: int, hi: int, max_len: int, batch: int) -> np.ndarray:
+def _shared(reuse: Any, toks: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """For each f-gram of a chunk, its id in the store ``reuse`` (-1 where it has none):
+    the whole f-gram matched, its tokens a document of their own."""
+    starts = np.cumsum(lengths) - lengths
+    flat = toks[np.arange(toks.shape[1])[None, :] < lengths[:, None]]
+    fid, mlen = reuse.index.match(flat, doc_starts=starts)
+    last = starts + lengths - 1
+    return np.where(mlen[last] == lengths, fid[last], -1) if len(last) else last
+
+
+def _chunk_rows(
+    model, dataset, lo: int, hi: int, max_len: int, batch: int, reuse: Any = None
+) -> tuple[np.ndarray, int]:
+    """(the chunk's rows as float32, how many were copied from ``reuse``: an `FgramStore` of
+    the same model and row type, for the f-grams it holds too)."""
     import pyarrow.compute as pc
 
     t = dataset.to_table(
@@ -83,18 +97,25 @@ def _chunk_rows(model, dataset, lo: int, hi: int, max_len: int, batch: int) -> n
             f"{dataset.files[0]}...: f-gram ids {lo}..{hi - 1} are not all in the table"
         )
     toks, lengths = padded(t.column("tokens").combine_chunks(), max_len)
+    old = _shared(reuse, toks, lengths) if reuse is not None else np.full(len(ids), -1)
+    todo = np.flatnonzero(old < 0)
     outs, t_model = [], time.perf_counter()
-    for s in range(0, len(ids), batch):
-        outs.append(
-            np.asarray(model(toks[s : s + batch], lengths[s : s + batch]), dtype=np.float32)
-        )
+    for s in range(0, len(todo), batch):
+        part = todo[s : s + batch]
+        outs.append(np.asarray(model(toks[part], lengths[part]), dtype=np.float32))
     _MODEL_SECONDS[0] += time.perf_counter() - t_model
-    rows = np.concatenate(outs) if outs else np.zeros((0, 0), np.float32)
-    if rows.ndim != 2 or len(rows) != len(ids):
+    made = np.concatenate(outs) if outs else np.zeros((0, 0), np.float32)
+    if made.ndim != 2 or len(made) != len(todo):
         raise FgramError(
-            f"model returned shape {rows.shape} for {len(ids)} f-grams; expected [{len(ids)}, d]"
+            f"model returned shape {made.shape} for {len(todo)} f-grams; expected [{len(todo)}, d]"
         )
-    return rows
+    if len(todo) == len(ids):
+        return made, 0
+    rows = np.empty((len(ids), reuse.dim), np.float32)
+    rows[todo] = made
+    kept = np.flatnonzero(old >= 0)
+    rows[kept] = reuse.rows(old[kept]).astype(np.float32)
+    return rows, len(kept)
 
 
 _MODELS: dict = {}
@@ -113,20 +134,39 @@ def _dataset(table: Location):
     return table_dataset(*open_table(table))
 
 
+_REUSED: dict = {}
+
+
+def _reused(cfg: EmbedConfig) -> Any:
+    """The store whose rows ``cfg.reuse`` names (mapped, opened once per process), or None
+    where it is not of the same model and row type."""
+    if not cfg.reuse:
+        return None
+    if cfg.reuse not in _REUSED:
+        from fgram.pipeline.tables.embed import FgramStore
+
+        _REUSED.clear()
+        store = FgramStore.open(cfg.reuse, mode="mmap", storage=cfg.storage)
+        same = store.meta.get("model") == cfg.model and store.meta.get("dtype") == cfg.float
+        _REUSED[cfg.reuse] = store if same else None
+    return _REUSED[cfg.reuse]
+
+
 def embed_chunk(
     cfg: EmbedConfig, table: Location, c: int, total: int, max_len: int, staging
-) -> float:
+) -> tuple[float, int]:
     """Compute chunk c's rows, write them into the staging matrix, then its marker (on
     an object store: as the chunk's own object, which is its marker).
 
-    Returns the seconds spent inside the model."""
+    Returns the seconds spent inside the model and the rows copied from ``cfg.reuse``."""
     before = _MODEL_SECONDS[0]
     lo, hi = c * cfg.chunk_rows, min((c + 1) * cfg.chunk_rows, total)
     model = _model(cfg.model, cfg.device)
-    rows = to_stored(_chunk_rows(model, _dataset(table), lo, hi, max_len, cfg.batch), cfg.float)
+    made, reused = _chunk_rows(model, _dataset(table), lo, hi, max_len, cfg.batch, _reused(cfg))
+    rows = to_stored(made, cfg.float)
     if isinstance(staging, Location):
         wf.save_array(_chunk(staging, c), rows)
-        return _MODEL_SECONDS[0] - before
+        return _MODEL_SECONDS[0] - before, reused
     matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r+")
     if matrix.shape[1] != rows.shape[1]:
         raise FgramError(
@@ -138,7 +178,7 @@ def embed_chunk(
     del matrix
     with open(os.path.join(staging, "done", f"{c:08d}"), "w") as marker:
         marker.write(str(wf.word_sum(rows)))  # what a resumed run checks the rows by
-    return _MODEL_SECONDS[0] - before
+    return _MODEL_SECONDS[0] - before, reused
 
 
 def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
@@ -192,6 +232,7 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
         "chunk_rows": cfg.chunk_rows,
         "table": manifest_fingerprint(table),
         "rows": total,
+        "reuse": cfg.reuse,
     }
     if not table.local and not runs_here(cfg):
         return _embed_on_store(cfg, table, params, total, max_len, spark, t0)
@@ -216,9 +257,9 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
     nchunks = -(-total // cfg.chunk_rows)
     todo = _chunks_to_do(staging, nchunks, cfg.chunk_rows)
     with working_in(os.path.join(staging, "_work")):  # this run's (`fgram clean`)
-        model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
+        done = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
-    meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), model_seconds)
+    meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), done)
     shutil.rmtree(os.path.join(staging, "done"))
     shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)
     os.remove(params_path)
@@ -247,24 +288,24 @@ def _first_row(cfg: EmbedConfig, table: Location, total: int, max_len: int) -> n
     """The model's output for the first f-gram (the row width; a row of zeros if none)."""
     if not total:
         return np.zeros((0, 0), np.float32)
-    return _chunk_rows(_model(cfg.model, cfg.device), _dataset(table), 0, 1, max_len, 1)
+    return _chunk_rows(_model(cfg.model, cfg.device), _dataset(table), 0, 1, max_len, 1)[0]
 
 
 def _run_chunks(
     cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int, staging, spark
-) -> float:
+) -> dict:
     PROGRESS.stage("embed", len(todo), unit="chunks")
-    if cfg.engine == "local":
-        seconds = 0.0
-        for c in todo:
-            seconds += embed_chunk(cfg, table, c, total, max_len, staging)
-            PROGRESS.advance()
-        return seconds
-    if not todo:
-        return 0.0
-    ex = make_executor("spark", spark, cfg.master, cfg.conf)
     embedding = EmbedStage(cfg, table, todo, total, max_len, staging)
-    return embedding.summary(ex.map(len(todo), embedding.run, progress=True))["seconds"]
+    if cfg.engine == "local":
+        done = []
+        for c in todo:
+            done.append(embed_chunk(cfg, table, c, total, max_len, staging))
+            PROGRESS.advance()
+        return embedding.summary(done)
+    if not todo:
+        return embedding.summary([])
+    ex = make_executor("spark", spark, cfg.master, cfg.conf)
+    return embedding.summary(ex.map(len(todo), embedding.run, progress=True))
 
 
 @dataclass(frozen=True)
@@ -278,18 +319,18 @@ class EmbedStage(Stage, name="embed"):
     max_len: int
     staging: Any
 
-    def run(self, task: int) -> float:
+    def run(self, task: int) -> tuple[float, int]:
         return embed_task(
             self.cfg, self.table, self.todo[task], self.total, self.max_len, self.staging
         )
 
-    def summary(self, results: list[float]) -> dict:
-        return {"seconds": sum(results)}
+    def summary(self, results: list[tuple[float, int]]) -> dict:
+        return {"seconds": sum(r[0] for r in results), "reused": sum(r[1] for r in results)}
 
 
-def _meta(
-    cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int, model_seconds: float
-) -> dict:
+def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int, done: dict) -> dict:
+    """embeddings.json (``done``: the chunks' model seconds and rows copied from
+    ``cfg.reuse``; a resumed run counts those of its own chunks)."""
     return {
         "format": "fgram-embeddings",
         "version": 1,
@@ -303,7 +344,9 @@ def _meta(
         "chunks_resumed": nchunks - ran,
         "engine": cfg.engine,
         "device": cfg.device,
-        "model_seconds": round(model_seconds, 3),
+        "model_seconds": round(done["seconds"], 3),
+        "rows_reused": done["reused"],
+        "reused_from": cfg.reuse,
     }
 
 
@@ -324,8 +367,8 @@ def _embed_on_store(
     nchunks = -(-total // cfg.chunk_rows)
     have = set(staging.child("chunks").files())
     todo = [c for c in range(nchunks) if f"{c:08d}.npy" not in have]
-    model_seconds = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
-    meta = _meta(cfg, params, dim, nchunks, len(todo), model_seconds)
+    done = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
+    meta = _meta(cfg, params, dim, nchunks, len(todo), done)
     final = table.child("embeddings")
     name = generation_name("matrix.npy", uuid.uuid4().hex[:12])
     sha, size = wf.concat_arrays(

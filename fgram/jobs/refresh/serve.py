@@ -43,6 +43,7 @@ def carry_serving(
                 master=cfg.master,
                 conf=dict(cfg.conf),
                 storage=dict(cfg.storage),
+                reuse=old.uri,  # the rows of the f-grams both versions hold are copied
             ),
             spark,
         )

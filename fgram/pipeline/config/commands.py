@@ -344,6 +344,9 @@ class EmbedConfig(Options):
     master: str | None = master_option()
     conf: dict[str, str] = conf_option()
     storage: dict[str, str] = storage_option()  # secrets inside
+    # a table whose embeddings (same model, same row type) give the rows of the f-grams it
+    # holds too, copied instead of computed: a refresh's previous version
+    reuse: str | None = None
 
 
 @dataclass
