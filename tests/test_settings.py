@@ -98,3 +98,11 @@ def test_a_log_file_keeps_the_stderr_of_each_run(corpus):
     assert kept.count("fgram: run started ") == 2 and "[select] done" in kept
     assert f"fgram: error: {corpus / 'nope'}: no such file or directory" in kept
     assert json.loads(bad.stdout)["status"] == "failed"  # stdout stays the result's
+    spark = subprocess.run(
+        [*run, "--log-level", "info", "build", str(corpus / "s"), str(corpus / "c"),
+         *flat[:-2]],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert spark.returncode == 0, spark.stderr
+    jvm = [line for line in spark.stderr.splitlines() if " INFO " in line]
+    assert jvm and all(line in log.read_text() for line in jvm)  # the JVM's lines too

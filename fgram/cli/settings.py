@@ -7,8 +7,9 @@ key no command knows, or one the command's table names that it has not, is an er
 naming the file and the key. ``KEY=VALUE`` options (``conf``, ``storage``) take a table.
 
 ``--log-file`` appends every line fgram writes to stderr (progress, warnings, the
-error line) to FILE as well, with the time of the run's start; Spark's own log lines
-follow its log4j settings."""
+error line, and the JVM's log lines where fgram starts the JVM: local mode, or
+``--master``) to FILE as well, after a line with the run's start and its command line;
+under ``spark-submit`` the driver's log follows Spark's log4j settings."""
 
 from __future__ import annotations
 
