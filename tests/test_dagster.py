@@ -3,7 +3,8 @@ Dagster's `PipesSubprocessClient` injects, made here with dagster-pipes' own
 `encode_param`, read back as Dagster's file message reader reads them), a command
 reports its table's materialization with the fingerprint as data version and its
 counts as metadata; a failure closes the session with fgram's error; outside Pipes,
-nothing."""
+nothing. Where Dagster itself is installed (optional: heavy), a real asset run through
+`PipesSubprocessClient` too."""
 
 import json
 import os
@@ -100,3 +101,31 @@ def test_outside_pipes_nothing_is_written(corpus):
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0 and "Dagster" not in res.stderr and "pipes" not in res.stderr.lower()
+
+
+def test_a_dagster_asset_materializes_through_pipes(corpus):
+    """With Dagster itself (not in the test extra: heavy; skipped without it): an asset
+    runs `fgram refresh` through `PipesSubprocessClient`; its materialization carries the
+    fingerprint as data version and the counts as metadata."""
+    dagster = pytest.importorskip("dagster", reason="dagster is not installed (heavy, optional)")
+    root = str(corpus / "r")
+    command = [sys.executable, "-m", "fgram", "refresh", root, str(corpus / "c"), *LOCAL]
+
+    @dagster.asset
+    def fgram_table(
+        context: dagster.AssetExecutionContext,
+        pipes_subprocess_client: dagster.PipesSubprocessClient,
+    ):
+        return pipes_subprocess_client.run(
+            command=command, context=context
+        ).get_materialize_result()
+
+    run = dagster.materialize(
+        [fgram_table], resources={"pipes_subprocess_client": dagster.PipesSubprocessClient()}
+    )
+    assert run.success
+    (mat,) = run.asset_materializations_for_node("fgram_table")
+    m = manifest(os.path.join(root, "current"))
+    assert mat.metadata["fgrams"].value == m["fgrams"]
+    assert mat.metadata["status"].value == "built"
+    assert mat.tags["dagster/data_version"] == m["run_fingerprint"]
