@@ -43,3 +43,14 @@ def s3(tmp_path_factory):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """tmp_path with c/a.bin: `helpers.SMALL_DOCS` as uint16 tokens, separator 0 (modules
+    with corpora of their own define their own ``corpus``)."""
+    from helpers import SMALL_DOCS, write_bin
+
+    (tmp_path / "c").mkdir()
+    write_bin(str(tmp_path / "c" / "a.bin"), SMALL_DOCS, sep=0)
+    return tmp_path

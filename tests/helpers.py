@@ -110,3 +110,13 @@ def said(stderr: str) -> list[str]:
     from fgram.jobs.progress import PREFIX
 
     return [line for line in stderr.splitlines() if not line.startswith(PREFIX)]
+
+
+# a few documents with repeats, boundaries and a one-token document: the commands' corpus
+SMALL_DOCS = [
+    [1, 2, 3, 1, 2, 3, 4],
+    [2, 3, 1, 2, 3],
+    [5, 1, 2, 3, 1, 2],
+    [7],
+    [1, 2, 3, 4, 1, 2],
+] * 4

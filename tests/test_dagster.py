@@ -13,9 +13,8 @@ import sys
 
 import pytest
 from dagster_pipes import encode_param
-from helpers import manifest, write_bin
+from helpers import manifest
 
-DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [7], [1, 2, 3, 4, 1, 2]] * 4
 LOCAL = ["--dtype", "uint16", "--doc-sep", "0", "--engine", "local", "--min-count", "2"]
 
 
@@ -53,13 +52,6 @@ def _pipes_run(tmp_path, args, assets=("fgram_table",)):
         else []
     )
     return res, got
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    (tmp_path / "c").mkdir()
-    write_bin(str(tmp_path / "c" / "a.bin"), DOCS, sep=0)
-    return tmp_path
 
 
 def test_a_refresh_reports_its_materialization_with_the_fingerprint(corpus):

@@ -10,11 +10,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from helpers import manifest, write_bin
+from helpers import manifest
 
 from fgram.lineage import dataset_name, wanted
 
-DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [7], [1, 2, 3, 4, 1, 2]] * 4
 LOCAL = ["--dtype", "uint16", "--doc-sep", "0", "--engine", "local", "--min-count", "2"]
 PARENT = "airflow-prod/daily_fgrams.refresh/01932f5e-7c1a-7d3e-9b1a-0a1b2c3d4e5f"
 
@@ -28,13 +27,6 @@ def _fgram(args, env):
     return subprocess.run(
         [sys.executable, "-m", "fgram", *args], capture_output=True, text=True, env=env, timeout=300
     )
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    (tmp_path / "c").mkdir()
-    write_bin(str(tmp_path / "c" / "a.bin"), DOCS, sep=0)
-    return tmp_path
 
 
 def test_a_build_sends_start_and_complete_through_the_file_transport(corpus):

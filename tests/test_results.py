@@ -11,6 +11,7 @@ import sys
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from helpers import SMALL_DOCS as DOCS
 from helpers import manifest, write_bin
 
 from fgram.cli import cli
@@ -19,7 +20,6 @@ HERE = os.path.dirname(__file__)
 SCHEMA = json.load(
     open(os.path.join(HERE, "..", "fgram", "cli", "result.schema.json"), encoding="utf-8")
 )
-DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [7], [1, 2, 3, 4, 1, 2]] * 4
 FLAT = ["--dtype", "uint16", "--doc-sep", "0"]
 LOCAL = [*FLAT, "--engine", "local", "--min-count", "2"]
 
@@ -34,13 +34,6 @@ def run_json(args: list[str], code: int = 0) -> dict:
     jsonschema.validate(out, SCHEMA)
     assert out["exit_code"] == code
     return out
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    (tmp_path / "c").mkdir()
-    write_bin(str(tmp_path / "c" / "a.bin"), DOCS, sep=0)
-    return tmp_path
 
 
 def test_build_refresh_index_and_the_readers_say_what_they_made(corpus):

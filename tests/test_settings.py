@@ -9,12 +9,11 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from helpers import manifest, result, write_bin
+from helpers import SMALL_DOCS as DOCS
+from helpers import manifest, result
 from oracle import select
 
 from fgram.cli import cli
-
-DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [7], [1, 2, 3, 4, 1, 2]] * 4
 
 TOML = """
 engine = "local"
@@ -37,13 +36,6 @@ refresh:
   conf:
     spark.fgram.test: "1"
 """
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    (tmp_path / "c").mkdir()
-    write_bin(str(tmp_path / "c" / "a.bin"), DOCS, sep=0)
-    return tmp_path
 
 
 @pytest.mark.parametrize("kind", ["toml", "yaml"])
