@@ -9,16 +9,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from fgram.jobs.refresh.remembered import settle_options
-from fgram.jobs.refresh.store import STORE_OPTIONS, StoreRecord, shard_digest
+from fgram.jobs.refresh.store import STORE_OPTIONS, store_code
 from fgram.jobs.runs import fingerprint_digest, run_fingerprint
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units
 from fgram.pipeline.formats.reading import Shard
-from fgram.pipeline.io.publish import as_location
 from fgram.pipeline.io.storage import locate
-from fgram.pipeline.tables import versions as vs
 
 FLAT = ("flat",)  # formats whose item count is their token count
 
@@ -51,39 +48,33 @@ def plan_build(cfg: BuildConfig) -> dict[str, Any]:
 def plan_refresh(
     cfg: BuildConfig, given: Collection[str] | None = None, rebuild: bool = False
 ) -> dict[str, Any]:
-    """What `fgram refresh` would do (its options settled as the run would settle them)."""
+    """What `fgram refresh` would do: its options settled, its changes and its store
+    judged by the run's own functions (`refresh.driver`)."""
+    from fgram.jobs.refresh.driver import Changes, reusable_store, settled
+
     cfg.validate()
     cfg, _ = cfg.tokenized()
     root = locate(cfg.output, cfg.storage)
-    previous = vs.current(root) if root.exists() else None
-    old: dict[str, Any] = {}
-    rebuilt = False
-    if previous is not None:
-        old = as_location(vs.version_path(root, previous)).child("manifest.json").read_json()
-        cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, root.uri)
+    current = settled(cfg, root, given, rebuild, root.uri)  # a missing folder: no version
+    cfg, previous = current.cfg, current.previous
     shards = plan_shards(cfg.inputs, cfg.read_options())
     plan: dict[str, Any] = {
         "current": previous,
         "options": {k: getattr(cfg, k) for k in STORE_OPTIONS},
         **_inputs(cfg, shards),
     }
-    if previous is not None and old.get("run_fingerprint") == fingerprint_digest(
-        run_fingerprint(cfg, shards)
-    ):
+    digest = fingerprint_digest(run_fingerprint(cfg, shards))
+    if current.manifest is not None and current.manifest.get("run_fingerprint") == digest:
         return {**plan, "would": "nothing (unchanged)", "new": [], "kept": [], "removed": 0}
-    stored = None
-    if previous is not None and not rebuilt:
-        store_path = as_location(vs.version_path(root, previous)).child("store.json")
-        stored = StoreRecord.from_json(store_path.read_json()) if store_path.exists() else None
-    known = stored.shards if stored is not None else {}
-    digests = [shard_digest(s) for s in shards]
-    new = [s for s, d in zip(shards, digests, strict=True) if d not in known]
+    stored = reusable_store(root, previous, cfg, store_code(shards)) if previous else None
+    changes = Changes.of(shards, stored.shards if stored is not None else {})
+    new = [shards[i] for i in changes.new_idx]
     plan.update(
         would="build the first version" if previous is None else "build a new version",
         store="reused" if stored is not None else "started afresh",
         new=[s.uri for s in new],
-        kept=[s.uri for s, d in zip(shards, digests, strict=True) if d in known],
-        removed=len(set(known) - set(digests)),
+        kept=[shards[i].uri for i in changes.kept_idx],
+        removed=len(changes.removed),
         units_to_count=len(plan_units(new, cfg.unit_tokens)),
     )
     return plan

@@ -73,13 +73,44 @@ def run_refresh(
     check_bucket(where)
     root = vs.check_root(where)
     with OutputLock(where):
-        previous = vs.current(root)
-        rebuilt = False
-        if previous is not None:
-            old = load_json(wf.join(vs.version_path(root, previous), "manifest.json"))
-            cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, where.uri)
-        res = _run_locked(cfg, keep, root, spark, t_start, bound, tokenizer, rebuilt)
-        return {**res, "rebuilt": rebuilt}
+        vs.clear_leftovers(root)  # of a refresh killed before it could clean up
+        current = settled(cfg, root, given, rebuild, where.uri)
+        res = _run_locked(current, keep, root, spark, t_start, bound, tokenizer)
+        return {**res, "rebuilt": current.rebuilt}
+
+
+@dataclass
+class Current:
+    """A run's config settled against the refresh folder's current version: that
+    version's id and manifest (None, None for the first), whether the options differ."""
+
+    cfg: BuildConfig
+    previous: str | None
+    manifest: dict[str, Any] | None
+    rebuilt: bool
+
+
+def settled(
+    cfg: BuildConfig, root, given: Collection[str] | None, rebuild: bool, where: str
+) -> Current:
+    """The current version read once, the run's options settled against its
+    (`remembered.settle_options`)."""
+    previous = vs.current(root)
+    if previous is None:
+        return Current(cfg, None, None, False)
+    old = load_json(wf.join(vs.version_path(root, previous), "manifest.json"))
+    cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, where)
+    return Current(cfg, previous, old, rebuilt)
+
+
+def reusable_store(root, previous: str, cfg: BuildConfig, code: KeyCode) -> StoreRecord | None:
+    """The current version's store, when this run can build on it: the same store
+    options and key code (other options, or wider tokens, start the store afresh)."""
+    path = wf.join(vs.version_path(root, previous), "store.json")
+    if not wf.exists(path):
+        return None
+    store = StoreRecord.from_json(load_json(path))
+    return store if store is not None and store.options == store_options(cfg, code) else None
 
 
 def _staging(cfg: BuildConfig, root, vid: str):
@@ -102,24 +133,14 @@ def rare_by_unit(entry: ShardEntry) -> dict[tuple[int, int], dict[int, str]]:
 
 
 def _run_locked(
-    cfg: BuildConfig,
-    keep: int,
-    root,
-    spark,
-    t_start: float,
-    use_bound: bool,
-    tokenizer=None,
-    rebuilt: bool = False,
+    current: Current, keep: int, root, spark, t_start: float, use_bound: bool, tokenizer=None
 ) -> dict:
-    vs.clear_leftovers(root)  # of a refresh killed before it could clean up
-    previous = vs.current(root)
+    cfg, previous, old = current.cfg, current.previous, current.manifest or {}
     shards = plan_shards(cfg.inputs, cfg.read_options())
     digest = fingerprint_digest(run_fingerprint(cfg, shards))
     code = store_code(shards)
     old_store = None
     if previous is not None:
-        vpath = vs.version_path(root, previous)
-        old = load_json(wf.join(vpath, "manifest.json"))
         check_tokenizer(old, tokenizer, ", ".join(cfg.inputs), f"its current version {previous}")
         if old.get("run_fingerprint") == digest:
             return {
@@ -131,10 +152,7 @@ def _run_locked(
                 "pruned": vs.prune(root, keep),
                 "collected": collect_garbage(root),
             }
-        if wf.exists(wf.join(vpath, "store.json")):
-            old_store = StoreRecord.from_json(load_json(wf.join(vpath, "store.json")))
-            if old_store is not None and old_store.options != store_options(cfg, code):
-                old_store = None  # other options: start the store afresh
+        old_store = reusable_store(root, previous, cfg, code)
     vid = vs.new_version_id(after=max(vs.list_versions(root), default=None))
     out = vs.version_path(root, vid)
     staging = _staging(cfg, root, vid)
@@ -170,7 +188,7 @@ def _run_locked(
             raise
     carried = carry_serving(cfg, root, previous, vid, spark)  # before current points there
     vs.switch_current(root, vid)
-    pruned = [] if rebuilt else vs.prune(root, keep)  # other options: the old ones stay
+    pruned = [] if current.rebuilt else vs.prune(root, keep)  # other options: old ones stay
     return {
         "version": vid,
         "previous": previous,
