@@ -42,8 +42,7 @@ class Pipes:
     def __init__(self) -> None:
         from dagster_pipes import open_dagster_pipes
 
-        self.context = open_dagster_pipes()
-        self.context.__enter__()
+        self.context = open_dagster_pipes()  # opened: its "opened" message is written
 
     def end(self, result: dict[str, Any]) -> None:
         if result["status"] == "failed":

@@ -106,13 +106,14 @@ class Lineage:
         from openlineage.client import OpenLineageClient
 
         self.client = OpenLineageClient()
-        self.command, self.inputs, self.output = command, inputs, output
+        self.command, self.output = command, output
         self.run_id = str(uuid.uuid4())
-        self.conf = conf
         self.namespace = os.environ.get("OPENLINEAGE_NAMESPACE") or "fgram"
         where = os.path.basename(str(output).rstrip("/")) if output else "run"
         self.job_name = f"fgram.{command}.{where}"
         self.broken = False
+        self.parent = _parent(conf)
+        self.read = [(uri, _size(uri)) for uri in inputs]  # walked once, for every event
 
     def _event(self, state: str, outputs: list[Any], facets: dict[str, Any]) -> Any:
         from openlineage.client.event_v2 import InputDataset, Job, Run, RunEvent, RunState
@@ -124,9 +125,8 @@ class Lineage:
         from fgram.version import __version__
 
         inputs = []
-        for uri in self.inputs:
+        for uri, size in self.read:
             ns, name = dataset_name(uri)
-            size = _size(uri)
             stats: dict[str, Any] = {}
             if size is not None:
                 stats["inputStatistics"] = InputStatisticsInputDatasetFacet(size=size)
@@ -137,9 +137,8 @@ class Lineage:
             ),
             **facets,
         }
-        parent = _parent(self.conf)
-        if parent is not None:
-            run_facets["parent"] = parent
+        if self.parent is not None:
+            run_facets["parent"] = self.parent
         return RunEvent(
             eventType=getattr(RunState, state),
             eventTime=datetime.now(timezone.utc).isoformat(),

@@ -147,7 +147,7 @@ def refresh_command(table, inputs, keep, rebuild, dry_run, **opts):
         planned(plan_refresh(cfg, given, rebuild), table)
         return
     res = run_refresh(cfg, keep=keep, given=given, rebuild=rebuild)
-    pruned = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
+    tail = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     root = shown(table).rstrip("/")
     fields = {
         "version_id": res["version"],
@@ -162,18 +162,18 @@ def refresh_command(table, inputs, keep, rebuild, dry_run, **opts):
     made = table_fields(res["manifest"])
     fields["counts"] = made["counts"]  # the current version's
     if not res["built"]:
-        line = f"up to date: {root}/current -> {res['version']}{pruned}"
+        line = f"up to date: {root}/current -> {res['version']}{tail}"
         finished([line], "unchanged", f"{root}/versions/{res['version']}", **fields)
         return
     fields["seconds"] = made["seconds"]
     was = f"was {res['previous']}" if res["previous"] else "the first version"
     if res.get("rebuilt"):
-        pruned = f"; rebuilt with other options (older versions kept){pruned}"
+        tail = f"; rebuilt with other options (older versions kept){tail}"
     if res.get("carried"):
-        pruned = f"; {' and '.join(res['carried'])} carried{pruned}"
+        tail = f"; {' and '.join(res['carried'])} carried{tail}"
     line = summary(res["manifest"], f"{root}/versions/{res['version']}")
     finished(
-        [f"{line}; current -> {res['version']} ({was}){pruned}"],
+        [f"{line}; current -> {res['version']} ({was}){tail}"],
         "built",
         f"{root}/versions/{res['version']}",
         **fields,
@@ -265,7 +265,8 @@ def clean_command(folders, cache, remove):
 
     entries = (clean.cache_entries() if cache else []) + clean.leftovers(list(folders))
     lines = [f"  {e.bytes / 2**20:>10.1f} MB  {e.kind}: {e.path}" for e in entries]
-    total = sum(e.bytes for e in entries) / 2**20
+    size = sum(e.bytes for e in entries)
+    total = size / 2**20
     if not entries:
         lines.append("nothing to clean")
     elif remove:
@@ -278,7 +279,7 @@ def clean_command(folders, cache, remove):
         lines,
         "built" if remove and entries else "unchanged",
         None,
-        counts={"entries": len(entries), "bytes": sum(e.bytes for e in entries)},
+        counts={"entries": len(entries), "bytes": size},
         details={"entries": listed, "removed": bool(remove and entries)},
     )
 

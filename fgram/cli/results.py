@@ -5,7 +5,8 @@ they always have.
 
 A command that runs a job ends with `finished`; every failure ends in `failed` (called
 by `options.fail` and by `cli.main`'s endings), so a scheduler reads a status whatever
-happened: ``built``, ``unchanged`` (exit 0 both) or ``failed`` (exit 2, 1 or 130)."""
+happened: ``built``, ``unchanged``, ``planned`` (exit 0) or ``failed`` (exit 2, 1 or
+130)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def json_option(fn):
     def run(*args: Any, as_json: bool, lineage: bool, **kw: Any) -> Any:
         from fgram.dagster import begin as pipes_session
         from fgram.lineage import begin
+        from fgram.pipeline.config.options import parse_pairs
 
         ctx = click.get_current_context()
         RUN.json, RUN.command = as_json, ctx.info_name
@@ -76,7 +78,7 @@ def json_option(fn):
         read = [shown(p) for p in kw.get("inputs") or kw.get("folders") or ()]
         if kw.get("table") and RUN.command not in WRITE_TABLE:
             read.insert(0, shown(kw["table"]))  # the table it reads
-        conf = dict(p.split("=", 1) for p in kw.get("conf") or () if "=" in p)
+        conf = parse_pairs("--conf")(kw.get("conf") or ())  # as the config parses it
         events = begin(RUN.command or "run", read, RUN.output, conf, lineage)
         RUN.reporters = [r for r in (events, pipes_session()) if r is not None]
         return fn(*args, **kw)
@@ -130,7 +132,7 @@ EMPTY: dict[str, Any] = {
 
 def finished(lines: list[str], status: str, output: str | None, **fields: Any) -> None:
     """The command's end: its closing ``lines``, and under ``--json`` its result
-    (``status`` built or unchanged, the ``output`` URI, and ``fields``: ``counts``,
+    (``status`` built, unchanged or planned, the ``output`` URI, and ``fields``: ``counts``,
     ``seconds``, ``fingerprint``, ``version_id``, ``previous_version_id``, ``details``)."""
     for line in lines:
         say(line)

@@ -1,7 +1,9 @@
 """What the current version serves, carried to the next before ``current`` switches: its
-index, rebuilt for the new table, and its embeddings, made again with the model (and
-row type, chunking and device) that ``embeddings.json`` records, so lookups and the
-inference store work through ``current`` the moment it points at the new version."""
+index, rebuilt for the new table, and its embeddings, made with the model (and row
+type, chunking and device) that ``embeddings.json`` records: the rows of f-grams the
+current version holds too copied from it (`EmbedConfig.reuse`), only the new ones
+computed. Lookups and the inference store work through ``current`` the moment it points
+at the new version."""
 
 from __future__ import annotations
 

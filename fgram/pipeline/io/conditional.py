@@ -148,10 +148,9 @@ def conditional_writes(loc: Location) -> ConditionalWrites | None:
         os.environ.get("AWS_ACCESS_KEY_ID"),
         os.environ.get("AWS_PROFILE"),
     )
-    try:
-        client = _CLIENTS[key] if key in _CLIENTS else _CLIENTS.setdefault(key, _client(options))
-    except ImportError:
-        return None
+    if key not in _CLIENTS:
+        _CLIENTS[key] = _client(options)
+    client = _CLIENTS[key]
     cond = ConditionalWrites(client, loc.path.split("/", 1)[0], loc.uri, options)
     where = (cond.bucket, client.meta.endpoint_url, tuple(sorted(options.items())))
     if where not in _PROBED:

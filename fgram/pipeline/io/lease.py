@@ -5,10 +5,10 @@ before the run publishes (`confirm_held`)."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -18,7 +18,6 @@ from fgram.pipeline.errors import LockedError, StorageUnavailable
 from fgram.pipeline.io.conditional import ConditionalWrites, conditional_writes
 from fgram.pipeline.io.storage import Location, json_bytes
 
-log = logging.getLogger("fgram")
 LEASE = "lease.json"  # the one lease object, where the store has conditional writes
 _HELD: list[LeaseLock] = []  # the leases this process holds now
 
@@ -174,9 +173,9 @@ class LeaseLock:
             self._renew_now()
 
     def _renew_now(self) -> None:
-        body = {**self.me, "beat": time.time()}
         if self.lost:
             return
+        body = {**self.me, "beat": time.time()}
         if self._cond is not None and self._etag is not None:
             etag = self._cond.replace(self.folder.child(LEASE), json_bytes(body), self._etag)
             if etag is None:
@@ -190,11 +189,9 @@ class LeaseLock:
 
     def _lose(self) -> None:
         if not self.lost:
-            log.warning(
-                "%s: this run's lease %s was taken over (no beat for %d s); it will not publish",
-                self.out.uri,
-                self.folder.uri,
-                int(self.stale),
+            sys.stderr.write(
+                f"fgram: warning: {self.out.uri}: this run's lease {self.folder.uri} was taken "
+                f"over (no beat for {int(self.stale)} s); it will not publish\n"
             )
         self.lost = True
         self._stop.set()
