@@ -24,8 +24,6 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-import attr
-
 from fgram.pipeline.io.failures import first_line
 
 SCHEMA_URL = "https://fgram.dev/schemas/fgram-result-1.json"
@@ -209,6 +207,7 @@ class Lineage:
 
 
 def _fgram_facet(result: dict[str, Any]) -> Any:
+    import attr  # the OpenLineage client's own dependency: only with the lineage extra
     from openlineage.client.generated.base import DatasetFacet
 
     @attr.define

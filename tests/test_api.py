@@ -40,3 +40,31 @@ def test_build_index_annotate_and_read_back_through_the_api(tmp_path):
     assert windows and all(len(w[0]) == 8 for w in windows)
     loc, manifest = fgram.open_table(str(tmp_path / "t"))
     assert fgram.table_dataset(loc, manifest).count_rows() == m["fgrams"]
+
+
+_WITHOUT_EXTRAS = """
+import sys
+# the optional extras' modules (s3, lineage, dagster, text, YAML configs) as absent
+for name in ("attr", "attrs", "openlineage", "dagster_pipes", "botocore", "yaml", "orjson"):
+    sys.modules[name] = None
+sys.argv = ["fgram", *sys.argv[1:]]
+from fgram.cli import main
+main()
+"""
+
+
+def test_the_commands_run_without_the_optional_extras(tmp_path):
+    """A plain install (no lineage, dagster, s3 extras): every job command's wrapper, its
+    --json result and a refresh run without importing them."""
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2]] * 3, sep=0)
+    flat = ["--dtype", "uint16", "--doc-sep", "0", "--engine", "local", "--min-count", "2"]
+    for cmd in (
+        ["build", str(tmp_path / "t"), str(tmp_path / "a.bin"), *flat, "--json"],
+        ["refresh", str(tmp_path / "r"), str(tmp_path / "a.bin"), *flat],
+        ["index", str(tmp_path / "t")],
+    ):
+        res = subprocess.run(
+            [sys.executable, "-c", _WITHOUT_EXTRAS, *cmd], capture_output=True, text=True
+        )
+        assert res.returncode == 0, res.stderr
+    assert result(tmp_path / "t") == result(tmp_path / "r" / "current")
