@@ -368,3 +368,26 @@ def test_flat_shards_split_into_the_fewest_units_of_equal_size(n, unit):
     assert [u.start for u in units] == ([0] if units else []) + [u.stop for u in units[:-1]]
     assert sum(sizes) == n and all(0 < s <= unit for s in sizes)
     assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+@given(
+    parts=st.lists(st.lists(st.lists(st.integers(0, 65535), max_size=6), max_size=5), max_size=4),
+    dtype=st.sampled_from(["uint16", "uint32"]),
+    sep=st.integers(0, 65535),
+)
+def test_flat_shard_bytes_are_each_document_followed_by_the_separator(
+    tmp_path_factory, parts, dtype, sep
+):
+    from fgram.pipeline.formats.token_shards import write_bin
+
+    given_parts = [
+        (
+            np.array([len(d) for d in docs], np.int64),
+            np.array([t for d in docs for t in d], np.uint32),
+        )
+        for docs in parts
+    ]
+    path = str(tmp_path_factory.mktemp("bin") / "s.bin")
+    write_bin(path, given_parts, dtype, sep)
+    want = [t for docs in parts for d in docs for t in [*d, sep]]
+    assert open(path, "rb").read() == np.array(want, np.dtype(dtype).newbyteorder("<")).tobytes()

@@ -48,7 +48,7 @@ HARD_CASES = [
 @dataclass(frozen=True)
 class Backend:
     """One backend: its package, how it loads a tokenizer's JSON text, and how it
-    encodes a batch -> (token counts int64, all ids int64)."""
+    encodes a batch -> (token counts int64, all ids uint32, concatenated)."""
 
     name: str
     package: str
@@ -78,9 +78,9 @@ def _tokenizers_load(text: str) -> Any:
 
 def _tokenizers_encode(tok: Any, texts: list[str], special: bool) -> tuple[np.ndarray, np.ndarray]:
     run = getattr(tok, "encode_batch_fast", None) or tok.encode_batch
-    ids = [np.asarray(e.ids, dtype=np.int64) for e in run(texts, add_special_tokens=special)]
+    ids = [np.asarray(e.ids, dtype=np.uint32) for e in run(texts, add_special_tokens=special)]
     lengths = np.array([len(a) for a in ids], dtype=np.int64)
-    return lengths, (np.concatenate(ids) if ids else np.zeros(0, np.int64))
+    return lengths, (np.concatenate(ids) if ids else np.zeros(0, np.uint32))
 
 
 def _fastokens_load(text: str) -> Any:
@@ -94,7 +94,7 @@ def _fastokens_load(text: str) -> Any:
 def _fastokens_encode(tok: Any, texts: list[str], special: bool) -> tuple[np.ndarray, np.ndarray]:
     ids, offsets = tok.encode_batch_flat(texts, add_special_tokens=special)
     ends = np.frombuffer(offsets, "<u8").astype(np.int64)
-    return np.diff(ends), np.frombuffer(ids, "<u4").astype(np.int64)
+    return np.diff(ends), np.frombuffer(ids, "<u4")  # read-only, not copied
 
 
 TOKENIZERS = Backend(

@@ -214,7 +214,7 @@ def prove(
 
 
 def encode(enc: Encoder, texts: list[str], special: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Documents -> (token counts int64, all their ids int64, concatenated), without
+    """Documents -> (token counts int64, all their ids uint32, concatenated), without
     the tokenizer's special tokens unless ``special``; the backend's own threads encode
     the batch."""
     from fgram.pipeline.formats.backends import TOKENIZERS, backend

@@ -12,7 +12,7 @@ from fgram.pipeline.kernels.merging import (
     merge_counts,
     merge_counts_bucketed,
 )
-from fgram.pipeline.kernels.streams import lists, place, segments, separate
+from fgram.pipeline.kernels.streams import lists, place, segments, separate, with_separators
 
 
 def warm_up() -> None:
@@ -29,6 +29,8 @@ def warm_up() -> None:
         place(values, np.array([1]), np.empty(3, np.uint32))
     for listed in (np.array([1, 2], np.int32), np.array([1, 2], np.int64)):  # Parquet, Arrow
         lists(listed, np.array([1, 1]), np.empty(4, np.uint32))
+    for dtype in (np.uint16, np.uint32):  # tokenize's flat shards
+        with_separators(np.array([1]), np.array([7], np.uint32), 0, np.empty(2, dtype), 0)
     segments(np.zeros(4, np.uint8), np.array([0, 2]), np.array([1, 1]), np.empty(2, np.uint8))
     tokens = np.array([1, 2, 1, 2, SENTINEL, 3, 2, 1, SENTINEL], np.uint32)  # two documents
     for exact in (True, False):
