@@ -1,16 +1,17 @@
 """The build's roofline on this machine: what the memory system and a sort allow, against
 what each pass and stage of a build takes, in ns per position.
 
-    python bench/bench_roofline.py [--tokens 50000000] [--corpus FILE.bin] [--rounds 3]
+    python bench/bench_roofline.py [--tokens 50000000] [--corpus FILE.bin|TOKENS] [--rounds 3]
 
 Machine (one core, the best of ``--rounds``): sequential read and write bandwidth (a sum
 and a copy of 1 GiB), random 8-byte reads (a gather at random indices over 1 GiB: the
 latency-bound rate a hash or id-table lookup meets), and the sort floor (numpy's sort
 of 16M random uint64 keys, keys/s). Build: `fgram build` of the corpus (a flat uint16
-file; synthetic when none is given) on the local engine with every core, K = 5,
-min-count 5; from its manifest, each pass's stages (count, merge, keep) and the
-selection, as wall seconds and as core-ns per position (seconds x cores / the pass's
-candidate positions), beside the floors per position the bytes they touch would take.
+file, or a folder `fgram tokenize` wrote; synthetic when none is given) on the local
+engine with every core, K = 5, min-count 5; from its manifest, each pass's stages
+(count, merge, keep) and the selection, as wall seconds and as core-ns per position
+(seconds x cores / the pass's candidate positions), beside the floors per position the
+bytes they touch would take.
 Prints a Markdown table and appends a record to bench/results.jsonl.
 """
 
@@ -59,7 +60,10 @@ def build(corpus: str, out: str) -> dict:
     import fgram
 
     t0 = time.perf_counter()
-    m = fgram.build(out, [corpus], dtype="uint16", doc_sep=0, engine="local", overwrite=True)
+    # a tokenize output names its dtype and separator; a bare flat file is uint16, 0
+    tokenized = os.path.isfile(os.path.join(corpus, "manifest.json"))
+    flat = {} if tokenized else {"dtype": "uint16", "doc_sep": 0}
+    m = fgram.build(out, [corpus], engine="local", overwrite=True, **flat)
     m["wall"] = time.perf_counter() - t0
     return m
 

@@ -4,10 +4,14 @@
         [--tokenizer ../shared/corpora/tokenizer.json] [--shards 20]
 
 Downloads the packages' source (``apt-get source --download-only``: needs a
-``deb-src`` line for Debian's main archive), reads every regular file of their
-upstream tarballs (tar.gz/xz/bz2, tarballs inside them too) that is UTF-8 text
-without NUL bytes and at most 1 MiB, and writes one document per file, in the
-tarball's order, as ``text/part-NN.jsonl.zst`` (``{"id": "package/path", "text": ...}``).
+``deb-src`` entry for Debian's main archive, e.g. a file
+``/etc/apt/sources.list.d/debsrc.sources`` holding ``Types: deb-src``, ``URIs:
+http://deb.debian.org/debian``, ``Suites: bookworm``, ``Components: main``,
+``Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg``, then ``apt-get
+update``), reads every regular file of their upstream tarballs (tar.gz/xz/bz2,
+tarballs inside them too) that is UTF-8 text without NUL bytes and at most 1 MiB,
+and writes one document per file, in the tarball's order, as
+``text/part-NN.jsonl.zst`` (``{"id": "package/path", "text": ...}``).
 A file goes to the shard its path hashes to, so every shard holds a like mix of
 the packages. Then ``fgram tokenize --format bin`` makes ``tokens/`` (one flat
 uint16 shard per text shard, separator 0: the tokenizer's EOS) and
