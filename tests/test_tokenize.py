@@ -4,6 +4,7 @@ read by `fgram build` without options."""
 
 import dataclasses
 import gzip
+import itertools
 import json
 import os
 
@@ -193,9 +194,11 @@ BAD = {
 def test_a_bad_record_names_its_file_and_line_and_nothing_is_published(tok_path, tmp_path, case):
     data, line, problem = BAD[case]
     (tmp_path / "a.jsonl").write_bytes(data + b'{"text": "then"}\n' * 3)
-    for unit in (1 << 20, 7):  # one task, or a task per few bytes: the same line number
+    # one task, or a task per few bytes: the same line number; flat shards, which keep no
+    # document ids, count only the units that lines follow in their file
+    for unit, fmt in itertools.product((1 << 20, 7), ("parquet", "bin")):
         with pytest.raises(InputError, match=rf"a\.jsonl:{line}: {problem}"):
-            run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out", unit_bytes=unit)
+            run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out", unit_bytes=unit, format=fmt)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]  # nothing left
     m = run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "out", skip_bad_records=True)
     assert m["skipped_records"] == {str(tmp_path / "a.jsonl"): 1}
@@ -502,3 +505,51 @@ def test_documents_read_as_the_standard_library_reads_them(tmp_path_factory, rec
     want = [json.loads(line) for line in lines]
     assert got.texts == [w["text"] for w in want]
     assert got.ids == [str(w["id"]) for w in want]
+
+
+def test_the_units_counted_first_are_those_whose_counts_number_a_later_one():
+    from fgram.jobs.tokenize import counted
+    from fgram.pipeline.formats.text import TextUnit
+
+    units = [TextUnit(0, 0, 5), TextUnit(0, 5, 9), TextUnit(1, 0, 1), TextUnit(2, 0, 4)]
+    assert counted(units, "parquet") == [0, 1, 2]  # ids run on over every file
+    assert counted(units, "bin") == [0]  # only unit 1's lines start after another's
+    assert counted(units[2:], "bin") == [] and counted([], "parquet") == []
+
+
+def test_tokenize_spares_the_jvm_only_where_spark_would_run_on_this_machine_alone(
+    monkeypatch, tok_path, tmp_path
+):
+    """Local mode with no JVM up: the tasks run in local processes (--engine local); a
+    session given or running, spark-submit, a cluster master or --engine local itself:
+    as asked."""
+    from pyspark import SparkContext
+
+    from fgram.jobs.executors import jvm_spared
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    cfg = TokenizeConfig(["a.jsonl"], "o", tok_path)
+    assert cfg.engine == "spark" and jvm_spared(cfg)
+    assert jvm_spared(dataclasses.replace(cfg, master="local[2]"))
+    assert not jvm_spared(dataclasses.replace(cfg, master="spark://h:7077"))
+    assert not jvm_spared(dataclasses.replace(cfg, engine="local"))
+    assert not jvm_spared(cfg, spark=object())
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master spark://h:7077 --conf spark.master=x")
+    assert not jvm_spared(cfg)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    monkeypatch.setattr(SparkContext, "_active_spark_context", object())
+    assert not jvm_spared(cfg)
+    # the command on a local master: no JVM started, the manifest says where it ran
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    monkeypatch.setattr(
+        "fgram.jobs.executors.SparkExecutor", None
+    )  # a Spark executor made would fail here
+    write_jsonl(tmp_path / "a.jsonl", [{"text": " ".join(WORDS)}] * 5)
+    m = run_tokenize(
+        TokenizeConfig(
+            [str(tmp_path / "a.jsonl")], str(tmp_path / "o"), tok_path, master="local[2]"
+        )
+    )
+    assert m["engine"] == "local" and m["documents"] == 5

@@ -349,13 +349,34 @@ def runs_here(cfg) -> bool:
     return effective_master(cfg.master).startswith("local")
 
 
+def jvm_spared(cfg, spark=None) -> bool:
+    """Whether a job that needs Spark for its executors alone (tokenizing text: no
+    shuffle, no SQL) runs its tasks in local processes instead, as ``--engine local``:
+    Spark asked for in local mode, with no session given, none running and no
+    spark-submit. On one machine the JVM would add its start (seconds, and its cores'
+    time meanwhile) and nothing else; a JVM already up, or a cluster, is used."""
+    if cfg.engine != "spark" or spark is not None:
+        return False
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return False
+    if "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
+        "SPARK_ENV_LOADED"
+    ):
+        return False
+    return (cfg.master or "local").startswith("local")
+
+
 def make_executor(
     engine: str, spark=None, master: str | None = None, conf: dict[str, str] | None = None
 ):
-    """The executor for ``--engine``: local processes, or Spark (a given session, the
-    active one, or a new context: SQL starts only if a job needs it)."""
+    """The executor for ``--engine``: local processes (as many as a ``local[N]`` master
+    names, else a core each), or Spark (a given session, the active one, or a new
+    context: SQL starts only if a job needs it)."""
     if engine == "local":
-        return LocalExecutor()
+        local = master is not None and master.startswith("local")
+        return LocalExecutor(guess_parallelism(master) if local else None)
     if spark is None:
         from pyspark.sql import SparkSession
 

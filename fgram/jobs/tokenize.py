@@ -1,9 +1,12 @@
 """fgram tokenize: raw text (JSON Lines, Parquet text, plain text) to token shards that
-`fgram build` reads without options, with a Hugging Face tokenizer, on Spark.
+`fgram build` reads without options, with a Hugging Face tokenizer, on Spark (on a local
+master with no JVM up, in local processes: `executors.jvm_spared`).
 
 Two stages. Count: a task per unit (but the last) counts its documents and lines without
 parsing them, so every document's id (dense, in input order), its row and its line in its
-file are known first. The driver runs tasks itself while the JVM starts (`HeadStart`). Tokenize:
+file are known first (flat shards, which keep no ids, count only a unit that another of
+its file follows: `counted`). The driver runs tasks itself while the JVM starts
+(`HeadStart`). Tokenize:
 a task per unit encodes its documents in batches and writes shards of about
 ``shard_tokens`` tokens, then its completion marker; a rerun with ``resume`` skips the
 units with a marker. Outputs (published atomically, ``manifest.json`` then ``_SUCCESS``):
@@ -20,6 +23,7 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -28,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, guess_parallelism, runs_here
+from fgram.jobs.executors import as_task, guess_parallelism, jvm_spared, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import NOT_FINGERPRINTED, fingerprint_digest
@@ -58,7 +62,9 @@ from fgram.pipeline.records import JsonRecord
 from fgram.version import __version__
 
 FORMAT = 1
-SAMPLE_FILES, SAMPLE_DOCS, SAMPLE_BYTES = 8, 256, 4 << 20  # a backend's proof: the run's text
+# a backend's proof, on the run's own text: the first documents of its first files, each
+# cut to its first characters (more documents, of more files, for the same encoding time)
+SAMPLE_FILES, SAMPLE_DOCS, SAMPLE_CHARS, SAMPLE_BYTES = 8, 32, 4096, 1 << 20
 
 
 def task_threads(cfg: TokenizeConfig, units: int) -> int:
@@ -174,10 +180,25 @@ def text_bytes(texts: list[str]) -> int:
 
 
 @dataclass(frozen=True)
-class CountStage(Stage, name="count", call=count_task, index="u"):
-    """Count each unit's documents (`count_task`)."""
+class CountStage(Stage, name="count"):
+    """Count the documents of the units ``todo`` (`count_task`): task i counts unit
+    ``todo[i]``."""
 
     plan: Plan
+    todo: list[int]
+
+    def run(self, task: int) -> tuple[int, int]:
+        return count_task(self.plan, self.todo[task])
+
+
+def counted(units: list[TextUnit], fmt: str) -> list[int]:
+    """The units whose counts number something after them. Parquet shards: every one but
+    the last (document ids and rows run on across units and files). Flat shards keep no
+    ids: only a unit followed by one of the same file, whose line numbers (in an error's
+    file:line) start after its lines; a compressed file, a unit of its own, needs none."""
+    if fmt == "parquet":
+        return list(range(len(units) - 1))
+    return [u for u in range(len(units) - 1) if units[u + 1].file == units[u].file]
 
 
 @dataclass(frozen=True)
@@ -210,7 +231,7 @@ class TokenizeStage(Stage, name="tokenize"):
 
 def _bases(units: list[TextUnit], counts: list[tuple[int, int]]) -> list[list[int]]:
     """Each unit's first document id (over all inputs), first row and first line (from 1)
-    in its file."""
+    in its file, from the `counted` units' counts (flat shards: the lines alone hold)."""
     bases: list[list[int]] = [[], [], []]
     seen = 0
     rows: dict[int, int] = {}
@@ -237,7 +258,9 @@ def _backend(
     cfg: TokenizeConfig, spec: TokenizerSpec, files: list[TextFile], units: list[TextUnit]
 ) -> TokenizerSpec:
     """The spec with the tokenizer backend of the run (`tokenizer.prove`), proven on a
-    sample of its own documents: the first of each of its first files' first units."""
+    sample of its own documents: the first of each of its first files' first units, up
+    to ``SAMPLE_CHARS`` characters of each (what the backend must encode as the reference
+    does is any text: a cut document is one)."""
     if cfg.tokenizer_backend == "tokenizers":
         return spec
     samples: list[tuple[str, str]] = []
@@ -251,18 +274,22 @@ def _backend(
         taken = 0
         for batch in documents(file, unit, cfg.text_options(), 1, Skips(True), batch=64):
             for place, text in zip(batch.places, batch.texts, strict=True):
-                samples.append((f"{file.uri} document {place + 1}", text))
-                size += len(text)
+                samples.append((f"{file.uri} document {place + 1}", text[:SAMPLE_CHARS]))
+                size += min(len(text), SAMPLE_CHARS)
                 taken += 1
             if taken >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
                 break
     return prove(spec, cfg.tokenizer_backend, samples, cfg.add_special_tokens)
 
 
-def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
-    """Tokenize ``cfg.inputs`` into ``cfg.output``; returns the manifest."""
+def run_tokenize(cfg: TokenizeConfig, spark=None, checksums: bool = True) -> dict[str, Any]:
+    """Tokenize ``cfg.inputs`` into ``cfg.output``; returns the manifest. ``checksums``:
+    the manifest holds each shard's size and sha256 (for `fgram verify --deep`; a run's
+    own folder, read once and removed, goes without)."""
     t0 = time.time()
     cfg.validate()
+    if jvm_spared(cfg, spark):  # Spark on this machine alone: its tasks without the JVM
+        cfg = dataclasses.replace(cfg, engine="local")
     spec = load_spec(cfg.tokenizer)
     dtype = "int32"
     doc_sep = cfg.doc_sep
@@ -288,12 +315,12 @@ def run_tokenize(cfg: TokenizeConfig, spark=None) -> dict[str, Any]:
         # counts and tokenizes units itself
         starting = Starting(cfg, spark)
         try:
-            return _publish(cfg, out, starting, spec, dtype, doc_sep, t0)
+            return _publish(cfg, out, starting, spec, dtype, doc_sep, t0, checksums)
         finally:
             starting.wait()  # no executor left starting behind an early end or an error
 
 
-def _publish(cfg, out, starting, spec, dtype, doc_sep, t0) -> dict[str, Any]:
+def _publish(cfg, out, starting, spec, dtype, doc_sep, t0, checksums) -> dict[str, Any]:
     """Plan, prove the backend, tokenize aside and publish, under the output's lock."""
     files = plan_text(cfg.inputs, cfg.text_options())
     units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
@@ -314,7 +341,7 @@ def _publish(cfg, out, starting, spec, dtype, doc_sep, t0) -> dict[str, Any]:
         manifest["resumed"] = resumed
         manifest["run_fingerprint"] = digest
         manifest["seconds"] = round(time.time() - t0, 3)
-        finish(staging, out, manifest, checksums=True)  # the work goes with the publish
+        finish(staging, out, manifest, checksums=checksums)  # the work goes with the publish
     except BaseException as exc:
         if not keeps_work(exc):
             wf.remove_tree(staging)
@@ -331,12 +358,18 @@ def _publish(cfg, out, starting, spec, dtype, doc_sep, t0) -> dict[str, Any]:
 def _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep) -> dict[str, Any]:
     ex = HeadStart(starting, cfg.master)
     plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep, task_threads(cfg, len(units)))
-    PROGRESS.stage("count documents", len(units) - 1)
-    counting = CountStage(plan)  # the last unit's count numbers nothing after it
-    counts = ex.map(len(units) - 1, counting.run, progress=True) + [(0, 0)]
+    todo = counted(units, cfg.format)
+    counts = [(0, 0)] * len(units)
+    if todo:
+        PROGRESS.stage("count documents", len(todo))
+        found = ex.map(len(todo), CountStage(plan, todo).run, progress=True)
+        for u, count in zip(todo, found, strict=True):
+            counts[u] = count
     PROGRESS.stage("tokenize", len(units))
     tokenizing = TokenizeStage(plan, *_bases(units, counts))
     try:
+        # a unit's task leaves its marker last and a rerun returns it: the executor
+        # takes the units as soon as it is made while the driver works from the last one
         results = ex.map(len(units), tokenizing.run, progress=True)
     finally:
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily
@@ -389,13 +422,17 @@ def _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep) -> dic
 def tokenize_inputs(cfg: Any, output: str, resume: bool = False, spark=None) -> dict[str, Any]:
     """Tokenize another job's text inputs into flat shards in ``output``, a folder of
     that job's run: ``cfg`` (a build's or a coverage's config) gives the inputs, the
-    tokenizer, the text options, the engine and the storage options."""
+    tokenizer, the text options, the engine and the storage options. A text unit's
+    tokens go to shards of up to twice the job's ``unit_tokens`` (the job reads a shard
+    in even units: not a full unit and a small rest), without checksums (the folder is
+    read once, by the job, and removed)."""
     return run_tokenize(
         TokenizeConfig(
             inputs=cfg.inputs,
             output=output,
             tokenizer=cfg.tokenizer,
             format="bin",
+            shard_tokens=2 * cfg.unit_tokens,
             text_field=cfg.text_field,
             doc_per_line=cfg.doc_per_line,
             overwrite=True,
@@ -407,4 +444,5 @@ def tokenize_inputs(cfg: Any, output: str, resume: bool = False, spark=None) -> 
             tokenizer_backend=cfg.tokenizer_backend,
         ),
         spark,
+        checksums=False,
     )

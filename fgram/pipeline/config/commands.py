@@ -291,7 +291,10 @@ class TokenizeConfig(Options):
         show_default=False,
     )
     storage: dict[str, str] = storage_option()  # secrets inside: the manifest masks them
-    engine: str = engine_option()
+    engine: str = engine_option(
+        "spark, or the same tasks in local processes without a JVM (what spark does on a "
+        "local master with no JVM up: the JVM would add its start and nothing else)."
+    )
     master: str | None = master_option()
     conf: dict[str, str] = conf_option()
     overwrite: bool = overwrite_option()
