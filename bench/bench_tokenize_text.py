@@ -3,6 +3,7 @@ document per line, its text in ``"text"``), such as the Debian source corpus's t
 (`python bench/debian_corpus.py bench/out/debian` makes ``bench/out/debian/text``).
 
     python bench/bench_tokenize_text.py bench/out/debian/text [--rounds 2] [--size 10000000]
+        [--parts tokenize build]
 
 In one run, alternated (the order flipped every round):
 
@@ -114,6 +115,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--size", default="10000000", help="the builds' -S")
     ap.add_argument("--work", default=os.path.join(HERE, "out", "tokenize-text"))
+    ap.add_argument(
+        "--parts", nargs="+", default=["tokenize", "build"], choices=["tokenize", "build"]
+    )
     args = ap.parse_args()
     tok_path = os.path.abspath(args.tokenizer)
     args.text, args.work = os.path.abspath(args.text), os.path.abspath(args.work)
@@ -121,9 +125,23 @@ def main() -> None:
     out, table = os.path.join(args.work, "tokens"), os.path.join(args.work, "table")
     fgram_tokenize = tokenize(args.text, out, tok_path)
     rows: list[dict] = []
-    texts = read_texts(files)
+    if "tokenize" in args.parts:
+        rows += tokenize_part(args, files, tok_path, fgram_tokenize, out)
+    elif not os.path.exists(os.path.join(out, "_SUCCESS")):
+        run(fgram_tokenize)  # the shards the build from tokens reads
+    if "build" in args.parts:
+        rows += build_part(args, tok_path, out, table)
+    with open(os.path.join(HERE, "results.jsonl"), "a") as f:
+        for x in rows:
+            f.write(json.dumps({"bench": "tokenize_text", "machine": machine(), **x}) + "\n")
+
+
+def tokenize_part(args, files: list[str], tok_path: str, fgram_tokenize, out: str) -> list[dict]:
+    """`fgram tokenize` against `encode_batch` alone, alternated; then one file's stages."""
     from fgram.pipeline.formats.tokenizer import load_spec
 
+    rows: list[dict] = []
+    texts = read_texts(files)
     sep = load_spec(tok_path).eos_id  # the separator of flat shards (tokenize's default)
     for r in range(args.rounds):
         for case in ("fgram tokenize", "encode_batch alone")[:: 1 if r % 2 == 0 else -1]:
@@ -161,6 +179,12 @@ def main() -> None:
     stages = stage_times(files[0], tok_path)
     print("stages of one file alone:", {k: round(v, 3) for k, v in stages.items()})
     rows.append({"case": "stages", "file": files[0], "stages": stages})
+    return rows
+
+
+def build_part(args, tok_path: str, out: str, table: str) -> list[dict]:
+    """`fgram build` from the text against from its tokens, alternated."""
+    rows: list[dict] = []
     build = [*FGRAM, "build", table, "-S", args.size, "--overwrite"]
     for r in range(args.rounds):
         for how in ("text", "tokens")[:: 1 if r % 2 == 0 else -1]:
@@ -174,9 +198,7 @@ def main() -> None:
             f"round {r}: build from text / from tokens "
             f"{walls['build from text'] / walls['build from tokens']:.3f}"
         )
-    with open(os.path.join(HERE, "results.jsonl"), "a") as f:
-        for x in rows:
-            f.write(json.dumps({"bench": "tokenize_text", "machine": machine(), **x}) + "\n")
+    return rows
 
 
 if __name__ == "__main__":
