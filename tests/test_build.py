@@ -626,3 +626,19 @@ def test_builds_of_one_output_in_one_process_never_share_worker_caches(spark, tm
             engine=engine,
         )
         assert result(tmp_path / "o") == select(docs, 4, min_count, None), min_count
+
+
+def test_the_selection_gives_back_the_counts_work_arrays(tmp_path):
+    """A worker's select tasks free the count's work arrays and cached frequent table
+    before ranking (one process here: --engine local on local[1] runs every task in it),
+    so the two are never resident together; the table is the oracle's."""
+    from fgram.jobs.runs import SCRATCH
+    from fgram.jobs.table import passes
+
+    rng = np.random.default_rng(5)
+    docs = [[int(t) for t in rng.integers(1, 6, int(rng.integers(1, 40)))] for _ in range(300)]
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+    opts = dict(max_len=4, min_count=3, engine="local", master="local[1]", unit_tokens=500)
+    build(None, [tmp_path / "a.bin"], tmp_path / "t", dtype="uint16", doc_sep=0, **opts)
+    assert result(tmp_path / "t") == select(docs, 4, 3, None)
+    assert not SCRATCH._bufs and not passes._TABLE_CACHE

@@ -360,7 +360,9 @@ def rank_task(
     out_dir,
 ) -> int:
     """Rank task r's rows (whole groups), from the table tasks' frequent ids and counts
-    and the id tables' tokens, written as one Parquet file."""
+    and the id tables' tokens, written as one Parquet file. The count's work arrays go
+    first (every count task of the run is done)."""
+    SCRATCH.clear()
     wd = WorkDir(plan.work)
     g0, g1, lo, hi = groups.task_span(task_firsts, r, selected)
     rows = {}

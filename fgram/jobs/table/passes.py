@@ -96,6 +96,14 @@ def _frequent_table(plan: Plan, wd: WorkDir, k: int, nparts: int) -> np.ndarray:
     return _TABLE_CACHE[key]
 
 
+def release_counting() -> None:
+    """A worker's select tasks come after every count task of the run: give back the
+    count's work arrays and the cached frequent table first (hundreds of MB a worker at
+    16Mi-token units), so that they and the ranking are never resident together."""
+    SCRATCH.clear()
+    _TABLE_CACHE.clear()
+
+
 def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.ndarray:
     """Global ids (INVALID where not frequent) of unit u's distinct keys of pass k."""
     if prev["broadcast"]:

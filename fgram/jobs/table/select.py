@@ -22,7 +22,7 @@ import numpy as np
 
 from fgram.jobs.executors import as_task
 from fgram.jobs.stages import Stage
-from fgram.jobs.table.passes import Plan, candidates
+from fgram.jobs.table.passes import Plan, candidates, release_counting
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.table import write_ranked
 from fgram.pipeline.io import workdir as wf
@@ -105,6 +105,7 @@ def decode_task(
     """Tokens of the selected k-grams of key range p: a (k-1)-prefix's tokens from every
     selected (k-1)-gram's (held whole), or (``by_range``) from the answers of the ranges
     that hold them; then, by range, answer the (k+1)-grams' prefixes routed here."""
+    release_counting()
     wd = WorkDir(plan.work)
     assert plan.codes is not None  # set once every pass has run
     if k == 2 or not by_range:
@@ -145,6 +146,7 @@ def route_task(plan: Plan, task: int, routes: list, offsets_by_len: dict, cutoff
     """Route task ``routes[task]`` = (k, p): the selectable k-grams of range p, bucketed
     by the (k-1)-range that holds their prefix (``route-offsets``)."""
     k, p = routes[task]
+    release_counting()
     wd = WorkDir(plan.work)
     assert plan.codes is not None
     idx, counts, prefix, last = candidates(wd, k, p, plan.codes[k], cutoff, cut_len)
@@ -189,6 +191,7 @@ def rank_task(
 ) -> int:
     """Number the rows of rank task r (whole groups, or a lead-key range of a split
     group) and write them as one Parquet file."""
+    release_counting()
     wd = WorkDir(plan.work)
     s, j = layout.tasks()[r]
     g0, g1 = layout.groups_of(s, len(groups.size))
