@@ -535,6 +535,7 @@ def test_tokenize_spares_the_jvm_only_where_spark_would_run_on_this_machine_alon
     assert jvm_spared(dataclasses.replace(cfg, master="local[2]"))
     assert not jvm_spared(dataclasses.replace(cfg, master="spark://h:7077"))
     assert not jvm_spared(dataclasses.replace(cfg, engine="local"))
+    assert not jvm_spared(dataclasses.replace(cfg, conf={"spark.executor.memory": "2g"}))
     assert not jvm_spared(cfg, spark=object())
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master spark://h:7077 --conf spark.master=x")
     assert not jvm_spared(cfg)

@@ -352,10 +352,11 @@ def runs_here(cfg) -> bool:
 def jvm_spared(cfg, spark=None) -> bool:
     """Whether a job that needs Spark for its executors alone (tokenizing text: no
     shuffle, no SQL) runs its tasks in local processes instead, as ``--engine local``:
-    Spark asked for in local mode, with no session given, none running and no
-    spark-submit. On one machine the JVM would add its start (seconds, and its cores'
-    time meanwhile) and nothing else; a JVM already up, or a cluster, is used."""
-    if cfg.engine != "spark" or spark is not None:
+    Spark asked for in local mode, with no ``--conf`` of its own, no session given, none
+    running and no spark-submit. On one machine the JVM would add its start (seconds,
+    and its cores' time meanwhile) and nothing else; a JVM already up, Spark's settings
+    given, or a cluster: Spark."""
+    if cfg.engine != "spark" or spark is not None or cfg.conf:
         return False
     from pyspark import SparkContext
 

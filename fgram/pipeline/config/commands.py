@@ -293,7 +293,8 @@ class TokenizeConfig(Options):
     storage: dict[str, str] = storage_option()  # secrets inside: the manifest masks them
     engine: str = engine_option(
         "spark, or the same tasks in local processes without a JVM (what spark does on a "
-        "local master with no JVM up: the JVM would add its start and nothing else)."
+        "local master with no JVM up and no --conf: the JVM would add its start and "
+        "nothing else)."
     )
     master: str | None = master_option()
     conf: dict[str, str] = conf_option()
