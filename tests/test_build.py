@@ -641,4 +641,4 @@ def test_the_selection_gives_back_the_counts_work_arrays(tmp_path):
     opts = dict(max_len=4, min_count=3, engine="local", master="local[1]", unit_tokens=500)
     build(None, [tmp_path / "a.bin"], tmp_path / "t", dtype="uint16", doc_sep=0, **opts)
     assert result(tmp_path / "t") == select(docs, 4, 3, None)
-    assert not SCRATCH._bufs and not passes._TABLE_CACHE
+    assert SCRATCH.held() == 0 and not passes.FREQUENT_TABLES

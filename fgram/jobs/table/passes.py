@@ -83,17 +83,17 @@ class RangeMerge(JsonRecord):
         return {**values, "hist": int_keys(values["hist"])}
 
 
-_TABLE_CACHE: dict[tuple, np.ndarray] = {}
+FREQUENT_TABLES: dict[tuple, np.ndarray] = {}  # a worker's: (run, k) -> pass k's frequent set
 
 
 def _frequent_table(plan: Plan, wd: WorkDir, k: int, nparts: int) -> np.ndarray:
     """The whole frequent set of pass k (sorted mixed keys), cached per worker process."""
     key = (plan.run, k)
-    if key not in _TABLE_CACHE:
-        _TABLE_CACHE.clear()
+    if key not in FREQUENT_TABLES:
+        FREQUENT_TABLES.clear()
         parts = [load_array(wd.frequent(k, p, "keys"), mmap=False) for p in range(nparts)]
-        _TABLE_CACHE[key] = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
-    return _TABLE_CACHE[key]
+        FREQUENT_TABLES[key] = np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+    return FREQUENT_TABLES[key]
 
 
 def release_counting() -> None:
@@ -101,7 +101,7 @@ def release_counting() -> None:
     count's work arrays and the cached frequent table first (hundreds of MB a worker at
     16Mi-token units), so that they and the ranking are never resident together."""
     SCRATCH.clear()
-    _TABLE_CACHE.clear()
+    FREQUENT_TABLES.clear()
 
 
 def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.ndarray:

@@ -26,6 +26,10 @@ class Scratch:
     def clear(self) -> None:
         self._bufs.clear()
 
+    def held(self) -> int:
+        """The bytes of the work arrays held."""
+        return sum(b.nbytes for b in self._bufs.values())
+
     def get(self, name: str, n: int, dtype: DTypeLike) -> np.ndarray:
         dtype = np.dtype(dtype)
         need = max(n, 1) * dtype.itemsize
