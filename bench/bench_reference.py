@@ -143,36 +143,17 @@ def main() -> None:
     table = os.path.join(args.work, "table")
     result = os.path.join(args.work, "reference.npz")
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    same = ["--max-len", str(args.max_len), "--min-count", str(args.min_count)]
+    same += ["--dtype", dtype, "--doc-sep", str(sep)]
     build = [
         fgram,
         "build",
         table,
         args.corpus,
         "--overwrite",
-        "--max-len",
-        str(args.max_len),
-        "--min-count",
-        str(args.min_count),
-        "--dtype",
-        dtype,
-        "--doc-sep",
-        str(sep),
+        *same,
     ]
-    ref = [
-        sys.executable,
-        __file__,
-        args.corpus,
-        "--reference-only",
-        result,
-        "--max-len",
-        str(args.max_len),
-        "--min-count",
-        str(args.min_count),
-        "--dtype",
-        dtype,
-        "--doc-sep",
-        str(sep),
-    ]
+    ref = [sys.executable, __file__, args.corpus, "--reference-only", result, *same]
     subprocess.run(
         [sys.executable, "-c", "from fgram.pipeline.kernels.warmup import warm_up; warm_up()"],
         check=True,

@@ -239,25 +239,33 @@ def build_from_text(texts, folder, tok_path, rounds) -> list[dict]:
     return rows
 
 
-def stage_times(folder: str, tok_path: str) -> dict[str, float]:
-    """Where one task's time goes, each stage alone over the same file, one process:
-    reading and decompressing, JSON parsing, encoding (the fast backend, the
-    reference), writing the flat shard."""
-    import numpy as np
+def read_timed(path: str, loads) -> tuple[dict[str, float], list[str]]:
+    """One .jsonl.zst file's texts, and the seconds to read and decompress it and to
+    parse its lines with ``loads``."""
     import zstandard
 
-    from fgram.pipeline.formats import backends
-
-    path = os.path.join(folder, "part-0.jsonl.zst")
-    tok_json = open(tok_path).read()
     t: dict[str, float] = {}
     t0 = time.perf_counter()
     with open(path, "rb") as f:
         body = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
     t["read and decompress"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    texts = [json.loads(line)["text"] for line in body.splitlines() if line.strip()]
+    texts = [loads(line)["text"] for line in body.splitlines() if line.strip()]
     t["parse JSON"] = time.perf_counter() - t0
+    return t, texts
+
+
+def stage_times(folder: str, tok_path: str) -> dict[str, float]:
+    """Where one task's time goes, each stage alone over the same file, one process:
+    reading and decompressing, JSON parsing, encoding (the fast backend, the
+    reference), writing the flat shard."""
+    import numpy as np
+
+    from fgram.pipeline.formats import backends
+
+    path = os.path.join(folder, "part-0.jsonl.zst")
+    tok_json = open(tok_path).read()
+    t, texts = read_timed(path, json.loads)
     for b in (backends.FASTOKENS, backends.TOKENIZERS):
         tok = b.load(tok_json)
         t0 = time.perf_counter()

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_build import HERE, machine  # noqa: E402
-from bench_tokenize import FGRAM, run, tokenize  # noqa: E402
+from bench_tokenize import FGRAM, read_timed, run, tokenize  # noqa: E402
 
 TOKENIZER = os.path.join(HERE, "..", "..", "shared", "corpora", "tokenizer.json")
 
@@ -83,18 +83,10 @@ def shards_digest(out: str) -> str:
 def stage_times(path: str, tok_path: str) -> dict[str, float]:
     """Where one file's task time goes, each stage alone, one process."""
     import orjson
-    import zstandard
 
     from fgram.pipeline.formats import backends
 
-    t: dict[str, float] = {}
-    t0 = time.perf_counter()
-    with open(path, "rb") as f:
-        body = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True).read()
-    t["read and decompress"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    texts = [orjson.loads(line)["text"] for line in body.splitlines() if line.strip()]
-    t["parse JSON"] = time.perf_counter() - t0
+    t, texts = read_timed(path, orjson.loads)
     b = backends.FASTOKENS
     tok = b.load(open(tok_path).read())
     t0 = time.perf_counter()
