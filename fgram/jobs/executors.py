@@ -360,11 +360,9 @@ def jvm_spared(cfg, spark=None) -> bool:
         return False
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is not None:
-        return False
-    if "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
-        "SPARK_ENV_LOADED"
-    ):
+    from fgram.spark.session import under_spark_submit
+
+    if SparkContext._active_spark_context is not None or under_spark_submit():
         return False
     return (cfg.master or "local").startswith("local")
 

@@ -368,8 +368,6 @@ def _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep) -> dic
     PROGRESS.stage("tokenize", len(units))
     tokenizing = TokenizeStage(plan, *_bases(units, counts))
     try:
-        # a unit's task leaves its marker last and a rerun returns it: the executor
-        # takes the units as soon as it is made while the driver works from the last one
         results = ex.map(len(units), tokenizing.run, progress=True)
     finally:
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily

@@ -228,9 +228,7 @@ def spark_settings(master: str | None, conf: dict[str, str] | None) -> tuple[str
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
-        "SPARK_ENV_LOADED"
-    )
+    submitted = under_spark_submit()
     chosen = master or (None if submitted else "local[*]")
     effective = chosen or _submitted_master()
     # bind to 127.0.0.1 only in local mode: a cluster's executors must reach the driver
@@ -259,10 +257,14 @@ def effective_master(master: str | None) -> str:
     active = getattr(SparkContext._active_spark_context, "master", None)
     if active is not None:
         return str(active)
-    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get(
-        "SPARK_ENV_LOADED"
+    return _submitted_master() if under_spark_submit() else "local[*]"
+
+
+def under_spark_submit() -> bool:
+    """Whether this process runs under spark-submit (which names its master)."""
+    return "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or bool(
+        os.environ.get("SPARK_ENV_LOADED")
     )
-    return _submitted_master() if submitted else "local[*]"
 
 
 def _submitted_master() -> str:
