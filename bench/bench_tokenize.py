@@ -239,10 +239,16 @@ def build_from_text(texts, folder, tok_path, rounds) -> list[dict]:
     return rows
 
 
-def read_timed(path: str, loads) -> tuple[dict[str, float], list[str]]:
-    """One .jsonl.zst file's texts, and the seconds to read and decompress it and to
-    parse its lines with ``loads``."""
+def stage_times(
+    path: str, tok_path: str, loads=json.loads, names=("fastokens", "tokenizers")
+) -> dict[str, float]:
+    """Where one file's task time goes, each stage alone, one process: reading and
+    decompressing, JSON parsing (``loads``), encoding with each backend of ``names``,
+    writing the flat shard (of the last backend's ids)."""
+    import numpy as np
     import zstandard
+
+    from fgram.pipeline.formats import backends
 
     t: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -252,28 +258,16 @@ def read_timed(path: str, loads) -> tuple[dict[str, float], list[str]]:
     t0 = time.perf_counter()
     texts = [loads(line)["text"] for line in body.splitlines() if line.strip()]
     t["parse JSON"] = time.perf_counter() - t0
-    return t, texts
-
-
-def stage_times(folder: str, tok_path: str) -> dict[str, float]:
-    """Where one task's time goes, each stage alone over the same file, one process:
-    reading and decompressing, JSON parsing, encoding (the fast backend, the
-    reference), writing the flat shard."""
-    import numpy as np
-
-    from fgram.pipeline.formats import backends
-
-    path = os.path.join(folder, "part-0.jsonl.zst")
     tok_json = open(tok_path).read()
-    t, texts = read_timed(path, json.loads)
-    for b in (backends.FASTOKENS, backends.TOKENIZERS):
+    for name in names:
+        b = backends.BACKENDS[name]
         tok = b.load(tok_json)
         t0 = time.perf_counter()
         parts = [b.encode(tok, texts[i : i + 1024], False) for i in range(0, len(texts), 1024)]
         t[f"encode ({b.name})"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     flat = np.concatenate([p[1] for p in parts]).astype(np.uint16)
-    flat.tofile(os.path.join(folder, "..", "stage-out.bin"))
+    flat.tofile(os.path.join(HERE, "out", "stage-out.bin"))
     t["write the shard"] = time.perf_counter() - t0
     t["tokens"] = float(len(flat))
     return t
@@ -319,7 +313,7 @@ def backend_part(texts, folder, tok_path, rounds, copies) -> list[dict]:
         for n in names
     )
     print(f"shards identical between the backends: {same} ({len(names)} files)")
-    stages = stage_times(many, tok_path)
+    stages = stage_times(os.path.join(many, "part-0.jsonl.zst"), tok_path)
     print("stages of one file alone:", {k: round(v, 2) for k, v in stages.items()})
     rows.append({"case": "stages", "stages": stages, "identical": same})
     table, build = os.path.join(folder, "table"), [*FGRAM, "build", "-S", "1000000"]

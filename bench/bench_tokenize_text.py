@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_build import HERE, machine  # noqa: E402
-from bench_tokenize import FGRAM, read_timed, run, tokenize  # noqa: E402
+from bench_tokenize import FGRAM, run, stage_times, tokenize  # noqa: E402
 
 TOKENIZER = os.path.join(HERE, "..", "..", "shared", "corpora", "tokenizer.json")
 
@@ -78,26 +78,6 @@ def shards_digest(out: str) -> str:
             while chunk := f.read(1 << 24):
                 digest.update(chunk)
     return digest.hexdigest()
-
-
-def stage_times(path: str, tok_path: str) -> dict[str, float]:
-    """Where one file's task time goes, each stage alone, one process."""
-    import orjson
-
-    from fgram.pipeline.formats import backends
-
-    t, texts = read_timed(path, orjson.loads)
-    b = backends.FASTOKENS
-    tok = b.load(open(tok_path).read())
-    t0 = time.perf_counter()
-    parts = [b.encode(tok, texts[i : i + 1024], False) for i in range(0, len(texts), 1024)]
-    t["encode (fastokens)"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    flat = np.concatenate([p[1] for p in parts]).astype(np.uint16)
-    flat.tofile(os.path.join(HERE, "out", "stage-out.bin"))
-    t["write the shard"] = time.perf_counter() - t0
-    t["tokens"] = float(len(flat))
-    return t
 
 
 def main() -> None:
@@ -168,7 +148,9 @@ def tokenize_part(args, files: list[str], tok_path: str, fgram_tokenize, out: st
             x["identical"] = b["sha256"] == x["sha256"]
             print(f"round {x['round']}: {x['speedup']:.2f}x, ids identical: {x['identical']}")
     del texts
-    stages = stage_times(files[0], tok_path)
+    import orjson
+
+    stages = stage_times(files[0], tok_path, orjson.loads, ("fastokens",))
     print("stages of one file alone:", {k: round(v, 3) for k, v in stages.items()})
     rows.append({"case": "stages", "file": files[0], "stages": stages})
     return rows
