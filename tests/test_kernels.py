@@ -269,6 +269,44 @@ def test_groups_rows_in_a_rank_task_are_exactly_its_groups(rows, cutoff, cut_len
                 assert got == [(c, k) in pairs[g0:g1] for c in counts.tolist()]
 
 
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 60), st.integers(2, 4)), min_size=1, max_size=60),
+    cutoff=st.integers(0, 9),
+    table_max=st.sampled_from([1 << 20, 5, 1]),
+)
+def test_groups_index_is_each_rows_group(rows, cutoff, table_max):
+    """A count table over the lowest counts of a length (of at most ``table_max``
+    counts), binary searches above it: each row's (count, length) group."""
+    from fgram.pipeline.kernels.ranking import Groups
+
+    hists: dict = {}
+    for c, k in rows:
+        hists.setdefault(k, {}).setdefault(c, 0)
+        hists[k][c] += 1
+    groups = Groups(hists, cutoff, 0)
+    pairs = list(zip(groups.count.tolist(), groups.length.tolist()))
+    for k in (2, 3, 4):
+        counts = np.array([c for c, kk in rows if kk == k and c > cutoff], np.int64)
+        got = groups.index(counts, k, table_max).tolist()
+        assert got == [pairs.index((c, k)) for c in counts.tolist()]
+
+
+@given(n=st.integers(0, 50), k=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_row_kernels_extend_and_take_rows_as_numpy_does(n, k, seed):
+    from fgram.pipeline.kernels.ranking import extend_rows, take_rows
+
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, 2**32, (max(n, 1), k), dtype=np.uint64).astype(np.uint32)
+    rows = rng.integers(0, len(table), n)
+    last = rng.integers(0, 2**16, n).astype(np.uint16)
+    out = np.empty((n, k + 1), np.uint32)
+    extend_rows(table, rows, last, out)
+    want = np.concatenate([table[rows], last[:, None].astype(np.uint32)], axis=1)
+    assert np.array_equal(out, want)
+    order = rng.permutation(n)
+    assert np.array_equal(take_rows(want, order), want[order])
+
+
 @given(n=st.integers(1, 200), k=st.integers(2, 8), small=st.booleans(), seed=st.integers(0, 2**16))
 def test_rank_order_is_count_desc_then_tokens(n, k, small, seed):
     """Against a lexsort of every column: wide and narrow tokens, ties on leading tokens."""

@@ -28,7 +28,7 @@ from fgram.pipeline.formats.table import write_ranked
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.workdir import WorkDir, load_array, save_array
 from fgram.pipeline.kernels.layout import Layout, boundaries, lead_key, sample
-from fgram.pipeline.kernels.ranking import Groups, bucket_order
+from fgram.pipeline.kernels.ranking import Groups, bucket_order, extend_rows, take_rows
 
 Samples = list[tuple[int, int, np.ndarray]]  # (split slot, rows, sample of their lead keys)
 
@@ -38,9 +38,10 @@ def save_decoded(
 ) -> Samples:
     """Write range p's decoded k-grams in slot order (``offsets``: each slot's rows), the
     rows of a split slot sorted by lead key (``lead``); returns those slots' samples.
-    One copy: the rank tasks read slices of it, and the next length's decode maps
-    survivor ids to rows through ``sids``."""
-    slot = layout.slot_of(groups.index(counts, k))
+    One copy: the rank tasks read slices of it (and by key range, the next length's
+    decode maps survivor ids to rows through ``sids``)."""
+    slot_of_group = layout.slot_of(np.arange(len(groups.size)))
+    slot = slot_of_group[groups.index(counts, k)]
     order = bucket_order(slot, len(layout.firsts))
     offsets = np.searchsorted(slot[order], np.arange(len(layout.firsts) + 1))
     samples: Samples = []
@@ -56,34 +57,44 @@ def save_decoded(
                 samples.append((s, b - a, sample(lead[a:b])))
         save_array(wd.decoded(k, p, "lead"), lead)
     save_array(wd.decoded(k, p, "sids"), sids[order])
-    save_array(wd.decoded(k, p, "tokens"), tokens[order])
+    save_array(wd.decoded(k, p, "tokens"), take_rows(tokens, order))
     save_array(wd.decoded(k, p, "counts"), counts[order])
     save_array(wd.decoded(k, p, "offsets"), offsets)
     return samples
 
 
-_DECODED_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+_DECODED_CACHE: dict[tuple, tuple[np.ndarray, np.ndarray | None]] = {}
 
 
 def _decoded(
     plan: Plan, wd: WorkDir, k: int, nparts: int, kept: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of every selected k-gram and a dense map survivor id -> row (cached per
-    worker process, for this run)."""
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Tokens of every selected k-gram in id order (``by-sid``) and a map id -> row, None
+    when every frequent k-gram is selected (the id is the row). Cached per worker
+    process, for this run; the files are mapped, copied once into the table."""
     key = (plan.run, k)
     if key not in _DECODED_CACHE:
         _DECODED_CACHE.clear()
-        sids = np.concatenate(
-            [load_array(wd.decoded(k, p, "sids"), mmap=False) for p in range(nparts)]
-        )
-        toks = [load_array(wd.decoded(k, p, "tokens"), mmap=False) for p in range(nparts)]
-        row = np.full(kept, -1, dtype=np.int64)
-        row[sids] = np.arange(len(sids))
-        _DECODED_CACHE[key] = (np.concatenate(toks).reshape(-1, k), row)
+        parts = [load_array(wd.decoded(k, p, "by-sid")) for p in range(nparts)]
+        toks = np.empty((sum(len(t) for t in parts), k), np.uint32)
+        at = 0
+        for t in parts:
+            toks[at : at + len(t)] = t
+            at += len(t)
+        row = None
+        if len(toks) != kept:  # a cutoff: the selected ids are a subset, in id order
+            selected = np.zeros(kept, bool)
+            for p in range(nparts):
+                selected[load_array(wd.decoded(k, p, "sids"))] = True
+            row = np.cumsum(selected, dtype=np.int64) - 1
+            row[~selected] = -1
+        _DECODED_CACHE[key] = (toks, row)
     return _DECODED_CACHE[key]
 
 
-def _rows_of(row: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+def _rows_of(row: np.ndarray | None, ids: np.ndarray, k: int) -> np.ndarray:
+    if row is None:
+        return ids
     rows = row[ids]
     if len(rows) and rows.min() < 0:
         raise FgramError(f"internal: a selected {k + 1}-gram's prefix is not selected")
@@ -117,14 +128,16 @@ def decode_task(
         last = load_array(wd.decoded(k, p, "route-last"), mmap=False)
     if k == 2:
         tokens = np.stack([prefix, last], axis=1).astype(np.uint32)
-    else:
-        if by_range:
-            prefix_tokens = _answers(wd, k, p, len(offsets_by_len[k - 1]) - 1)
-        else:
-            prev = offsets_by_len[k - 1]
-            ptoks, row = _decoded(plan, wd, k - 1, len(prev) - 1, prev[-1])
-            prefix_tokens = ptoks[_rows_of(row, prefix, k - 1)]
+    elif by_range:
+        prefix_tokens = _answers(wd, k, p, len(offsets_by_len[k - 1]) - 1)
         tokens = np.concatenate([prefix_tokens, last[:, None].astype(np.uint32)], axis=1)
+    else:
+        prev = offsets_by_len[k - 1]
+        ptoks, row = _decoded(plan, wd, k - 1, len(prev) - 1, prev[-1])
+        tokens = np.empty((len(last), k), np.uint32)
+        extend_rows(ptoks, _rows_of(row, prefix, k - 1), last, tokens)
+    if not by_range and k + 1 in offsets_by_len:  # the rows by id: the next length's prefixes
+        save_array(wd.decoded(k, p, "by-sid"), tokens)
     samples = save_decoded(wd, k, p, sids, tokens, counts, groups, layout)
     if by_range and k + 1 in offsets_by_len:
         _answer(wd, k, p, offsets_by_len, sids, tokens)

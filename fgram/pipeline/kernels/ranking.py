@@ -37,10 +37,30 @@ class Groups:
         """A code that increases along rank order: count desc, then length asc."""
         return (-np.asarray(count, np.int64)) * 16 + np.asarray(length, np.int64)
 
-    def index(self, count: np.ndarray, length: int) -> np.ndarray:
-        """Group index of rows (count, length); every row must belong to a group."""
-        lengths = np.broadcast_to(np.asarray(length, np.int64), np.shape(count))
-        return np.searchsorted(self._code, self.code(count, lengths))
+    def index(self, count: np.ndarray, length: int, table_max: int = 1 << 20) -> np.ndarray:
+        """Group index of rows (count, length); every row must belong to a group.
+
+        The groups of this length with the lowest counts (a range of at most
+        ``table_max``: most rows) are a dense table, one gather per row; the
+        other rows are found by binary search."""
+        count = np.asarray(count, np.int64)
+        mine = np.flatnonzero(self.length == length)
+        if not len(mine) or not len(count):
+            return np.searchsorted(self._code, self.code(count, np.full(len(count), length)))
+        lo = int(self.count[mine].min())
+        top = min(int(self.count[mine].max()), lo + table_max - 1)
+        table = np.full(top - lo + 1, -1, np.int64)
+        low = self.count[mine] <= top
+        table[self.count[mine][low] - lo] = mine[low]
+        found = np.full(len(count), -1, np.int64)
+        near = (count >= lo) & (count <= top)
+        found[near] = table[count[near] - lo]
+        rest = np.flatnonzero(found < 0)
+        if len(rest):
+            found[rest] = np.searchsorted(
+                self._code, self.code(count[rest], np.full(len(rest), length))
+            )
+        return found
 
     def rows_in(
         self, count: np.ndarray, length: int, g0: int, g1: int, table_max: int = 1 << 22
@@ -156,6 +176,31 @@ def rank_order(tokens: np.ndarray, counts: np.ndarray) -> np.ndarray:
             words.append(w)
         order[at] = rows[np.lexsort(words[::-1] + [sorted_head[at]])]
     return order
+
+
+@compiled(cache=True, nogil=True)
+def extend_rows(prefix_tokens: Array, rows: Array, last: Array, out: Array) -> None:
+    """out[i] = the tokens of row ``rows[i]`` of ``prefix_tokens``, then ``last[i]``."""
+    k = prefix_tokens.shape[1]
+    for i in range(len(rows)):
+        r = rows[i]
+        for j in range(k):
+            out[i, j] = prefix_tokens[r, j]
+        out[i, k] = last[i]
+
+
+@compiled(cache=True, nogil=True)
+def _take_rows(rows: Array, order: Array, out: Array) -> None:
+    for i in range(len(order)):
+        out[i, :] = rows[order[i], :]
+
+
+def take_rows(rows: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``rows[order]`` for a 2-d array of a few columns (numpy's fancy indexing of short
+    rows costs several times this loop)."""
+    out = np.empty((len(order), rows.shape[1]), rows.dtype)
+    _take_rows(np.ascontiguousarray(rows), order, out)
+    return out
 
 
 @compiled(cache=True, nogil=True)
