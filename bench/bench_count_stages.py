@@ -8,8 +8,9 @@ A unit is the first ``--tokens`` tokens of the corpus (fgram's default unit). Fo
 pass k = 2..K it runs what `count_task` runs, each kernel timed alone (best of
 ``--rounds``): the prefix ids at every position (`ids_at`, k > 2), the bucket-size
 estimate (`candidate_histogram` on every 32nd position), the scatter into buckets
-(`scatter_exact`), the buckets' sorts, the runs (`exact_runs`: distinct keys, counts,
-positions grouped by key). The next pass's prefix ids are the ranks of the unit's own
+(`scatter_exact`), the buckets' sorts alone, then the sorts each followed by the
+bucket's runs while it is in cache (`sorted_runs`: distinct keys, counts, positions
+grouped by key), as `unit_table` does. The next pass's prefix ids are the ranks of the unit's own
 keys with count >= --min-count (a unit's stand-in for the global frequent set). Floors,
 per candidate: numpy's sort of cache-sized slices of random uint64 keys, a sequential
 copy of 8 bytes, and a scatter of 8-byte words into as many buckets as the pass uses.
@@ -101,18 +102,10 @@ def one_pass(ids, tokens, k, code, rounds, scratch) -> tuple[dict, tuple]:
     u = [0]
 
     def walk():
-        u[0] = c.exact_runs(
-            packed,
-            bounds[:-1],
-            bounds[1:],
-            shift,
-            np.uint64(pos_bits),
-            np.uint64(code.up),
-            n_pos,
-            runs,
-        )
+        packed[:] = scattered
+        u[0] = c.sorted_runs(packed, bounds[:-1], bounds[1:], shift, pos_bits, code.up, n_pos, runs)
 
-    t["runs"] = best(walk, rounds)
+    t["sort and runs, bucket by bucket (and a copy)"] = best(walk, rounds)
     keys, counts, starts, order = runs
     return t, (order, starts[: u[0] + 1], counts[: u[0]], n, bits)
 

@@ -109,25 +109,18 @@ def unit_table(
         cands, code, bits, pos_bits, exact, min_lo_bits, scratch, sample if sampled else 0
     )
     n = int((bend - bstart).sum())
-    sort_buckets(packed, bstart, bend)
     # untouched tails of these are never resident: no copies of the used heads
     uniq = work_array(scratch, "uniq", n, np.uint64)
     counts = work_array(scratch, "counts", n, np.uint32)
     starts = work_array(scratch, "starts", n + 1, np.int32)  # n < 2**31
     order = work_array(scratch, "order", n, np.int32)
     if indirect is None:
-        u = exact_runs(
-            packed,
-            bstart,
-            bend,
-            shift,
-            np.uint64(pos_bits),
-            np.uint64(code.up),
-            limit,
-            (uniq, counts, starts, order),
+        u = sorted_runs(
+            packed, bstart, bend, shift, pos_bits, code.up, limit, (uniq, counts, starts, order)
         )
         counted = int(counts[:u].sum())
     else:
+        sort_buckets(packed, bstart, bend)
         keys, where, bounds, lo_bits = indirect
         u = bucket_runs(packed, keys, where, bounds, lo_bits, limit, (uniq, counts, starts, order))
         counted = int(np.count_nonzero(where < limit))
@@ -238,55 +231,74 @@ def scatter_exact(
     return True
 
 
+def sorted_runs(
+    packed: np.ndarray,
+    bstart: np.ndarray,
+    bend: np.ndarray,
+    shift: np.uint64,
+    pos_bits: int,
+    up: int,
+    limit: int,
+    runs: Runs,
+) -> int:
+    """Sort each bucket of `scatter_exact` entries (numpy) and read its runs at once
+    (`exact_runs`), while it is in the core's cache: the outputs of `bucket_runs`, here
+    without gaps. Returns the number of distinct keys."""
+    u = o = 0
+    args = (np.uint64(shift), np.uint64(pos_bits), np.uint64(up), limit, runs)
+    for b, (b0, b1) in enumerate(zip(bstart.tolist(), bend.tolist(), strict=True)):
+        if b1 > b0:
+            packed[b0:b1].sort()
+            u, o = exact_runs(packed, bstart, bend, b, *args, u, o)
+    runs[2][u] = o
+    return u
+
+
 @compiled(cache=True, nogil=True)
 def exact_runs(
     packed: U64s,
     bstart: I64s,
     bend: I64s,
+    p: int,
     shift: np.uint64,
     pos_bits: np.uint64,
     up: np.uint64,
     limit: int,
     runs: Runs,
-) -> int:
-    """Distinct keys in order from buckets of `scatter_exact` entries that numpy
-    sorted in place (bucket b: ``packed[bstart[b]:bend[b]]``; gaps between buckets
-    are skipped): one sequential pass (see `bucket_runs` for the outputs, here
-    without gaps). ``up`` shifts a key to the top bits of its uint64. A run's count
-    is kept in a register and stored when the run ends."""
+    u: int,
+    o: int,
+) -> tuple[int, int]:
+    """The distinct keys of sorted bucket p (``packed[bstart[p]:bend[p]]``, not empty), in order,
+    written from key u and position o of the outputs (see `bucket_runs`); returns
+    where the next bucket's go. ``up`` shifts a key to the top bits of its uint64.
+    A run's count is kept in a register and stored when the run ends."""
     uniq, counts, starts, order = runs
     pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
     lim = np.int64(limit)
-    u = 0
-    o = 0
-    for p in range(len(bstart)):
-        b0 = bstart[p]
-        b1 = bend[p]
-        if b1 == b0:
-            continue
-        top = np.uint64(p) << shift
-        last = packed[b0] >> pos_bits
-        uniq[u] = (top | last) << up
-        starts[u] = o
-        c = np.uint32(0)
-        for d in range(b0, b1):
-            v = packed[d]
-            r = v >> pos_bits
-            w = np.int64(v & pmask)
-            if r != last:
-                counts[u] = c
-                u += 1
-                uniq[u] = (top | r) << up
-                starts[u] = o
-                c = np.uint32(0)
-                last = r
-            order[o] = w
-            o += 1
-            c += np.uint32(w < lim)
-        counts[u] = c
-        u += 1
+    b0 = bstart[p]
+    b1 = bend[p]
+    top = np.uint64(p) << shift
+    last = packed[b0] >> pos_bits
+    uniq[u] = (top | last) << up
     starts[u] = o
-    return u
+    c = np.uint32(0)
+    for d in range(b0, b1):
+        v = packed[d]
+        r = v >> pos_bits
+        w = np.int64(v & pmask)
+        if r != last:
+            counts[u] = c
+            u += 1
+            uniq[u] = (top | r) << up
+            starts[u] = o
+            c = np.uint32(0)
+            last = r
+        order[o] = w
+        o += 1
+        c += np.uint32(w < lim)
+    counts[u] = c
+    u += 1
+    return u, o
 
 
 @compiled(cache=True, nogil=True)
