@@ -296,6 +296,27 @@ def test_map_batched_runs_every_item_once_in_order(spark):
             assert ex.map_batched(n, lambda i: (i, i * i)) == [(i, i * i) for i in range(n)]
 
 
+def test_build_by_default_spares_the_jvm_on_a_bare_local_master(monkeypatch, tmp_path):
+    """--engine auto (the default), no JVM up, a local master: the build's tasks run in
+    local processes, no Spark executor made, and the manifest says so; the oracle's
+    table. --engine spark asks for Spark whatever the master."""
+    from pyspark import SparkContext
+
+    from fgram.jobs.executors import engine_for
+
+    monkeypatch.setattr(SparkContext, "_active_spark_context", None)
+    monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.setattr("fgram.jobs.executors.SparkExecutor", None)  # made: it would fail
+    docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]]
+    write_parquet(str(tmp_path / "a.parquet"), docs)
+    m = build(None, [tmp_path / "a.parquet"], tmp_path / "o", max_len=3, min_count=2)
+    assert m["engine"] == "local" and m["config"]["engine"] == "local"
+    assert result(tmp_path / "o") == select(docs, 3, 2, None)
+    assert engine_for("spark", master="local[2]") == "spark"
+    assert engine_for("auto", master="local[2]") == "local"
+
+
 def test_head_start_runs_tasks_in_the_driver_until_the_executor_is_up():
     from fgram.jobs.executors import LocalExecutor, guess_parallelism
     from fgram.jobs.headstart import HeadStart

@@ -340,7 +340,8 @@ LOOPBACK = {
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
 def test_local_mode_listens_on_loopback_only(tmp_path):
-    """A build in local mode (driver, JVM, Python workers) opens no socket beyond 127.0.0.1."""
+    """A build on Spark in local mode (driver, JVM, Python workers) opens no socket beyond
+    127.0.0.1."""
     import subprocess
     import sys
     import time
@@ -366,6 +367,8 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
                 "0",
                 "--unit-tokens",
                 "20000",
+                "--engine",
+                "spark",
             ],
             env=env,
             stdout=subprocess.DEVNULL,
@@ -394,6 +397,8 @@ def test_local_mode_listens_on_loopback_only(tmp_path):
             "uint16",
             "--doc-sep",
             "0",
+            "--engine",
+            "spark",
         ],
         capture_output=True,
         text=True,
@@ -434,6 +439,8 @@ def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
                 "--unit-tokens",
                 "2000000",
                 "--overwrite",
+                "--engine",
+                "spark",
             ],
             capture_output=True,
             text=True,

@@ -92,7 +92,7 @@ def test_a_log_file_keeps_the_stderr_of_each_run(corpus):
     assert json.loads(bad.stdout)["status"] == "failed"  # stdout stays the result's
     spark = subprocess.run(
         [*run, "--log-level", "info", "build", str(corpus / "s"), str(corpus / "c"),
-         *flat[:-2]],
+         *flat[:-1], "spark"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert spark.returncode == 0, spark.stderr

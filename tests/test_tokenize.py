@@ -520,28 +520,29 @@ def test_the_units_counted_first_are_those_whose_counts_number_a_later_one():
 def test_tokenize_spares_the_jvm_only_where_spark_would_run_on_this_machine_alone(
     monkeypatch, tok_path, tmp_path
 ):
-    """Local mode with no JVM up: the tasks run in local processes (--engine local); a
-    session given or running, spark-submit, a cluster master or --engine local itself:
-    as asked."""
+    """--engine auto (the default) in local mode with no JVM up: the tasks run in local
+    processes (as --engine local); a session given or running, spark-submit, a cluster
+    master, a --conf, or an engine named: Spark, or as asked."""
     from pyspark import SparkContext
 
-    from fgram.jobs.executors import jvm_spared
+    from fgram.jobs.executors import chosen_engine
 
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
     cfg = TokenizeConfig(["a.jsonl"], "o", tok_path)
-    assert cfg.engine == "spark" and jvm_spared(cfg)
-    assert jvm_spared(dataclasses.replace(cfg, master="local[2]"))
-    assert not jvm_spared(dataclasses.replace(cfg, master="spark://h:7077"))
-    assert not jvm_spared(dataclasses.replace(cfg, engine="local"))
-    assert not jvm_spared(dataclasses.replace(cfg, conf={"spark.executor.memory": "2g"}))
-    assert not jvm_spared(cfg, spark=object())
+    assert cfg.engine == "auto" and chosen_engine(cfg) == "local"
+    assert chosen_engine(dataclasses.replace(cfg, master="local[2]")) == "local"
+    assert chosen_engine(dataclasses.replace(cfg, master="spark://h:7077")) == "spark"
+    assert chosen_engine(dataclasses.replace(cfg, engine="spark")) == "spark"  # asked for
+    assert chosen_engine(dataclasses.replace(cfg, engine="local", master="spark://h")) == "local"
+    assert chosen_engine(dataclasses.replace(cfg, conf={"spark.executor.memory": "2g"})) == "spark"
+    assert chosen_engine(cfg, spark=object()) == "spark"
     monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--master spark://h:7077 --conf spark.master=x")
-    assert not jvm_spared(cfg)
+    assert chosen_engine(cfg) == "spark"
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
     monkeypatch.setattr(SparkContext, "_active_spark_context", object())
-    assert not jvm_spared(cfg)
+    assert chosen_engine(cfg) == "spark"
     # the command on a local master: no JVM started, the manifest says where it ran
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.setattr(

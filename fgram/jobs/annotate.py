@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, make_executor, runs_here
+from fgram.jobs.executors import as_task, chosen_engine, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
@@ -149,6 +149,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     """Tag the shards (or only measure coverage when cfg.output is None); returns the manifest."""
     t0 = time.time()
     cfg.validate()
+    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     if cfg.output is None and cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
         cfg = dataclasses.replace(cfg, tokenizer=_table_tokenizer(cfg))
     if cfg.tokenizer:

@@ -349,22 +349,30 @@ def runs_here(cfg) -> bool:
     return effective_master(cfg.master).startswith("local")
 
 
-def jvm_spared(cfg, spark=None) -> bool:
-    """Whether a job that needs Spark for its executors alone (tokenizing text: no
-    shuffle, no SQL) runs its tasks in local processes instead, as ``--engine local``:
-    Spark asked for in local mode, with no ``--conf`` of its own, no session given, none
-    running and no spark-submit. On one machine the JVM would add its start (seconds,
+def chosen_engine(cfg, spark=None) -> str:
+    """The engine a job runs on: ``cfg.engine``, with ``auto`` resolved (`engine_for`)."""
+    return engine_for(cfg.engine, spark, cfg.master, cfg.conf)
+
+
+def engine_for(
+    engine: str, spark=None, master: str | None = None, conf: dict[str, str] | None = None
+) -> str:
+    """``engine``, or for ``auto``: ``local`` (the job's tasks in local processes) when
+    Spark would run on this machine alone: a local master, no ``--conf``, no session
+    given, none running and no spark-submit. There the JVM would add its start (seconds,
     and its cores' time meanwhile) and nothing else; a JVM already up, Spark's settings
-    given, or a cluster: Spark."""
-    if cfg.engine != "spark" or spark is not None or cfg.conf:
-        return False
+    given, or a cluster: ``spark``."""
+    if engine != "auto":
+        return engine
+    if spark is not None or conf:
+        return "spark"
     from pyspark import SparkContext
 
     from fgram.spark.session import under_spark_submit
 
     if SparkContext._active_spark_context is not None or under_spark_submit():
-        return False
-    return (cfg.master or "local").startswith("local")
+        return "spark"
+    return "local" if (master or "local").startswith("local") else "spark"
 
 
 def make_executor(
@@ -372,7 +380,8 @@ def make_executor(
 ):
     """The executor for ``--engine``: local processes (as many as a ``local[N]`` master
     names, else a core each), or Spark (a given session, the active one, or a new
-    context: SQL starts only if a job needs it)."""
+    context: SQL starts only if a job needs it); ``auto`` as `engine_for` decides."""
+    engine = engine_for(engine, spark, master, conf)
     if engine == "local":
         local = master is not None and master.startswith("local")
         return LocalExecutor(guess_parallelism(master) if local else None)

@@ -1,6 +1,7 @@
 """fgram tokenize: raw text (JSON Lines, Parquet text, plain text) to token shards that
-`fgram build` reads without options, with a Hugging Face tokenizer, on Spark (on a local
-master with no JVM up, in local processes: `executors.jvm_spared`).
+`fgram build` reads without options, with a Hugging Face tokenizer, on Spark or in local
+processes (`--engine auto`, the default: local processes on a local master with no JVM
+up, `executors.engine_for`).
 
 Two stages. Count: a task per unit (but the last) counts its documents and lines without
 parsing them, so every document's id (dense, in input order), its row and its line in its
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, guess_parallelism, jvm_spared, runs_here
+from fgram.jobs.executors import as_task, chosen_engine, guess_parallelism, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import NOT_FINGERPRINTED, fingerprint_digest
@@ -288,8 +289,7 @@ def run_tokenize(cfg: TokenizeConfig, spark=None, checksums: bool = True) -> dic
     own folder, read once and removed, goes without)."""
     t0 = time.time()
     cfg.validate()
-    if jvm_spared(cfg, spark):  # Spark on this machine alone: its tasks without the JVM
-        cfg = dataclasses.replace(cfg, engine="local")
+    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     spec = load_spec(cfg.tokenizer)
     dtype = "int32"
     doc_sep = cfg.doc_sep

@@ -5,13 +5,14 @@ store.json of the new version, publishing it and switching ``current``."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from fgram.jobs.executors import runs_here
+from fgram.jobs.executors import chosen_engine, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
@@ -67,6 +68,7 @@ def run_refresh(
     (`remembered.settle_options`)."""
     t_start = time.time()
     cfg.validate()
+    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     vs.check_keep(keep)  # before building, not after
     where = locate(cfg.output, cfg.storage)

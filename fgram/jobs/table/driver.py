@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import runs_here
+from fgram.jobs.executors import chosen_engine, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
@@ -49,11 +49,12 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     """Run `fgram build`; returns the manifest. Raises FgramError subclasses on bad input.
 
     ``cfg.engine == "local"`` runs the same tasks in forked processes without
-    Spark (for measuring Spark's cost); otherwise ``spark`` (or a session built
-    from ``cfg.master``/``cfg.conf``) runs them.
+    Spark; ``spark`` (or a session built from ``cfg.master``/``cfg.conf``) runs them
+    on Spark; ``auto``, on a local master with no JVM up, as local (`engine_for`).
     """
     t_start = time.time()
     cfg.validate()
+    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     if cfg.tokenizer:
         from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 

@@ -291,11 +291,7 @@ class TokenizeConfig(Options):
         show_default=False,
     )
     storage: dict[str, str] = storage_option()  # secrets inside: the manifest masks them
-    engine: str = engine_option(
-        "spark, or the same tasks in local processes without a JVM (what spark does on a "
-        "local master with no JVM up and no --conf: the JVM would add its start and "
-        "nothing else)."
-    )
+    engine: str = engine_option()
     master: str | None = master_option()
     conf: dict[str, str] = conf_option()
     overwrite: bool = overwrite_option()
@@ -343,7 +339,9 @@ class EmbedConfig(Options):
     device: str | None = option(
         None, "Passed to the model factory as device=... (e.g. cpu, cuda; torch models)."
     )
-    engine: str = engine_option("spark, or every chunk in this process without a JVM.")
+    engine: str = engine_option(
+        "spark, or every chunk in this process without a JVM.", "spark", ("spark", "local")
+    )
     overwrite: bool = overwrite_option("existing embeddings")
     master: str | None = master_option()
     conf: dict[str, str] = conf_option()

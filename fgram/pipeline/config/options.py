@@ -154,11 +154,20 @@ class Options:
         """The command's own checks beyond choices and bounds (none by default)."""
 
 
-ENGINES = ("spark", "local")
+ENGINES = ("auto", "spark", "local")
+
+ENGINE_HELP = (
+    "auto: local processes when Spark would run on this machine alone (a local master, "
+    "no --conf, no Spark session or spark-submit: the JVM would add its start and "
+    "nothing else), else spark; spark: Spark always; local: the same tasks in local "
+    "processes without a JVM."
+)
 
 
-def engine_option(help: str = "spark, or the same tasks in local processes without a JVM.") -> Any:
-    return option("spark", help, choices=ENGINES)
+def engine_option(
+    help: str = ENGINE_HELP, default: str = "auto", choices: tuple[str, ...] = ENGINES
+) -> Any:
+    return option(default, help, choices=choices)
 
 
 def master_option() -> Any:
