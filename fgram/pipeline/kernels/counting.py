@@ -3,11 +3,12 @@ radix partition into cache-sized buckets (compiled) and numpy sorts of each buck
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from fgram.pipeline.kernels.jit import I32s, I64s, U32s, U64s, compiled
+from fgram.pipeline.kernels.jit import Array, I32s, I64s, U32s, U64s, compiled
 from fgram.pipeline.kernels.keys import INVALID, WIDE, KeyCode, code_key1
 from fgram.pipeline.kernels.scratch import Scratch, work_array
 
@@ -105,6 +106,12 @@ def unit_table(
     shift = np.uint64(code.bits - bits)
     cands = (prev, tokens, k, n_pos, args, shift)
     sampled = exact and sample and n_pos >= sample_from
+    if exact and not want_order:
+        n_own = min(n_pos, limit)
+        sampled_own = sample if sample and n_own >= sample_from else 0
+        counted_only = _counts_only(prev, tokens, k, n_own, code, bucket, scratch, sampled_own)
+        if counted_only is not None:
+            return counted_only
     packed, bstart, bend, indirect = _partition(
         cands, code, bits, pos_bits, exact, min_lo_bits, scratch, sample if sampled else 0
     )
@@ -128,6 +135,75 @@ def unit_table(
     return uniq[:u], counts[:u], result, counted
 
 
+def _counts_only(
+    prev: np.ndarray,
+    tokens: np.ndarray,
+    k: int,
+    n_own: int,
+    code: KeyCode,
+    bucket: int,
+    scratch: Scratch | None,
+    sample: int,
+) -> tuple[np.ndarray, np.ndarray, None, int] | None:
+    """`unit_table` when no order is asked for (the last pass) and a key's bits below
+    the bucket bits fit 32: only the unit's own positions, one uint32 word per
+    candidate (no position: nothing needs it), so the scatter writes and the sorts
+    order half the bytes of the exact path's words. None when the keys are wider."""
+    bits = min(max(1, int(np.ceil(np.log2(max(n_own, 1) / bucket)))), code.bits)
+    if code.bits - bits > 32:
+        return None
+    shift = np.uint64(code.bits - bits)
+    cands = (prev, tokens, k, n_own, code.args(), shift)
+    keys_only = np.uint64(0)  # no position bits
+    packed, bstart, bend = _scattered(
+        cands,
+        bits,
+        scratch,
+        sample,
+        lambda c, bounds, words, ends: scatter_exact(c, keys_only, bounds, words, ends),
+        np.uint32,
+    )
+    n = int((bend - bstart).sum())
+    uniq = work_array(scratch, "uniq", n, np.uint64)
+    counts = work_array(scratch, "counts", n, np.uint32)
+    u = 0
+    up = np.uint64(code.up)
+    for b, (b0, b1) in enumerate(zip(bstart.tolist(), bend.tolist(), strict=True)):
+        if b1 > b0:
+            packed[b0:b1].sort()
+            u = narrow_runs(packed, b0, b1, np.uint64(b) << shift, up, uniq, counts, u)
+    return uniq[:u], counts[:u], None, int(counts[:u].sum())
+
+
+def _scattered(
+    cands: tuple[Any, ...],
+    bits: int,
+    scratch: Scratch | None,
+    sample: int,
+    scatter: Callable[[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray], bool],
+    dtype: type[np.unsignedinteger],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The candidates' words (``scatter(cands, bounds, packed, ends)``, of ``dtype``) in
+    2**bits buckets by their keys' top bits: ``(packed, bucket starts, bucket ends)``.
+    Bucket sizes estimated from every ``sample``-th position (0: counted), recounted when
+    a bucket overflows its estimate."""
+    ends = np.empty(1 << bits, np.int64)
+    if sample:
+        est = np.zeros(1 << bits, np.int64)
+        candidate_histogram(cands, sample, est)
+        room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
+        bounds = bucket_bounds(room)
+        packed = work_array(scratch, "packed", int(bounds[-1]), dtype)
+        if scatter(cands, bounds, packed, ends):
+            return packed, bounds[:-1], ends
+    hist = np.zeros(1 << bits, np.int64)
+    candidate_histogram(cands, 1, hist)
+    bounds = bucket_bounds(hist)
+    packed = work_array(scratch, "packed", int(bounds[-1]), dtype)
+    scatter(cands, bounds, packed, ends)  # exact sizes: no bucket overflows
+    return packed, bounds[:-1], bounds[1:]
+
+
 Indirect = tuple[np.ndarray, np.ndarray, np.ndarray, int]  # keys, positions, bounds, low bits
 
 
@@ -146,22 +222,21 @@ def _partition(
     one word): bucket sizes estimated from every ``sample``-th position (0: counted),
     recounted when a bucket overflows its estimate; indirect: (top key bits, index)
     words with the keys and positions beside them (``indirect``)."""
-    ends = np.empty(1 << bits, np.int64)
-    if sample:
-        est = np.zeros(1 << bits, np.int64)
-        candidate_histogram(cands, sample, est)
-        room = est * sample + (6 * sample * np.sqrt(est + 1)).astype(np.int64) + 4 * sample
-        bounds = bucket_bounds(room)
-        packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-        if scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends):
-            return packed, bounds[:-1], ends, None
+    if exact:
+        pbits = np.uint64(pos_bits)
+        words = _scattered(
+            cands,
+            bits,
+            scratch,
+            sample,
+            lambda c, bounds, packed, ends: scatter_exact(c, pbits, bounds, packed, ends),
+            np.uint64,
+        )
+        return (*words, None)
     hist = np.zeros(1 << bits, np.int64)
     candidate_histogram(cands, 1, hist)
     bounds = bucket_bounds(hist)
     packed = work_array(scratch, "packed", int(bounds[-1]), np.uint64)
-    if exact:
-        scatter_exact(cands, np.uint64(pos_bits), bounds, packed, ends)
-        return packed, bounds[:-1], bounds[1:], None
     lo_bits = max(min_lo_bits, int(hist.max(initial=1) - 1).bit_length())
     keys = work_array(scratch, "keys", len(packed), np.uint64)
     where = work_array(scratch, "where", len(packed), np.int32)
@@ -206,12 +281,13 @@ def candidate_histogram(cands: Candidates, step: int, hist: I64s) -> None:
 
 @compiled(cache=True, nogil=True)
 def scatter_exact(
-    cands: Candidates, pos_bits: np.uint64, bounds: I64s, packed: U64s, ends: I64s
+    cands: Candidates, pos_bits: np.uint64, bounds: I64s, packed: Array, ends: I64s
 ) -> bool:
     """Place every candidate in its bucket as one exact uint64: the key's bits
     below the bucket bits, then its position (``pos_bits`` bits). Sorting a
     bucket then orders it by key, and by position within a key.
 
+    ``pos_bits`` 0: the key bits alone (`_counts_only`'s uint32 words, which they fit).
     Bucket b holds at most ``bounds[b+1] - bounds[b]`` entries (exact sizes, or
     room for an estimate); ``ends[b]`` is where its entries end. Returns False,
     with the buckets unusable, as soon as one is full (never with exact sizes)."""
@@ -219,6 +295,7 @@ def scatter_exact(
     cursor = ends
     cursor[:] = bounds[:-1]
     rest = (np.uint64(1) << shift) - np.uint64(1)
+    pmask = (np.uint64(1) << pos_bits) - np.uint64(1)
     for i in range(n_pos):
         if is_candidate(prev, i):
             x = code_key1(prev[i], tokens[i + k - 1], code)
@@ -227,7 +304,7 @@ def scatter_exact(
             if d == bounds[b + 1]:
                 return False
             cursor[b] = d + 1
-            packed[d] = ((x & rest) << pos_bits) | np.uint64(i)
+            packed[d] = ((x & rest) << pos_bits) | (np.uint64(i) & pmask)
     return True
 
 
@@ -299,6 +376,29 @@ def exact_runs(
     counts[u] = c
     u += 1
     return u, o
+
+
+@compiled(cache=True, nogil=True)
+def narrow_runs(
+    packed: U32s, b0: int, b1: int, top: np.uint64, up: np.uint64, uniq: U64s, counts: U32s, u: int
+) -> int:
+    """The distinct keys and counts of a sorted bucket ``packed[b0:b1]`` (not empty) of
+    `scatter_exact` key words (no position), its top bits ``top``, written from key u;
+    returns the next u."""
+    last = packed[b0]
+    uniq[u] = (top | np.uint64(last)) << up
+    c = np.uint32(0)
+    for d in range(b0, b1):
+        v = packed[d]
+        if v != last:
+            counts[u] = c
+            u += 1
+            uniq[u] = (top | np.uint64(v)) << up
+            c = np.uint32(0)
+            last = v
+        c += np.uint32(1)
+    counts[u] = c
+    return u + 1
 
 
 @compiled(cache=True, nogil=True)
