@@ -30,6 +30,7 @@ import numpy as np
 
 from fgram.pipeline.kernels import counting as c
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
+from fgram.pipeline.kernels.scratch import Scratch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -147,10 +148,11 @@ def main() -> None:
         kept = max(int(frequent.sum()), 1)
         answers = np.where(frequent, np.cumsum(frequent) - 1, INVALID).astype(np.uint32)
         if k < args.max_len:
+            held = Scratch()  # a worker's: the same pages from one unit to the next
             t["ids_at (next pass)"] = best(
-                partial(c.ids_at, answers, (order, starts), len(tokens)), args.rounds
+                partial(c.ids_at, answers, (order, starts), len(tokens), held), args.rounds
             )
-            ids = c.ids_at(answers, (order, starts), len(tokens))
+            ids = c.ids_at(answers, (order, starts), len(tokens), held)
         t.update(floors(n, k, args.rounds))
         row = {
             "k": k,

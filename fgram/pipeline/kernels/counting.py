@@ -244,6 +244,9 @@ def _partition(
     return packed, bounds[:-1], bounds[1:], (keys, where, bounds, lo_bits)
 
 
+SPREAD_BITS = 18  # `ids_at` writes ids 2**18 positions (1 MB of them) at a time: in cache
+
+
 def ids_at(
     values: np.ndarray, order: tuple[np.ndarray, np.ndarray], n: int, scratch: Scratch | None = None
 ) -> np.ndarray:
@@ -252,7 +255,8 @@ def ids_at(
     positions, starts = order
     out = work_array(scratch, "ids", n, np.uint32)
     out.fill(INVALID)
-    spread(np.ascontiguousarray(values, np.uint32), starts, positions, out)
+    words = work_array(scratch, "packed", n, np.uint64)  # unit_table's, free until it runs
+    spread(np.ascontiguousarray(values, np.uint32), starts, positions, SPREAD_BITS, words, out)
     return out
 
 
@@ -493,12 +497,24 @@ def bucket_runs(
 
 
 @compiled(cache=True, nogil=True)
-def spread(values: U32s, starts: I32s, order: I32s, out: U32s) -> None:
+def spread(values: U32s, starts: I32s, order: I32s, bits: int, words: U64s, out: U32s) -> None:
     """out[order[e]] = values[r] for every e in starts[r]:starts[r+1], except where
-    values[r] is INVALID (what ``out`` holds already)."""
+    values[r] is INVALID (what ``out`` holds already). In two passes, each of them
+    writing to few places at a time: (position, value) words grouped by range of 2**bits
+    positions (``words``: room for one per position), then each range's ids set while
+    its slice of ``out`` is in cache, not one random write per position into all of it."""
+    cursor = np.arange(0, len(out) + (1 << bits), 1 << bits)
     for r in range(len(values)):
         v = values[r]
         if v == INVALID:
             continue
         for e in range(starts[r], starts[r + 1]):
-            out[order[e]] = v
+            p = order[e]
+            b = p >> bits
+            d = cursor[b]
+            cursor[b] = d + 1
+            words[d] = (np.uint64(p) << np.uint64(32)) | np.uint64(v)
+    for b in range(len(cursor) - 1):
+        for d in range(b << bits, cursor[b]):
+            w = words[d]
+            out[np.int64(w >> np.uint64(32))] = np.uint32(w & np.uint64(0xFFFFFFFF))
