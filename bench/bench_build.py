@@ -72,6 +72,7 @@ def main() -> None:
     ap.add_argument("--record", default=os.path.join(HERE, "results.jsonl"))
     ap.add_argument("--extra", nargs="*", default=[], help="extra fgram build arguments")
     ap.add_argument("--tag", default="", help="a label stored with the record")
+    ap.add_argument("--engine", default="spark", help="fgram's --engine (default: spark)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     corpus = args.corpus
@@ -94,6 +95,8 @@ def main() -> None:
         str(args.max_len),
         "--dtype",
         args.dtype,
+        "--engine",
+        args.engine,
         *args.extra,
     ]
     if args.size:

@@ -2,7 +2,7 @@
 engineer writes first, on the same flat token shards, in one run, alternated.
 
     python bench/bench_reference.py bench/out/debian/tokens [--rounds 2] [--max-len 5]
-        [--min-count 5] [--dtype uint16] [--doc-sep ID]
+        [--min-count 5] [--dtype uint16] [--doc-sep ID] [--engines auto spark]
 
 The reference (`reference`, run in a process of its own by ``--reference-only``) reads
 every ``.bin`` shard, then for k = 1..K: the candidate positions (both (k-1)-grams at i
@@ -12,10 +12,12 @@ frequent keys' ids (their rank) at every position: `np.unique`'s work with fewer
 (positions int32; `np.unique` with its index, inverse and counts needs ~20 GB at 383M
 tokens). No --size: every n-gram of 2..K tokens with count >= --min-count, the
 table `fgram build` writes without ``-S``. Its time counts reading and counting, not
-writing its result; fgram's is the whole command (JVM start to ``_SUCCESS``).
-After the timed rounds the two tables are compared row for row (tokens and counts).
-Prints the walls, peak memory and the ratio fgram / reference per round, and appends
-the records to bench/results.jsonl.
+writing its result; fgram's is the whole command (start to ``_SUCCESS``), once per
+``--engines`` (auto, the default: local processes on this machine; spark: Spark's local
+mode), in one round with the reference, the order alternated. After the timed rounds
+each engine's table is compared with the reference's row for row (tokens and counts).
+Prints the walls, peak memory and the ratio fgram / reference per engine and round, and
+appends the records to bench/results.jsonl.
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def main() -> None:
     ap.add_argument("--min-count", type=int, default=5)
     ap.add_argument("--dtype", default=None, help="default: the folder's manifest, else uint16")
     ap.add_argument("--doc-sep", type=int, default=None, help="default: the manifest's, else 0")
+    ap.add_argument("--engines", nargs="+", default=["auto", "spark"], help="fgram's --engine")
     ap.add_argument("--work", default=os.path.join(HERE, "out", "reference"))
     ap.add_argument("--reference-only", metavar="OUT", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -140,53 +143,61 @@ def main() -> None:
             json.dump({"seconds": seconds}, f)
         return
     os.makedirs(args.work, exist_ok=True)
-    table = os.path.join(args.work, "table")
     result = os.path.join(args.work, "reference.npz")
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
     same = ["--max-len", str(args.max_len), "--min-count", str(args.min_count)]
     same += ["--dtype", dtype, "--doc-sep", str(sep)]
-    build = [
-        fgram,
-        "build",
-        table,
-        args.corpus,
-        "--overwrite",
-        *same,
-    ]
-    ref = [sys.executable, __file__, args.corpus, "--reference-only", result, *same]
+    tables = {e: os.path.join(args.work, f"table-{e}") for e in args.engines}
+    commands = {
+        f"fgram build --engine {e}": [
+            fgram, "build", tables[e], args.corpus, "--overwrite", "--engine", e, *same
+        ]
+        for e in args.engines
+    }  # fmt: skip
+    commands["numpy reference"] = [
+        sys.executable, __file__, args.corpus, "--reference-only", result, *same
+    ]  # fmt: skip
     subprocess.run(
         [sys.executable, "-c", "from fgram.pipeline.kernels.warmup import warm_up; warm_up()"],
         check=True,
     )
     rows = []
     for r in range(args.rounds):
-        for case in ("fgram build", "numpy reference")[:: 1 if r % 2 == 0 else -1]:
-            wall, peak, rc = run(build if case == "fgram build" else ref)
+        for case in list(commands)[:: 1 if r % 2 == 0 else -1]:
+            wall, peak, rc = run(commands[case])
             if case == "numpy reference" and rc == 0:  # reading and counting, not saving
                 wall = json.load(open(result + ".json"))["seconds"]
             if rc:
                 sys.exit(f"{case}: exit {rc}")
             rows.append({"case": case, "round": r, "wall": wall, "peak": peak})
-            print(f"round {r}: {case:16s} {wall:7.1f} s, peak {peak / 2**30:.2f} GiB", flush=True)
-    tokens = json.load(open(os.path.join(table, "manifest.json")))["totals"]["tokens"]
+            print(f"round {r}: {case:28s} {wall:7.1f} s, peak {peak / 2**30:.2f} GiB", flush=True)
+    first = tables[args.engines[0]]
+    tokens = json.load(open(os.path.join(first, "manifest.json")))["totals"]["tokens"]
     for r in range(args.rounds):
         walls = {x["case"]: x["wall"] for x in rows if x["round"] == r}
-        ratio = walls["fgram build"] / walls["numpy reference"]
-        print(
-            f"round {r}: fgram / reference {ratio:.3f}; fgram "
-            f"{tokens / walls['fgram build'] / 1e6:.2f}M tokens/s "
-            f"({tokens / walls['fgram build'] / os.cpu_count() / 1e6:.2f}M per core), "
-            f"reference {tokens / walls['numpy reference'] / 1e6:.2f}M tokens/s"
-        )
-        for x in rows:
-            if x["round"] == r:
-                x["ratio"] = ratio
+        for case in commands:
+            if case == "numpy reference":
+                continue
+            ratio = walls[case] / walls["numpy reference"]
+            print(
+                f"round {r}: {case} / reference {ratio:.3f}; "
+                f"{tokens / walls[case] / 1e6:.2f}M tokens/s "
+                f"({tokens / walls[case] / os.cpu_count() / 1e6:.2f}M per core), "
+                f"reference {tokens / walls['numpy reference'] / 1e6:.2f}M tokens/s"
+            )
+            for x in rows:
+                if x["round"] == r and x["case"] == case:
+                    x["ratio"] = ratio
     everything = np.concatenate([np.fromfile(f, dtype=dtype) for f in files]).astype(np.int64)
     saved = np.load(result)
     found = {k: (saved[f"first{k}"], saved[f"count{k}"]) for k in range(2, args.max_len + 1)}
-    want, got = rows_of(everything, found), table_rows(os.path.join(table, "fgrams"))
-    same = sorted(want) == sorted(got) and all(np.array_equal(want[k], got[k]) for k in want)
-    print(f"tables equal: {same} ({sum(len(v) for v in want.values())} n-grams)")
+    want = rows_of(everything, found)
+    same = True
+    for e, table in tables.items():
+        got = table_rows(os.path.join(table, "fgrams"))
+        equal = sorted(want) == sorted(got) and all(np.array_equal(want[k], got[k]) for k in want)
+        print(f"--engine {e}: tables equal: {equal} ({sum(len(v) for v in want.values())} n-grams)")
+        same = same and equal
     with open(os.path.join(HERE, "results.jsonl"), "a") as f:
         for x in rows:
             f.write(

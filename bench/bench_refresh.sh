@@ -13,7 +13,7 @@ NEWA=out/synth-25000000-new
 NEWB=out/synth-25000000-samebook
 [ -d $NEWA ] || $F synth -o $NEWA --tokens 25000000 --vocab 50000 --seed 7 --format bin
 [ -d $NEWB ] || $F synth -o $NEWB --tokens 25000000 --vocab 50000 --seed 7 --book-seed 0 --format bin
-OPTS="--dtype uint16 --doc-sep 0 --size 10000000"
+OPTS="--dtype uint16 --doc-sep 0 --size 10000000 --engine ${ENGINE:-spark}"
 rm -rf out/refresh out/refresh-full out/refresh-full-a out/refresh-full-b
 now() { date +%s.%N; }
 t0=$(now); $F refresh out/refresh $OLD $OPTS --keep 4; t1=$(now)

@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(HERE, "out", "refresh-real"))
     ap.add_argument("--extra", default="", help="more options for both commands")
+    ap.add_argument("--engine", default="spark", help="fgram's --engine (default: spark)")
     args = ap.parse_args()
     with open(os.path.join(args.corpus, "manifest.json")) as f:
         tm = json.load(f)
@@ -99,7 +100,7 @@ def main() -> None:
         shards = cut_shards(shards, args.fraction, cut, sep)
     tokens = sum(os.path.getsize(s) // 2 for s in shards)
     common = ["--dtype", tm["dtype"], "--doc-sep", str(sep), "--max-len", str(args.max_len)]
-    common += args.extra.split()
+    common += ["--engine", args.engine, *args.extra.split()]
     print(f"{len(shards)} shards, {tokens:,} tokens; the last one is the refresh's new shard")
     for size in [int(s) for s in args.sizes.split(",")]:
         opts = [*common, "--size", str(size)]

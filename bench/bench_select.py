@@ -54,6 +54,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--extra", nargs="*", default=[], help="more fgram build arguments")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--engine", default="spark", help="fgram's --engine (default: spark)")
     args, more = ap.parse_known_args()  # --extra --dtype uint16: the rest is fgram's too
     args.extra += more
     fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
@@ -63,6 +64,7 @@ def main() -> None:
         for name in list(cases) if r % 2 == 0 else list(cases)[::-1]:
             out = os.path.join(HERE, "out", f"select-{name.replace(' ', '')}")
             cmd = [fgram, "-q", "build", out, args.corpus, "-S", str(args.size), "--overwrite"]
+            cmd += ["--engine", args.engine]
             wall, peak, rc = run([*cmd, *cases[name], *args.extra])
             if rc:
                 raise SystemExit(f"{name}: exit {rc}")

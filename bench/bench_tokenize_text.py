@@ -86,6 +86,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=TOKENIZER)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--size", default="10000000", help="the builds' -S")
+    ap.add_argument("--engine", default="spark", help="the builds' --engine (default: spark)")
     ap.add_argument("--work", default=os.path.join(HERE, "out", "tokenize-text"))
     ap.add_argument(
         "--parts", nargs="+", default=["tokenize", "build"], choices=["tokenize", "build"]
@@ -159,7 +160,7 @@ def tokenize_part(args, files: list[str], tok_path: str, fgram_tokenize, out: st
 def build_part(args, tok_path: str, out: str, table: str) -> list[dict]:
     """`fgram build` from the text against from its tokens, alternated."""
     rows: list[dict] = []
-    build = [*FGRAM, "build", table, "-S", args.size, "--overwrite"]
+    build = [*FGRAM, "build", table, "-S", args.size, "--overwrite", "--engine", args.engine]
     for r in range(args.rounds):
         for how in ("text", "tokens")[:: 1 if r % 2 == 0 else -1]:
             src = [args.text, "--tokenizer", tok_path] if how == "text" else [out]
