@@ -10,8 +10,10 @@ pass k = 2..K it runs what `count_task` runs, each kernel timed alone (best of
 estimate (`candidate_histogram` on every 32nd position), the scatter into buckets
 (`scatter_exact`), the buckets' sorts alone, then the sorts each followed by the
 bucket's runs while it is in cache (`sorted_runs`: distinct keys, counts, positions
-grouped by key), as `unit_table` does. The next pass's prefix ids are the ranks of the unit's own
-keys with count >= --min-count (a unit's stand-in for the global frequent set). Floors,
+grouped by key), as `unit_table` does; for the last pass, the whole `unit_table` of a
+pass that keeps no order (each candidate's key bits alone, one uint32 word). The next
+pass's prefix ids are the ranks of the unit's own keys with count >= --min-count (a
+unit's stand-in for the global frequent set). Floors,
 per candidate: numpy's sort of cache-sized slices of random uint64 keys, a sequential
 copy of 8 bytes, and a scatter of 8-byte words into as many buckets as the pass uses.
 """
@@ -153,6 +155,12 @@ def main() -> None:
                 partial(c.ids_at, answers, (order, starts), len(tokens), held), args.rounds
             )
             ids = c.ids_at(answers, (order, starts), len(tokens), held)
+        else:  # what the last pass runs: its keys alone, one uint32 word each where they fit
+            work = Scratch()
+            t["last pass: unit_table, counts only"] = best(
+                partial(c.unit_table, ids, tokens, k, len(tokens), False, code, scratch=work),
+                args.rounds,
+            )
         t.update(floors(n, k, args.rounds))
         row = {
             "k": k,
