@@ -32,6 +32,7 @@ import numpy as np
 
 from fgram.pipeline.kernels import counting as c
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
+from fgram.pipeline.kernels.runs import sorted_runs
 from fgram.pipeline.kernels.scratch import Scratch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,7 +107,7 @@ def one_pass(ids, tokens, k, code, rounds, scratch) -> tuple[dict, tuple]:
 
     def walk():
         packed[:] = scattered
-        u[0] = c.sorted_runs(packed, bounds[:-1], bounds[1:], shift, pos_bits, code.up, n_pos, runs)
+        u[0] = sorted_runs(packed, bounds[:-1], bounds[1:], shift, pos_bits, code.up, n_pos, runs)
 
     t["sort and runs, bucket by bucket (and a copy)"] = best(walk, rounds)
     keys, counts, starts, order = runs
