@@ -77,7 +77,10 @@ def unit_table(
     the runs check the full keys.
 
     Returns ``(keys, counts, order, counted)``: the unit's distinct keys
-    (sorted; the overlap included with count 0) and their counts; if asked,
+    (sorted; the overlap's included with count 0, the next pass needs their ids: not
+    when no order is asked for and a key's bits below the bucket bits fit 32, where
+    only the own candidates are scattered, one uint32 word each, `_counts_only`) and
+    their counts; if asked,
     ``order = (positions, starts)``: the candidates' positions (both int32) grouped
     by key in key order, key r's being ``positions[starts[r]:starts[r+1]]``
     (`ids_at` turns it and per-key values into a per-position array).
