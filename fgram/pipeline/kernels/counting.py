@@ -10,7 +10,7 @@ import numpy as np
 
 from fgram.pipeline.kernels.jit import Array, I32s, I64s, U32s, U64s, compiled
 from fgram.pipeline.kernels.keys import INVALID, WIDE, KeyCode, code_key1
-from fgram.pipeline.kernels.runs import bucket_runs, narrow_runs, sorted_runs
+from fgram.pipeline.kernels.runs import bucket_runs, sorted_key_runs, sorted_runs
 from fgram.pipeline.kernels.scratch import Scratch, work_array
 
 # what the scatter kernels read of a unit: (prev ids, tokens, k, positions, key code, shift)
@@ -167,12 +167,7 @@ def _counts_only(
     n = int((bend - bstart).sum())
     uniq = work_array(scratch, "uniq", n, np.uint64)
     counts = work_array(scratch, "counts", n, np.uint32)
-    u = 0
-    up = np.uint64(code.up)
-    for b, (b0, b1) in enumerate(zip(bstart.tolist(), bend.tolist(), strict=True)):
-        if b1 > b0:
-            packed[b0:b1].sort()
-            u = narrow_runs(packed, b0, b1, np.uint64(b) << shift, up, uniq, counts, u)
+    u = sorted_key_runs(packed, bstart, bend, shift, code.up, uniq, counts)
     return uniq[:u], counts[:u], None, int(counts[:u].sum())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from fgram.pipeline.kernels.jit import Array, U64s, compiled
+from fgram.pipeline.kernels.matching import gather_rows
 
 
 class Groups:
@@ -189,17 +190,11 @@ def extend_rows(prefix_tokens: Array, rows: Array, last: Array, out: Array) -> N
         out[i, k] = last[i]
 
 
-@compiled(cache=True, nogil=True)
-def _take_rows(rows: Array, order: Array, out: Array) -> None:
-    for i in range(len(order)):
-        out[i, :] = rows[order[i], :]
-
-
 def take_rows(rows: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """``rows[order]`` for a 2-d array of a few columns (numpy's fancy indexing of short
-    rows costs several times this loop)."""
+    """``rows[order]`` for a 2-d array of a few columns, by `matching.gather_rows`
+    (numpy's fancy indexing of short rows costs several times its loop)."""
     out = np.empty((len(order), rows.shape[1]), rows.dtype)
-    _take_rows(np.ascontiguousarray(rows), order, out)
+    gather_rows(np.ascontiguousarray(rows), np.asarray(order, np.int64), out)
     return out
 
 

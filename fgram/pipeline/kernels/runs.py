@@ -36,6 +36,25 @@ def sorted_runs(
     return u
 
 
+def sorted_key_runs(
+    packed: np.ndarray,
+    bstart: np.ndarray,
+    bend: np.ndarray,
+    shift: np.uint64,
+    up: int,
+    uniq: np.ndarray,
+    counts: np.ndarray,
+) -> int:
+    """`sorted_runs` for buckets of key words without positions (`narrow_runs`): the
+    distinct keys and their counts. Returns how many."""
+    u = 0
+    for b, (b0, b1) in enumerate(zip(bstart.tolist(), bend.tolist(), strict=True)):
+        if b1 > b0:
+            packed[b0:b1].sort()
+            u = narrow_runs(packed, b0, b1, np.uint64(b) << shift, np.uint64(up), uniq, counts, u)
+    return u
+
+
 @compiled(cache=True, nogil=True)
 def exact_runs(
     packed: U64s,
