@@ -42,6 +42,12 @@ class SconeEmbedding(nn.Module):
                 f"the store's rows have {store.dim} values, the model's embeddings "
                 f"{tokens.embedding_dim}"
             )
+        if store.vocab_size is not None and store.vocab_size > tokens.num_embeddings:
+            raise ValueError(
+                f"the store's table is of a tokenizer of {store.vocab_size} token ids, the "
+                f"model's token embedding has {tokens.num_embeddings} rows: use a model of "
+                f"the table's tokenizer (vocab_size >= {store.vocab_size})"
+            )
         self.tokens, self.store = tokens, store
         self.context = store.max_len - 1  # tokens a match may reach back
         self.tails: list[np.ndarray] | None = None  # each sequence's last real tokens
@@ -69,6 +75,11 @@ class SconeEmbedding(nn.Module):
         before (0: a new batch of sequences; by default what the model's forward was
         given, else 0); ``attention_mask`` [B, past + T] (default: the model's, else
         all ones)."""
+        if input_ids.numel() and int(input_ids.max()) >= self.tokens.num_embeddings:
+            raise ValueError(
+                f"token id {int(input_ids.max())} is past the model's token embedding "
+                f"({self.tokens.num_embeddings} rows): ids of another tokenizer?"
+            )
         emb = self.tokens(input_ids)
         ids = input_ids.detach().cpu().numpy().astype(np.int64).reshape(len(input_ids), -1)
         b, t = ids.shape

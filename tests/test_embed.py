@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import build, result, write_parquet
+from helpers import build, result, said, wait_for_files, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_index import oracle_match
@@ -124,6 +124,28 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
     assert json.load(open(out / "embeddings" / "embeddings.json"))["sha256"] == meta["sha256"]
 
 
+@pytest.mark.slow
+def test_ctrl_c_of_an_embed_on_spark_is_one_line(tmp_path):
+    """Ctrl-C to the process group while Spark runs the chunks: exit 130 and one line,
+    not pyspark's job cancelling through the call the driver waits in (py4j's two
+    logged tracebacks, ~46 lines)."""
+    out = small_table(tmp_path)
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    cmd = [sys.executable, "-m", "fgram", "embed", str(out), "--model", "slow_models:slow_echo",
+           "--batch", "1", "--chunk-rows", "2", "--engine", "spark"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, text=True, stderr=subprocess.PIPE)
+    try:
+        wait_for_files(str(out / "embeddings.staging" / "done" / "*"), proc, 120, "a chunk")
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert said(err) == ["fgram: interrupted"], err[-3000:]
+
+
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),
@@ -194,6 +216,14 @@ def test_stale_table_and_bad_input_refused(tmp_path):
     assert json.load(open(out / "embeddings" / "embeddings.json"))["dtype"] == "float32"
     res = runner.invoke(cli, ["embed", str(out), "--model", ECHO, "--engine", "local"])
     assert res.exit_code == 2 and "embeddings: exists; pass --overwrite" in res.output
+    res = runner.invoke(cli, ["embed", str(out), "--model", "nope_module:f"])  # said first
+    assert res.exit_code == 2 and "nope_module" in res.output and "exists" not in res.output
+    # like every job, embed takes --engine auto by default: no JVM on one machine (a
+    # process of its own: this one may have a session up)
+    fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    res = subprocess.run([fgram, "embed", str(out), "--model", ECHO, "--overwrite"], cwd=tmp_path)
+    assert res.returncode == 0
+    assert json.load(open(out / "embeddings" / "embeddings.json"))["engine"] == "local"
     res = runner.invoke(cli, ["lookup", str(out), "--tokens", "1,2,3,x"])
     assert res.exit_code == 2 and "separated by commas or spaces" in res.output
     for bad in ("99999999999", "-1"):  # no vocabulary named: ids of 0..2**31-1

@@ -153,3 +153,23 @@ def test_warnings_on_the_command_line_and_strict(tmp_path):
         [*base, str(tmp_path / "o3"), str(tmp_path / "c.bin")], capture_output=True, text=True
     )
     assert res.returncode == 0 and said(res.stderr) == [], res.stderr  # the right reading
+
+
+def test_the_hint_names_the_id_that_ends_documents_not_the_first_known_one(tmp_path):
+    """OLMo's ids: 50279 ends each document (once per ~1500 tokens, evenly), while 50256, a
+    whitespace token, recurs in bursts (indented lines: a few tokens apart, never adjacent).
+    Both are end-of-text ids of some tokenizer; the hint names 50279 with its count, the
+    other as less even."""
+    rng = np.random.default_rng(7)
+    docs = []
+    for _ in range(400):
+        doc = rng.integers(100, 50000, int(rng.integers(1000, 2000)))
+        if rng.random() < 0.05:  # a document with an indented block
+            at = int(rng.integers(10, len(doc) - 40))
+            doc[at : at + 40 : 4] = 50256
+        docs.append(np.append(doc, 50279))
+    toks = np.concatenate(docs).astype(np.uint16)
+    assert 3 <= (toks == 50256).sum() < (toks == 50279).sum()
+    (found,) = _check(tmp_path, toks.tobytes(), "uint16")
+    assert "pass --doc-sep 50279" in found and "id 50279 recurs" in found, found
+    assert "spaced as documents are" in found and "50256 (" in found.split("also")[1]

@@ -173,3 +173,16 @@ def test_a_store_of_another_width_is_refused(store):
     model.set_input_embeddings(torch.nn.Embedding(VOCAB, 64))
     with pytest.raises(ValueError, match="256 values, the model's embeddings 64"):
         scone_embeddings(model, store)
+
+
+def test_ids_past_the_model_s_vocabulary_are_one_clear_error(store):
+    """A store of a larger tokenizer than the model's embedding is refused when swapped in;
+    ids past the embedding (another tokenizer's) say so, not torch's bare IndexError."""
+    model = _model("gpt2")
+    swapped = scone_embeddings(model, store)
+    with pytest.raises(ValueError, match=f"token id {VOCAB + 3} is past the model's token"):
+        model.generate(torch.tensor([[5, 6, VOCAB + 3]]), max_new_tokens=2, do_sample=False)
+    wide = fgram.FgramStore(store.index, store.matrix, store.meta, vocab_size=VOCAB + 100)
+    with pytest.raises(ValueError, match=f"tokenizer of {VOCAB + 100} token ids.*{VOCAB} rows"):
+        scone_embeddings(_model("gpt2"), wide)
+    assert isinstance(swapped, SconeEmbedding)

@@ -132,6 +132,54 @@ def test_report_numbers_equal_the_manifest_and_the_oracle(made):
         assert shown in page
 
 
+def test_the_page_counts_in_words_and_no_legend_covers_a_plot(made, tmp_path, monkeypatch):
+    """ "1 input file" (not "files"), the build's time in seconds as a person reads it, the
+    first run's kernel compiling its own bar of the time chart, and every legend beside
+    the plots, none over an axes' area."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.transforms import Bbox
+
+    from fgram.pipeline.report import plots
+
+    d, _, _ = made
+    figures = []
+    real = plots.figure
+
+    def kept(draw, size=(7.5, 3.6)):
+        figures.append(real(draw, size))
+        return figures[-1]
+
+    monkeypatch.setattr(plots, "figure", kept)
+    m = manifest(d / "t")
+    m["compile_seconds"] = 5.9  # as the first run of an install records it, in its time
+    m["seconds"] += 5.9
+    (tmp_path / "t").mkdir()
+    for name in os.listdir(d / "t"):
+        src = d / "t" / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / "t" / name)
+    json.dump(m, open(tmp_path / "t" / "manifest.json", "w"))
+    rep = fgram.report(tmp_path / "t", tmp_path / "page.html")
+    page = open(tmp_path / "page.html").read()
+    assert "1 input file," in page and "input files" not in page
+    assert f"{m['seconds']:.1f} s</b><span>build time" in page, page[:3000]
+    parts = {s["part"]: s["seconds"] for s in rep["time"]["stages"]}
+    assert parts["compile (first run)"] == 5.9
+    assert sum(s["seconds"] for s in rep["time"]["stages"]) == pytest.approx(m["seconds"], abs=0.01)
+    assert len(figures) == 4  # lengths, rank-frequency, funnel, time
+    legends = 0
+    for fig in figures:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()  # the constrained layout placed
+        renderer = canvas.get_renderer()
+        boxes = [ax.get_window_extent(renderer) for ax in fig.axes]
+        for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]:
+            legends += 1
+            box = legend.get_window_extent(renderer)
+            assert not any(Bbox.intersection(box, a) for a in boxes), legend
+    assert legends >= 3  # rank-frequency, funnel, time
+
+
 def test_cli_report_default_grid_text_and_refusals(made, tmp_path, monkeypatch):
     d, docs, held = made
     monkeypatch.chdir(tmp_path)

@@ -114,7 +114,18 @@ def test_a_killed_task_is_a_failed_result_on_stdout_alone(corpus):
     run_json(["index", t])
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = subprocess.run(
-        [sys.executable, "-m", "fgram", "embed", t, "--model", "slow_models:killer", "--json"],
+        [
+            sys.executable,
+            "-m",
+            "fgram",
+            "embed",
+            t,
+            "--model",
+            "slow_models:killer",
+            "--json",
+            "--engine",
+            "spark",
+        ],  # fmt: skip
         capture_output=True,
         text=True,
         env=env,

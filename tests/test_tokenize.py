@@ -7,6 +7,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -182,6 +183,42 @@ def test_bin_output_is_read_by_build_without_options(tok_path, tmp_path):
     assert manifest(tmp_path / "ta")["config"]["doc_sep"] == 0
 
 
+def test_commands_take_dtype_and_separator_from_the_manifest_and_refuse_others_alike(
+    tok_path, tmp_path
+):
+    """build, annotate and coverage read a tokenize output's dtype and separator from its
+    manifest; the same options given agree, another dtype or separator is refused by each
+    in one line naming the option, the shards and what they hold (one rule for both)."""
+    rng = np.random.default_rng(2)
+    write_jsonl(
+        tmp_path / "a.jsonl", [{"text": " ".join(rng.choice(WORDS, 30))} for _ in range(40)]
+    )
+    run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "bin", format="bin")
+    shards = [tmp_path / "bin"]
+    same = dict(dtype="uint16", doc_sep=0, engine="local", max_len=3)
+    build(tmp_path / "t", shards, **same)  # the manifest's own values: accepted
+    index(tmp_path / "t")
+    annotate(tmp_path / "t", shards, tmp_path / "tags", dtype="uint16", doc_sep=0, engine="local")
+    for wrong, said_ in (
+        (dict(dtype="uint32"), "--dtype uint32"),
+        (dict(doc_sep=5), "--doc-sep 5"),
+    ):
+        held = "holds tokens as uint16" if "dtype" in wrong else "is separated by 0"
+        for call, args in (
+            (build, (tmp_path / "t2", shards)),
+            (annotate, (tmp_path / "t", shards, tmp_path / "tags2")),
+            (coverage, (tmp_path / "t", shards)),
+        ):
+            with pytest.raises(ConfigError) as err:
+                call(*args, engine="local", **wrong)
+            assert said_ in str(err.value) and held in str(err.value), str(err.value)
+    r = CliRunner().invoke(
+        cli, ["build", str(tmp_path / "t3"), str(tmp_path / "bin"), "--dtype", "uint32"]
+    )
+    assert r.exit_code == 2 and "--dtype uint32" in r.output and "manifest" in r.output, r.output
+    assert not os.path.exists(tmp_path / "t3")
+
+
 BAD = {
     "json": (b'{"text": "the cat"}\n\n{"text": "a dog"}\n{oops\n', 4, "not JSON"),
     "field": (b'{"text": "the cat"}\n{"body": "x"}\n', 2, "no field 'text'"),
@@ -324,6 +361,9 @@ def test_cli_tokenize_then_build(tok_path, tmp_path, spark):
     r = CliRunner().invoke(cli, [*tokenize, "--tokenizer", tok_path, "--format", "bin"])
     assert r.exit_code == 0, r.output
     assert "20 documents" in r.output and str(tmp_path / "tok") in r.output
+    # what it chose, and why, said (the manifest alone used to say it)
+    assert re.search(r"dtype uint16 \(\d+ ids fit 16 bits\)", r.output), r.output
+    assert "separator 0 '<|endoftext|>' after each document (the tokenizer's end" in r.output
     r = CliRunner().invoke(cli, ["build", str(tmp_path / "t"), str(tmp_path / "tok"), "-K", "3"])
     assert r.exit_code == 0, r.output
     assert manifest(tmp_path / "t")["fgrams"] > 0

@@ -35,7 +35,16 @@ def note_sigint() -> None:
         SIGINTS.append(signum)
         signal.default_int_handler(signum, frame)
 
+    on_sigint.fgram_sigint = True  # type: ignore[attr-defined]  # kept over Spark's start
     signal.signal(signal.SIGINT, on_sigint)
+    logging.root.addFilter(quiet_after_sigint)
+
+
+def quiet_after_sigint(record: logging.LogRecord) -> bool:
+    """After a Ctrl-C, py4j's own tracebacks of the call it interrupted (logged on the root
+    logger: "KeyboardInterrupt while sending command.") are dropped: the run ends in one
+    line (`main`)."""
+    return not (SIGINTS and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 def hoisted(args: list[str]) -> list[str]:

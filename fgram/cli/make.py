@@ -309,10 +309,44 @@ def tokenize_command(inputs, **opts):
         f"{m['dtype']}) in {m['seconds']:.1f}s, {rate:,.0f} tokens/s -> {shown(opts['output'])}"
     )
     finished(
-        [line],
+        [line, chosen(m, opts)],
         "built",
         shown(opts["output"]),
         counts={"tokens": m["tokens"], "documents": m["documents"], "shards": len(m["shards"])},
         seconds={"total": m["seconds"]},
         details={"dtype": m["dtype"], "doc_sep": m.get("doc_sep")},
     )
+
+
+def chosen(m: dict, opts: dict) -> str:
+    """What a tokenize run chose and why, in one line: the shards' format, dtype and
+    separator (the commands that read the output take them from its manifest)."""
+    if m["output_format"] != "bin":
+        return (
+            "  Parquet shards: a document per row (tokens list<int32>); build, annotate "
+            "and coverage read them without reading options"
+        )
+    tok = m["tokenizer"]
+    why_dtype = (
+        "--dtype"
+        if opts.get("dtype")
+        else f"{tok['vocab_size']} ids {'fit' if m['dtype'] == 'uint16' else 'need'} 16 bits"
+    )
+    sep, name = m["doc_sep"], _token_text(tok.get("path"), m["doc_sep"])
+    why_sep = "--doc-sep" if opts.get("doc_sep") is not None else "the tokenizer's end-of-text"
+    return (
+        f"  dtype {m['dtype']} ({why_dtype}), separator {sep}{name} after each document "
+        f"({why_sep}): build, annotate and coverage take both from the manifest"
+    )
+
+
+def _token_text(path: str | None, token: int) -> str:
+    """`` '<|endoftext|>'`` for a token id of the tokenizer at ``path``; "" where it cannot
+    be read."""
+    try:
+        from fgram.pipeline.formats.tokenizer import load_spec, tokenizer
+
+        text = tokenizer(load_spec(path)).id_to_token(token) if path else None
+    except Exception:  # noqa: BLE001 - a name for the line only
+        text = None
+    return f" {text!r}" if text else ""

@@ -62,8 +62,19 @@ def tokenizer_option(help: str):
 
 
 def summary(manifest: dict, where: str) -> str:
+    """A build's line; a table smaller than its -S says why (every n-gram of at least
+    --min-count kept: the corpus has no more)."""
+    size, made = manifest["config"].get("size"), manifest["fgrams"]
+    short = ""
+    if size is not None and made < size:
+        from fgram.pipeline.config.options import human
+
+        short = (
+            f" (all n-grams with count >= {manifest['config']['min_count']}: fewer than "
+            f"-S {human(size)})"
+        )
     return (
-        f"{manifest['fgrams']} f-grams from {manifest['totals']['tokens']} tokens "
+        f"{made} f-grams{short} from {manifest['totals']['tokens']} tokens "
         f"({manifest['totals']['documents']} documents), cutoff count "
         f"{manifest['cutoff_count']}, in {manifest['seconds']:.1f}s -> {where}"
     )

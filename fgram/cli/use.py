@@ -248,13 +248,14 @@ def embed_command(table, **opts):
     """Write TABLE/embeddings/: the model's output for every f-gram, row i = fgram_id i.
 
     TABLE is a build output or a refresh folder (its current version), a path or a URI.
-    Chunks run as Spark tasks (or in this process with --engine local); a killed run
+    Chunks run in this process on one machine (--engine auto), or as Spark tasks on a
+    cluster or with --engine spark; a killed run
     resumes from its finished chunks. Lookups afterwards need TABLE/index. --model has
     no default: the rows are meaningful only for the f-gram model a model is trained
     with (fgram.pipeline.models:hashed is a deterministic filler for trying the store).
 
     \b
-    fgram embed fgrams --model fgram.pipeline.models:hashed --engine local
+    fgram embed fgrams --model fgram.pipeline.models:hashed
     fgram embed fgrams --model mypkg.fgram_model:load --device cuda --float bfloat16
     """
     from fgram.jobs.embed import run_embed

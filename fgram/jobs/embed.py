@@ -26,6 +26,7 @@ Where the rows go while the run lasts:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, make_executor, runs_here
+from fgram.jobs.executors import as_task, chosen_engine, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import EmbedConfig
@@ -46,7 +47,7 @@ from fgram.pipeline.io.locks import working_in
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
-from fgram.pipeline.tables.embed import load_model, storage_dtype, to_stored
+from fgram.pipeline.tables.embed import load_model, model_factory, storage_dtype, to_stored
 from fgram.pipeline.tables.index import publish_parts
 from fgram.pipeline.tables.versions import (
     manifest_fingerprint,
@@ -213,7 +214,7 @@ def _chunk(staging: Location, c: int) -> Location:
 
 def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.engine``
-    is local."""
+    is local (or auto, resolved to local where Spark would run on this machine alone)."""
     meta = _run_embed(cfg, spark)
     PROGRESS.end()  # the last stage's line
     return meta
@@ -222,6 +223,8 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
 def _run_embed(cfg: EmbedConfig, spark) -> dict:
     cfg.validate()
     t0 = time.time()
+    model_factory(cfg.model)  # a wrong --model first, before the table and the output
+    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     table_part(cfg.table, "embeddings", cfg.overwrite, cfg.storage)  # refused unless --overwrite
     table, manifest = open_table(cfg.table, cfg.storage)
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])

@@ -71,7 +71,7 @@ def build_report(cfg: ReportConfig) -> dict[str, Any]:
     from fgram.pipeline.tables.versions import current, open_table
 
     root = as_location(cfg.table, cfg.storage)
-    loc, manifest = open_table(root)
+    loc, manifest = open_table(root, kinds=None)  # a table, a refresh folder or tags
     kind = manifest.get("kind")
     out: dict[str, Any] = {
         "format": rp.FORMAT,

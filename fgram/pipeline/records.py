@@ -123,6 +123,7 @@ class TableManifest(JsonRecord):
     units: int | None = optional()  # a build's units of work
     head_start_tasks: int | None = optional()  # tasks run by the driver itself
     executor_start_seconds: dict[str, float] | None = optional()
+    compile_seconds: float | None = optional()  # the first run of an install: its kernels
     run_fingerprint: str | None = optional()  # options and inputs (a rerun's test)
     resumed: dict[str, int] | None = optional()  # a resumed build: where it continued
     timing: dict[str, float] | None = optional()  # a refresh's planning

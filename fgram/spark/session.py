@@ -296,7 +296,8 @@ def get_context(
     archive = _launching_archive(chosen, conf, settings)
     sconf = _spark_conf(chosen, settings, app_name)
     _launch_quietly(sconf)
-    sc = SparkContext.getOrCreate(sconf)
+    with own_sigint():
+        sc = SparkContext.getOrCreate(sconf)
     sc.setLogLevel(log_level().upper())
     if archive:
         _keep_class_archive(sc, archive)
@@ -317,6 +318,25 @@ def _launching_archive(chosen: str | None, conf: dict | None, settings: dict) ->
     ):
         return None
     return with_class_archive(settings)
+
+
+@contextlib.contextmanager
+def own_sigint():
+    """A Ctrl-C handler that fgram's command set (``fgram_sigint``) kept over a context's
+    start: pyspark puts its own in place, which cancels the jobs through the gateway
+    from inside the call the driver is waiting in (py4j's reentrant call logs two
+    tracebacks); the command's notes the Ctrl-C and interrupts, and the JVM, in the same
+    process group, hears it too. Elsewhere (a notebook, the API) pyspark's stays."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    try:
+        yield
+    finally:
+        if getattr(before, "fgram_sigint", False):
+            signal.signal(signal.SIGINT, before)
 
 
 def session():
@@ -352,7 +372,8 @@ def get_session(
         builder = builder.master(chosen)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with own_sigint():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level().upper())
     if archive:
         _keep_class_archive(spark.sparkContext, archive)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the rest on use: the command line's options are made from t
     from fgram.pipeline.formats.reading import ReadOptions
     from fgram.pipeline.formats.text import TextOptions
 
+DEFAULT_DTYPE = "uint16"  # of flat shards, unless --dtype or a tokenize manifest says
 TOKENS_KIND = "fgram-tokens"  # the manifest of `fgram tokenize`'s output
 C = TypeVar("C", bound="ReadsShards")
 
@@ -46,7 +47,7 @@ class ReadsShards:
     config that has them as fields."""
 
     column: str
-    dtype: str
+    dtype: str | None  # None: uint16, or a `fgram tokenize` output's own
     doc_sep: int | None
     samples_are_documents: bool
     storage: dict[str, str]
@@ -70,7 +71,9 @@ class ReadsShards:
                 if isinstance(m, dict) and m.get("kind") == TOKENS_KIND:
                     found[str(path)] = m
         if not found:
-            return self, None
+            new = copy.copy(self)
+            new.dtype = self.dtype or DEFAULT_DTYPE
+            return new, None
         first_path, first = next(iter(found.items()))
         for path, m in found.items():
             if (m["dtype"], m["doc_sep"], m["tokenizer"]["sha256"]) != (
@@ -84,11 +87,21 @@ class ReadsShards:
         new = copy.copy(self)
         if first["output_format"] == "parquet":
             new.column = "tokens"
+            new.dtype = self.dtype or DEFAULT_DTYPE  # not read: Parquet has its own types
         else:
-            sep = first["doc_sep"]
-            if self.doc_sep is not None and self.doc_sep != sep:
-                raise ConfigError(f"--doc-sep {self.doc_sep}: {first_path} is separated by {sep}")
-            new.dtype, new.doc_sep = first["dtype"], sep
+            # one rule for both: an option given is the manifest's or refused, naming it
+            theirs = {
+                "--dtype": (self.dtype, first["dtype"]),
+                "--doc-sep": (self.doc_sep, first["doc_sep"]),
+            }
+            for name, (given, recorded) in theirs.items():
+                if given is not None and given != recorded:
+                    what = "holds tokens as" if name == "--dtype" else "is separated by"
+                    raise ConfigError(
+                        f"{name} {given}: {first_path} {what} {recorded} (its manifest.json); "
+                        f"leave {name} out: a `fgram tokenize` output's manifest gives it"
+                    )
+            new.dtype, new.doc_sep = first["dtype"], first["doc_sep"]
         return new, first["tokenizer"]
 
     def read_options(self) -> ReadOptions:
@@ -96,7 +109,7 @@ class ReadsShards:
 
         return ReadOptions(
             column=self.column,
-            dtype=self.dtype,
+            dtype=self.dtype or DEFAULT_DTYPE,
             doc_sep=self.doc_sep,
             storage=self.storage,
             strict=self.strict,
@@ -122,7 +135,7 @@ class BuildConfig(ReadsShards, Options):
         metavar="N",
     )
     column: str = column_option()
-    dtype: str = dtype_option()
+    dtype: str | None = dtype_option()
     doc_sep: int | None = doc_sep_option()
     samples_are_documents: bool = samples_option()
     broadcast_budget: int = option(
@@ -204,7 +217,7 @@ class AnnotateConfig(ReadsShards, Options):
         None, "Tags folder (published atomically).", short="-o"
     )  # None: coverage only, nothing written
     column: str = column_option()
-    dtype: str = dtype_option()
+    dtype: str | None = dtype_option()
     doc_sep: int | None = doc_sep_option()
     samples_are_documents: bool = samples_option()
     unit_tokens: int = unit_tokens_option()
@@ -340,7 +353,9 @@ class EmbedConfig(Options):
         None, "Passed to the model factory as device=... (e.g. cpu, cuda; torch models)."
     )
     engine: str = engine_option(
-        "spark, or every chunk in this process without a JVM.", "spark", ("spark", "local")
+        "auto: every chunk in this process when Spark would run on this machine alone (a "
+        "local master, no --conf, no Spark session or spark-submit), else spark; spark: "
+        "chunks as Spark tasks; local: every chunk in this process without a JVM."
     )
     overwrite: bool = overwrite_option("existing embeddings")
     master: str | None = master_option()

@@ -229,12 +229,19 @@ def column_option() -> Any:
 
 def dtype_option() -> Any:
     return option(
-        "uint16", "Token dtype of .bin and header-less .npy files.", choices=tuple(TOKEN_DTYPES)
+        None,
+        "Token dtype of .bin and header-less .npy files (default: uint16; a `fgram tokenize` "
+        "output's from its manifest).",
+        choices=tuple(TOKEN_DTYPES),
     )
 
 
 def doc_sep_option() -> Any:
-    return option(None, "Document separator id in flat files.", minimum=0)
+    return option(
+        None,
+        "Document separator id in flat files (a `fgram tokenize` output's from its manifest).",
+        minimum=0,
+    )
 
 
 def samples_option() -> Any:

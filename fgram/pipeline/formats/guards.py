@@ -129,23 +129,29 @@ def recurs_like_a_separator(values: np.ndarray, index: np.ndarray, c: int) -> bo
 
 def spaced_like_documents(values: np.ndarray, index: np.ndarray, c: int) -> bool:
     """Whether the occurrences of ``c`` keep apart as document ends do, unlike an ordinary
-    token as frequent: with p its share of the sample, an ordinary token recurs within
-    the next r tokens with chance 1 - (1-p)^r (more, as words come in bursts), while
-    documents shorter than g = 1/(8p), an eighth of the mean, are rare. Over the
-    stretches the sample holds (r up to g, as far as the stretch goes), said when the
-    near repeats seen are at most a quarter of those expected and that few would come
-    by chance under `SPACED_ALPHA` (a Poisson tail)."""
+    token as frequent (`spacing_chance` under `SPACED_ALPHA`)."""
+    return spacing_chance(values, index, c) <= SPACED_ALPHA
+
+
+def spacing_chance(values: np.ndarray, index: np.ndarray, c: int) -> float:
+    """How likely an ordinary token as frequent as ``c`` keeps as far apart as ``c`` does
+    (small: spaced as document ends are): with p its share of the sample, an ordinary
+    token recurs within the next r tokens with chance 1 - (1-p)^r (more, as words come
+    in bursts), while documents shorter than g = 1/(8p), an eighth of the mean, are
+    rare. Over the stretches the sample holds (r up to g, as far as the stretch goes),
+    the Poisson tail of the near repeats seen; 1.0 when they are more than a quarter of
+    those expected, or too few occurrences to tell."""
     order = np.argsort(index, kind="stable")
     idx, vals = index[order], values[order]
     run = np.concatenate([[0], np.cumsum(np.diff(idx) != 1)])  # contiguous stretches
     last = idx[np.append(np.flatnonzero(np.diff(run)), len(idx) - 1)][run]
     at = np.flatnonzero(vals == c)
     if len(at) < 2:
-        return False
+        return 1.0
     p = len(at) / len(vals)
     g = int(1 / (8 * p))
     if g < 2:
-        return False
+        return 1.0
     pos = idx[at]
     reach = np.minimum(g, last[at] - pos)  # tokens after it that the sample holds
     gap = np.append(np.diff(pos), g + 1)
@@ -153,12 +159,12 @@ def spaced_like_documents(values: np.ndarray, index: np.ndarray, c: int) -> bool
     seen = int((same & (gap <= reach)).sum())
     expected = float((1 - (1 - p) ** reach).sum())
     if seen > expected / 4:
-        return False
+        return 1.0
     term = tail = math.exp(-expected)  # P(Poisson(expected) <= seen)
     for i in range(1, seen + 1):
         term *= expected / i
         tail += term
-    return tail <= SPACED_ALPHA
+    return min(tail, 1.0)
 
 
 def _stands_apart(values: np.ndarray) -> bool:
@@ -186,12 +192,14 @@ def _missing_separator(uri: str, values: np.ndarray, index: np.ndarray, n_items:
         )
     ]
     if like:
-        c = like[0]
+        c, n = best_separator(values, index, like)
+        others = [f"{o} ({int((values == o).sum())}x)" for o in like if o != c]
+        also = f"; also recurring so, less evenly: {', '.join(others)}" if others else ""
         return (
             f"{uri}: read as one document of {n_items} tokens (no --doc-sep), but id {c} "
-            f"recurs like a separator ({int((values == c).sum())}x in a sample of "
-            f"{len(values)} tokens, never twice in a row): if it separates documents, "
-            f"pass --doc-sep {c}"
+            f"recurs like a separator ({n}x in a sample of {len(values)} tokens, never "
+            f"twice in a row{', spaced as documents are' if n > 1 else ''}): if it "
+            f"separates documents, pass --doc-sep {c}{also}"
         )
     if n_items <= LONG_DOCUMENT:
         return None
@@ -205,6 +213,18 @@ def _missing_separator(uri: str, values: np.ndarray, index: np.ndarray, n_items:
             f"documents, pass --doc-sep ID"
         )
     return f"{uri}: read as one document of {n_items} tokens (no --doc-sep){hint}"
+
+
+def best_separator(values: np.ndarray, index: np.ndarray, like: list[int]) -> tuple[int, int]:
+    """The candidate that behaves best as document ends, with its count in the sample:
+    the one spaced most unlike an ordinary token (`spacing_chance`), then the most
+    frequent (more ends seen is more evidence), then the first named."""
+    scored = [
+        (spacing_chance(values, index, c), -int((values == c).sum()), i, c)
+        for i, c in enumerate(like)
+    ]
+    chance, minus_n, _, c = min(scored)
+    return c, -minus_n
 
 
 def report(findings: list[str], strict: bool) -> None:

@@ -93,6 +93,14 @@ def time_rows(manifest: dict[str, Any]) -> dict[str, Any]:
     build from text, a refresh's planning, and the rest (the JVM's start as far as the
     driver's own work did not hide it, planning, publishing)."""
     rows = []
+    if manifest.get("compile_seconds"):  # the first run of an install compiles the kernels
+        rows.append(
+            {
+                "part": "compile (first run)",
+                "stage": "kernels",
+                "seconds": manifest["compile_seconds"],
+            }
+        )
     text = manifest.get("text") or {}
     if "seconds" in text:
         rows.append({"part": "text", "stage": "tokenize", "seconds": text["seconds"]})

@@ -75,6 +75,20 @@ def _img(plots: dict[str, bytes], name: str, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
 
 
+def _files(n: int) -> str:
+    """'1 input file', '3 input files'."""
+    return f"{_n(n)} input file{'' if n == 1 else 's'}"
+
+
+def _seconds(x: float | None) -> str:
+    """A run's time as a person reads it: '16.6 s', '2 min 5 s'."""
+    if x is None:
+        return "-"
+    if x < 60:
+        return f"{x:.1f} s"
+    return f"{int(x // 60)} min {round(x % 60)} s"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.2f}%"
 
@@ -88,10 +102,10 @@ def _summary(t: dict[str, Any]) -> str:
         ("K (longest)", _n(t["max_len"])),
         ("min count", _n(t["min_count"])),
         ("size S asked", _n(t["size"]) if t["size"] else "all"),
-        ("build seconds", _n(t["seconds"])),
+        ("build time", _seconds(t["seconds"])),
     ]
     body = "".join(f'<div class="card"><b>{v}</b><span>{_e(k)}</span></div>' for k, v in cards)
-    extra = f"{_e(t['path'])}: {_n(t['inputs'])} input files, engine {_e(t['engine'])}"
+    extra = f"{_e(t['path'])}: {_files(t['inputs'])}, engine {_e(t['engine'])}"
     if t.get("tokenizer"):
         extra += f", tokenized with {_e(t['tokenizer'])}"
     if t.get("text_by"):
@@ -250,7 +264,7 @@ def _tags(r: dict[str, Any], plots: dict[str, bytes]) -> str:
     ]
     return (
         '<section id="tags"><h2>Tags</h2>'
-        f'<p class="muted">{_n(t["positions"])} positions of {_n(t["inputs"])} input files, '
+        f'<p class="muted">{_n(t["positions"])} positions of {_files(t["inputs"])}, '
         f"tagged with {_e(t['table'].get('path'))} ({_n(t['table'].get('fgrams'))} f-grams, "
         f"K = {_n(t['table'].get('max_len'))}); mean match length "
         f"{_n(r['coverage']['mean_match_length'])}.</p>"

@@ -34,10 +34,21 @@ def plots_available() -> bool:
     return _plt() is not None
 
 
-def _png(draw: Callable[[Any], None], size: tuple[float, float] = (7.5, 3.6)) -> bytes:
-    """A figure drawn by ``draw(fig)``, as PNG bytes (no pyplot: no global state)."""
+def figure(draw: Callable[[Any], None], size: tuple[float, float] = (7.5, 3.6)) -> Any:
+    """A figure drawn by ``draw(fig)`` (no pyplot: no global state)."""
     fig = _plt()(figsize=size, dpi=110, layout="constrained")
     draw(fig)
+    return fig
+
+
+def _legend(fig: Any, fontsize: int = 8) -> None:
+    """The figure's legend right of its plots, never over a bar or a line."""
+    fig.legend(loc="outside right upper", fontsize=fontsize)
+
+
+def _png(draw: Callable[[Any], None], size: tuple[float, float] = (7.5, 3.6)) -> bytes:
+    """A figure drawn by ``draw(fig)``, as PNG bytes."""
+    fig = figure(draw, size)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -69,7 +80,7 @@ def _rank_plot(curves: dict[str, dict[str, list[int]]], cutoff: int | None) -> b
         ax.set_xlabel("rank within its length")
         ax.set_ylabel("count")
         ax.set_title("rank-frequency per length")
-        ax.legend(fontsize=8)
+        _legend(fig, 8)
 
     return _png(draw)
 
@@ -96,7 +107,7 @@ def _funnel_plot(passes: list[dict[str, Any]]) -> bytes:
         ax.set_yscale("log")
         ax.set_ylabel("n-grams")
         ax.set_title("pass funnel (labels: counted at / kept at)")
-        ax.legend(fontsize=8, loc="lower left")
+        _legend(fig, 8)
         ax.margins(y=0.15)
 
     return _png(draw)
@@ -131,7 +142,7 @@ def _time_plot(stages: list[dict[str, Any]]) -> bytes:
         ax.invert_yaxis()
         ax.set_xlabel("seconds")
         ax.set_title("time per pass and stage")
-        ax.legend(fontsize=7, loc="lower right")
+        _legend(fig, 7)
 
     return _png(draw, (7.5, max(2.4, 0.45 * len(pivot(stages)[0]) + 1.2)))
 
@@ -148,7 +159,7 @@ def _coverage_plot(rows: list[dict[str, Any]], table_rows: int | None) -> bytes:
         left.set_xlabel("table size S (f-grams)")
         left.set_ylabel("% of held-out positions")
         left.set_title("matched, by match length")
-        left.legend(fontsize=7, loc="upper left")
+        _legend(fig, 7)
         right.plot(sizes, [r["mean_match_length"] for r in rows], "o-", color="#c44e52", ms=4)
         right.set_xscale("log")
         right.set_xlabel("table size S (f-grams)")
@@ -173,7 +184,7 @@ def _versions_plot(versions: list[dict[str, Any]]) -> bytes:
         left.axhline(0, color="black", lw=0.8)
         left.set_ylabel("f-grams vs the version before")
         left.set_title("what each refresh changed")
-        left.legend(fontsize=8)
+        _legend(fig, 8)
         right.bar(names, [v["tokens"] for v in versions], color="#4c72b0")
         right.set_ylabel("tokens")
         right.set_title("corpus per version")

@@ -43,9 +43,9 @@ from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-def load_model(spec: str, device: str | None = None) -> Callable[..., Any]:
-    """``module:factory`` -> the model callable: ``factory()``, or ``factory(device=...)``
-    when a device is asked for (the factory must take a ``device`` argument then)."""
+def model_factory(spec: str) -> Callable[..., Any]:
+    """The factory ``module:factory`` names, imported (not called): a wrong spec is one
+    line before anything else is checked."""
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
         raise ConfigError(f"--model {spec!r}: expected module:factory")
@@ -53,6 +53,15 @@ def load_model(spec: str, device: str | None = None) -> Callable[..., Any]:
         factory = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"--model {spec!r}: {exc}") from None
+    if not callable(factory):
+        raise ConfigError(f"--model {spec!r}: {name} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def load_model(spec: str, device: str | None = None) -> Callable[..., Any]:
+    """``module:factory`` -> the model callable: ``factory()``, or ``factory(device=...)``
+    when a device is asked for (the factory must take a ``device`` argument then)."""
+    factory = model_factory(spec)
     if device is None:
         model: Callable[..., Any] = factory()
         return model
@@ -94,9 +103,16 @@ class FgramStore:
     is zeros: the caller uses its own token embedding there.
     """
 
-    def __init__(self, index: FgramIndex, matrix: np.ndarray, meta: dict[str, Any]):
+    def __init__(
+        self,
+        index: FgramIndex,
+        matrix: np.ndarray,
+        meta: dict[str, Any],
+        vocab_size: int | None = None,
+    ):
         self.index, self.matrix, self.meta = index, matrix, meta
         self.dim, self.max_len = meta["dim"], index.max_len
+        self.vocab_size = vocab_size  # the table's tokenizer's ids, where its manifest says
         # the compiled row gather copies bits: an unsigned view of the same width
         self._bits = matrix.view(np.dtype(f"u{matrix.dtype.itemsize}"))
 
@@ -138,7 +154,9 @@ class FgramStore:
         mapped = getattr(matrix.base, "_mmap", None)
         if mode == "mmap" and matrix.size and mapped is not None and hasattr(mmap, "MADV_RANDOM"):
             mapped.madvise(mmap.MADV_RANDOM)  # rows are read one by one at random
-        return cls(FgramIndex.open(loc, mode=mode), matrix, meta)
+        manifest = loc.child("manifest.json").read_json()
+        vocab = (manifest.get("tokenizer") or {}).get("vocab_size")
+        return cls(FgramIndex.open(loc, mode=mode), matrix, meta, vocab)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""

@@ -130,7 +130,7 @@ def verify(
     "deep", "files", "bytes", "problems", "unrecorded"}``: ``problems`` one line each
     (empty: every file as written); ``unrecorded``: files whose writer recorded no size
     (an older fgram), checked for presence only."""
-    loc, manifest = open_table(path, storage)
+    loc, manifest = open_table(path, storage, kinds=None)  # tags and tokens too
     check = _Check(deep)
     sums = manifest.get("checksums") or {}
     for rel in manifest.get("files", []):

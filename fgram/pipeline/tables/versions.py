@@ -204,14 +204,33 @@ def manifest_fingerprint(out: Place) -> str:
     return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
 
 
+TABLE_KIND = "fgram-table"
+OTHER_OUTPUTS = {  # what a command that reads a table says of fgram's other outputs
+    "fgram-tokens": "token shards (an `fgram tokenize` output), not an f-gram table: "
+    "`fgram build TABLE SHARDS` makes one of them",
+    "fgram-tags": "tags (an `fgram annotate` output), not an f-gram table: `fgram report` "
+    "and `fgram verify` read them, `fgram show` the table they name",
+}
+
+
 def open_table(
-    path: Place, storage: dict[str, Any] | None = None
+    path: Place,
+    storage: dict[str, Any] | None = None,
+    kinds: tuple[str, ...] | None = (TABLE_KIND,),
 ) -> tuple[Location, dict[str, Any]]:
-    """(location, manifest) of the finished table at ``path`` (see `resolve_table`)."""
+    """(location, manifest) of the finished table at ``path`` (see `resolve_table`);
+    ``kinds``: the outputs accepted (None: any of fgram's; an old table's manifest names
+    no kind). Another output, or nothing there, is one line saying which."""
     loc = resolve_table(path, storage)
     if not is_finished(loc):
+        if not loc.exists():
+            raise InputError(loc.uri, "no such file or folder")
         raise InputError(loc.uri, "not a finished fgram table (no _SUCCESS or manifest.json)")
-    return loc, loc.child("manifest.json").read_json()
+    manifest: dict[str, Any] = loc.child("manifest.json").read_json()
+    kind = manifest.get("kind", TABLE_KIND)
+    if kinds is not None and kind not in kinds:
+        raise InputError(loc.uri, OTHER_OUTPUTS.get(kind, f"a {kind} output, not an f-gram table"))
+    return loc, manifest
 
 
 def table_dataset(loc: Location, manifest: dict[str, Any]) -> Any:
