@@ -4,7 +4,8 @@ The public API (`fgram.api`), loaded on first use so that ``import fgram`` stays
 light (Spark's worker daemon imports it before it forks):
 
     fgram.build, fgram.refresh, fgram.tokenize, fgram.index, fgram.annotate,
-    fgram.coverage, fgram.report, fgram.embed, fgram.show, fgram.diff, fgram.verify,
+    fgram.coverage, fgram.report, fgram.embed, fgram.lookup, fgram.show, fgram.diff,
+    fgram.verify, fgram.synth, fgram.clean (a function for every command),
     fgram.FgramIndex, fgram.FgramStore, fgram.FgramTags, fgram.training_sequences,
     fgram.open_table,
     fgram.table_dataset
@@ -19,14 +20,17 @@ __all__ = [
     "__version__",
     "annotate",
     "build",
+    "clean",
     "coverage",
     "diff",
     "embed",
     "index",
+    "lookup",
     "open_table",
     "refresh",
     "report",
     "show",
+    "synth",
     "table_dataset",
     "tokenize",
     "training_sequences",

@@ -1,15 +1,21 @@
-"""fgram from Python: each job as a function with the command's arguments and options
-(keywords named like the options: ``max_len``, ``min_count``, ``size``, ``dtype``,
-``doc_sep``, ``engine``, ``master``, ``storage``, ...), returning what the command
-prints as a dict. ``spark`` runs a job on a live SparkSession instead of a new one.
+"""fgram from Python: each command as a function of the same name with the command's
+arguments and options (keywords named like the options: ``max_len``, ``min_count``,
+``size``, ``dtype``, ``doc_sep``, ``engine``, ``master``, ``storage``, ...) and its
+defaults, returning what the command prints as a dict (f-grams as text where the
+table's tokenizer is known). ``spark`` runs a job on a live SparkSession instead of a
+new one; ``progress`` (True, or a callable given each line) shows each finished stage
+as the command does (the lines are records of the ``fgram`` logger at INFO either way).
 
     import fgram
-    fgram.build("fgrams", ["shards/"], dtype="uint16", doc_sep=0, size=10_000_000)
+    fgram.tokenize(["data/"], "shards", "tokenizer.json", format="bin")
+    fgram.build("fgrams", ["shards/"], size="10M", progress=True)  # reading options: the manifest
     fgram.index("fgrams")
-    fgram.annotate("fgrams", ["shards/"], "tags", dtype="uint16", doc_sep=0)
+    fgram.annotate("fgrams", ["shards/"], "tags")
     for tokens, fgram_ids, match_len in fgram.training_sequences("tags", seq_len=2048):
         ...
-    store = fgram.FgramStore.open("fgrams")      # after fgram.embed("fgrams", model=...)
+    fgram.embed("fgrams", model="fgram.pipeline.models:hashed")
+    fgram.lookup("fgrams", text="in the beginning")["matches"]
+    store = fgram.FgramStore.open("fgrams")
 
 Errors are `FgramError` subclasses (`fgram.pipeline.errors`), each one line naming the
 file or option at fault.
@@ -17,7 +23,11 @@ file or option at fault.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 # the readers, re-exported (the names `fgram/__init__.py` lists)
 from fgram.pipeline.tables.embed import FgramStore as FgramStore
@@ -28,6 +38,46 @@ from fgram.pipeline.tables.tags import training_sequences as training_sequences
 from fgram.pipeline.tables.versions import open_table as open_table
 from fgram.pipeline.tables.versions import table_dataset as table_dataset
 
+Progress = Callable[[str], Any] | bool | None
+
+
+@contextlib.contextmanager
+def stage_lines(progress: Progress) -> Iterator[None]:
+    """A job's progress for its caller: each finished stage's line (``[pass 3/5: count]
+    3 units, 1.2M tokens in 0.2 s, ...``, a record of the ``fgram`` logger at INFO, which
+    the application's logging shows too) given to ``progress`` (a callable), or printed
+    on stderr as the command prints it (``True``); None: logging alone."""
+    if not progress:
+        yield
+        return
+    from fgram.logs import LOG
+
+    handler: logging.Handler
+    if callable(progress):
+        handler = _Calls(progress)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fgram: %(message)s"))
+    handler.setLevel(logging.INFO)
+    level = LOG.level
+    LOG.addHandler(handler)
+    if LOG.getEffectiveLevel() > logging.INFO:
+        LOG.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        LOG.removeHandler(handler)
+        LOG.setLevel(level)
+
+
+class _Calls(logging.Handler):
+    def __init__(self, fn: Callable[[str], Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.fn(record.getMessage())
+
 
 def _paths(inputs: str | Iterable[str]) -> list[str]:
     return (
@@ -37,16 +87,25 @@ def _paths(inputs: str | Iterable[str]) -> list[str]:
     )
 
 
-def build(table, inputs, spark=None, **options) -> dict:
+def build(table, inputs, spark=None, progress: Progress = None, **options) -> dict:
     """`fgram build TABLE INPUTS...`: the f-gram table; returns its manifest. Options are
     `BuildConfig`'s fields."""
     from fgram.jobs.table import run_build
     from fgram.pipeline.config.commands import BuildConfig
 
-    return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
+    with stage_lines(progress):
+        return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
 
 
-def refresh(table, inputs, keep: int = 3, spark=None, rebuild: bool = False, **options) -> dict:
+def refresh(
+    table,
+    inputs,
+    keep: int = 3,
+    spark=None,
+    rebuild: bool = False,
+    progress: Progress = None,
+    **options,
+) -> dict:
     """`fgram refresh TABLE INPUTS...`: a new version for the whole new input list;
     returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}.
     Options not given are the current version's; others that shape the table are
@@ -55,7 +114,8 @@ def refresh(table, inputs, keep: int = 3, spark=None, rebuild: bool = False, **o
     from fgram.pipeline.config.commands import BuildConfig
 
     cfg = BuildConfig(inputs=_paths(inputs), output=str(table), **options)
-    return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild)
+    with stage_lines(progress):
+        return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild)
 
 
 def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:
@@ -67,31 +127,32 @@ def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:
     return write_index(str(table), storage)
 
 
-def annotate(table, inputs, output, spark=None, **options) -> dict:
+def annotate(table, inputs, output, spark=None, progress: Progress = None, **options) -> dict:
     """`fgram annotate TABLE INPUTS... -o OUTPUT`: per-token tags; returns their manifest
     (its "coverage" as `coverage` gives it). Options are `AnnotateConfig`'s fields."""
     from fgram.jobs.annotate import run_annotate
     from fgram.pipeline.config.commands import AnnotateConfig
 
-    return run_annotate(
-        AnnotateConfig(table=str(table), inputs=_paths(inputs), output=str(output), **options),
-        spark,
-    )
+    cfg = AnnotateConfig(table=str(table), inputs=_paths(inputs), output=str(output), **options)
+    with stage_lines(progress):
+        return run_annotate(cfg, spark)
 
 
-def coverage(table, inputs, spark=None, **options) -> dict:
+def coverage(table, inputs, spark=None, progress: Progress = None, **options) -> dict:
     """`fgram coverage TABLE INPUTS...`: positions matched at each length, nothing
     written (``sizes="10K,100K"`` or a list: the same for the table's first S' rows).
     Options are `AnnotateConfig`'s fields."""
     from fgram.jobs.annotate import run_annotate
     from fgram.pipeline.config.commands import AnnotateConfig
 
-    return run_annotate(
-        AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None, **options), spark
-    )["coverage"]
+    cfg = AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None, **options)
+    with stage_lines(progress):
+        return run_annotate(cfg, spark)["coverage"]
 
 
-def report(table, output: str = "report.html", heldout=(), **options) -> dict:
+def report(
+    table, output: str = "report.html", heldout=(), progress: Progress = None, **options
+) -> dict:
     """`fgram report TABLE -o OUTPUT [--heldout SHARDS]`: writes the page and its JSON;
     returns the report's numbers, with ``written`` (their URIs). Options are
     `ReportConfig`'s fields; the held-out shards' reading options (and the coverage's
@@ -100,20 +161,24 @@ def report(table, output: str = "report.html", heldout=(), **options) -> dict:
     from fgram.pipeline.config.commands import ReportConfig
 
     held = _paths(heldout) if heldout else []
-    return run_report(ReportConfig(table=str(table), output=str(output), heldout=held, **options))
+    with stage_lines(progress):
+        return run_report(
+            ReportConfig(table=str(table), output=str(output), heldout=held, **options)
+        )
 
 
-def embed(table, model: str, spark=None, **options) -> dict:
+def embed(table, model: str, spark=None, progress: Progress = None, **options) -> dict:
     """`fgram embed TABLE --model module:factory`: the model's output for every f-gram;
     returns embeddings.json. Options are `EmbedConfig`'s fields (``engine``, ``float``:
     the stored row type, ``overwrite``, ...)."""
     from fgram.jobs.embed import run_embed
     from fgram.pipeline.config.commands import EmbedConfig
 
-    return run_embed(EmbedConfig(table=str(table), model=model, **options), spark)
+    with stage_lines(progress):
+        return run_embed(EmbedConfig(table=str(table), model=model, **options), spark)
 
 
-def tokenize(inputs, output, tokenizer, spark=None, **options) -> dict:
+def tokenize(inputs, output, tokenizer, spark=None, progress: Progress = None, **options) -> dict:
     """`fgram tokenize INPUTS... -o OUTPUT --tokenizer TOK`: token shards of text; returns
     their manifest. Options are `TokenizeConfig`'s fields."""
     from fgram.jobs.tokenize import run_tokenize
@@ -122,17 +187,79 @@ def tokenize(inputs, output, tokenizer, spark=None, **options) -> dict:
     cfg = TokenizeConfig(
         inputs=_paths(inputs), output=str(output), tokenizer=str(tokenizer), **options
     )
-    return run_tokenize(cfg, spark)
+    with stage_lines(progress):
+        return run_tokenize(cfg, spark)
 
 
-def show(table, top: int = 10, storage: dict | None = None) -> dict:
+def show(table, top: int = 10, tokenizer: str | None = None, storage: dict | None = None) -> dict:
     """`fgram show TABLE`: the table's manifest, with its ``top`` f-grams (``top_fgrams``:
-    fgram_id, length, tokens, count)."""
+    fgram_id, length, tokens, count, and ``text`` where the table's tokenizer, or
+    ``tokenizer``, is at hand: what the command prints)."""
+    from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.tables.versions import open_table, table_dataset
 
     loc, manifest = open_table(str(table), storage)
     rows = table_dataset(loc, manifest).head(top).to_pylist() if top > 0 else []
+    tok = table_tokenizer(tokenizer, manifest)
+    if tok is not None:
+        for row in rows:
+            row["text"] = tok.decode(row["tokens"])
     return {**manifest, "top_fgrams": rows}
+
+
+def lookup(
+    table,
+    tokens: Iterable[int] | str | None = None,
+    text: str | None = None,
+    tokenizer: str | None = None,
+    mode: str = "mmap",
+    tokenizer_backend: str = "auto",
+    storage: dict | None = None,
+) -> dict:
+    """`fgram lookup TABLE --tokens IDS | --text TEXT`: the longest f-gram at each position
+    of one context. Returns ``tokens`` (the context's ids), ``fgram_ids`` and
+    ``match_len`` (-1 and 1 where nothing matches), ``matches`` (each position's f-gram
+    as text where a tokenizer is known, else its ids; None where unmatched) and ``rows``
+    (the embedding rows, [n, d] float32, zeros where unmatched; None without
+    embeddings)."""
+    from fgram.pipeline.tables.lookup import look_up
+
+    return look_up(str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage)
+
+
+def synth(
+    output,
+    tokens: int = 1_000_000,
+    vocab: int = 50_000,
+    seed: int = 0,
+    book_seed: int | None = None,
+    format: str = "parquet",
+    files: int | None = None,
+    overwrite: bool = False,
+) -> dict:
+    """`fgram synth -o OUTPUT`: a generated corpus (``format`` parquet, bin or text: words
+    as JSON Lines in zstd with the tokenizer.json that gives their ids); returns its
+    counts (``tokens``, ``documents``, ``dtype``, ...)."""
+    from fgram.pipeline.formats.synth import make_corpus
+
+    return make_corpus(str(output), tokens, vocab, seed, book_seed, format, files, overwrite)
+
+
+def clean(folders: Iterable[str] = (), cache: bool = True, remove: bool = False) -> dict:
+    """`fgram clean [FOLDER...]`: the cache (``cache``) and what killed runs left beside
+    their outputs in ``folders``; ``remove`` deletes them. Returns ``entries`` (path,
+    kind, bytes each), ``bytes`` and ``removed``. Never an output, or what a live run
+    holds."""
+    from fgram.pipeline.io import clean as cl
+
+    entries = (cl.cache_entries() if cache else []) + cl.leftovers(_paths(folders))
+    if remove:
+        cl.remove(entries)
+    return {
+        "entries": [{"path": e.path, "kind": e.kind, "bytes": e.bytes} for e in entries],
+        "bytes": sum(e.bytes for e in entries),
+        "removed": bool(remove and entries),
+    }
 
 
 def verify(table, deep: bool = False, storage: dict | None = None) -> dict:

@@ -26,7 +26,7 @@ from typing import Any
 
 from fgram.pipeline.io.failures import first_line
 
-SCHEMA_URL = "https://fgram.dev/schemas/fgram-result-1.json"
+SCHEMA_URL = "https://fgram.dev/schemas/fgram-result-2.json"
 SETTINGS = ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG")
 
 

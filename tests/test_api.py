@@ -68,3 +68,68 @@ def test_the_commands_run_without_the_optional_extras(tmp_path):
         )
         assert res.returncode == 0, res.stderr
     assert result(tmp_path / "t") == result(tmp_path / "r" / "current")
+
+
+def test_a_function_for_every_command_with_its_defaults():
+    """Every command of `fgram` is a function of `fgram` by the same name, and an option
+    both take has one default (the ones made from a config's fields share it by
+    construction; the others are written twice and held here)."""
+    import inspect
+
+    import click
+
+    from fgram.cli import cli
+
+    names = set(cli.commands)
+    assert names <= set(fgram.__all__), names - set(fgram.__all__)
+    renamed = {"fmt": "format", "as_json": None, "config_file": None}
+    checked = 0
+    for name, command in cli.commands.items():
+        sig = inspect.signature(getattr(fgram, name))
+        ctx = click.Context(command)
+        for param in command.params:
+            key = renamed.get(param.name, param.name)
+            if isinstance(param, click.Option) and key in sig.parameters and not param.multiple:
+                api_default = sig.parameters[key].default
+                if api_default is not inspect.Parameter.empty:
+                    want = param.get_default(ctx)
+                    assert api_default == (False if want is None and param.is_flag else want), (
+                        name, key, api_default, want
+                    )  # fmt: skip
+                    checked += 1
+    assert checked >= 12, checked
+
+
+def test_show_lookup_synth_and_clean_return_what_the_commands_print(tmp_path, capsys):
+    """show's top f-grams and lookup's matches as text (the table's tokenizer is known),
+    synth's corpus, clean's listing; `progress` gives the stage lines as they end."""
+    made = fgram.synth(tmp_path / "text", tokens=20_000, vocab=300, format="text")
+    assert made["tokens"] == 20_000 and (tmp_path / "text" / "tokenizer.json").exists()
+    lines: list[str] = []
+    tok = str(tmp_path / "text" / "tokenizer.json")
+    fgram.tokenize([tmp_path / "text"], tmp_path / "shards", tok, format="bin", engine="local")
+    fgram.build(tmp_path / "t", [tmp_path / "shards"], engine="local", progress=lines.append)
+    assert any(x.startswith("[pass 2/5: count]") for x in lines) and lines[-1].startswith(
+        "[select]"
+    ), lines
+    fgram.build(tmp_path / "t2", [tmp_path / "shards"], engine="local", progress=True)
+    assert "fgram: [select] done" in capsys.readouterr().err
+    shown = fgram.show(tmp_path / "t", top=3)
+    from tokenizers import Tokenizer
+
+    decode = Tokenizer.from_file(tok).decode
+    assert [r["text"] for r in shown["top_fgrams"]] == [
+        decode(r["tokens"]) for r in shown["top_fgrams"]
+    ]
+    fgram.index(tmp_path / "t")
+    words = decode(shown["top_fgrams"][0]["tokens"])
+    found = fgram.lookup(tmp_path / "t", text=words)
+    n = len(found["tokens"])
+    assert found["matches"][-1] == words and found["match_len"][-1] == n
+    assert found["rows"] is None  # no embeddings yet
+    assert fgram.lookup(tmp_path / "t", tokens=found["tokens"])["matches"] == found["matches"]
+    (tmp_path / "runs" / ".t.fgram-staging").mkdir(parents=True)  # a killed run's leftover
+    listed = fgram.clean([tmp_path / "runs"], cache=False)
+    assert [e["kind"] for e in listed["entries"]] and listed["removed"] is False
+    assert fgram.clean([tmp_path / "runs"], cache=False, remove=True)["removed"]
+    assert not (tmp_path / "runs" / ".t.fgram-staging").exists()

@@ -13,6 +13,8 @@ from oracle import select
 
 from fgram.cli import cli
 
+ECHO_ = "fgram.pipeline.models:echo"
+
 pytestmark = pytest.mark.spark
 
 
@@ -508,6 +510,66 @@ def test_every_command_has_help_for_each_option_an_example_and_a_short_summary()
             assert "TABLE" in cmd.help and not any(
                 word in cmd.help.replace("OUTPUTS", "") for word in ("OUTPUT", " OUT/", " OUT ")
             ), name
+
+
+def test_the_top_level_help_s_example_runs_without_a_warning_and_its_lookup_matches(tmp_path):
+    """`fgram --help`'s example, as written but on a smaller corpus (the phrase book is
+    the same): no warning, and the ids of its lookup are an f-gram of that table."""
+    import shlex
+    import subprocess
+    import sys
+
+    text = cli.help
+    steps = [
+        shlex.split(line.split("#")[0])
+        for line in text.split("\b\n", 1)[1].splitlines()
+        if line.strip().startswith("fgram ")
+    ]
+    assert [s[1] for s in steps] == ["synth", "build", "show", "index", "lookup"], steps
+    steps[0][steps[0].index("--tokens") + 1] = "300000"
+    fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    for step in steps:
+        res = subprocess.run([fgram, *step[1:]], cwd=tmp_path, capture_output=True, text=True)
+        assert res.returncode == 0 and "warning" not in res.stderr, (step, res.stderr)
+    rows = [line.split() for line in res.stdout.splitlines() if line.split()[0].isdigit()]
+    last = rows[-1]  # pos token fgram_id len match
+    ids = steps[-1][steps[-1].index("--tokens") + 1].split(",")
+    assert int(last[3]) == len(ids) and int(last[2]) >= 0, res.stdout
+    lookup_help = cli.commands["lookup"].help
+    assert f"--tokens {','.join(ids)}" in lookup_help  # the command's own example, the same
+
+
+def test_a_table_short_of_its_size_says_why(runner, tmp_path):
+    write_parquet(str(tmp_path / "a.parquet"), [[1, 2, 1, 2, 1, 2, 3]] * 3)
+    args = ["build", str(tmp_path / "t"), str(tmp_path / "a.parquet"), "--min-count", "2"]
+    res = runner.invoke(cli, [*args, "-S", "10M", "--engine", "local"])
+    n = len(result(tmp_path / "t"))
+    assert res.exit_code == 0 and 0 < n < 10**7, res.output
+    assert f"{n} f-grams (all n-grams with count >= 2: fewer than -S 10M) from" in res.output
+    res = runner.invoke(cli, [*args, "-S", str(n), "--engine", "local", "--overwrite"])
+    assert res.exit_code == 0 and "fewer than" not in res.output, res.output
+
+
+def test_show_of_another_output_or_of_nothing_says_which(runner, tmp_path):
+    """show (and every reader of a table) given token shards, tags or no such path: one
+    line naming what is there, not a KeyError or "not a finished table"."""
+    import fgram
+
+    fgram.synth(tmp_path / "text", tokens=5000, vocab=200, format="text")
+    tok = str(tmp_path / "text" / "tokenizer.json")
+    fgram.tokenize([tmp_path / "text"], tmp_path / "shards", tok, format="bin", engine="local")
+    fgram.build(tmp_path / "t", [tmp_path / "shards"], min_count=2, engine="local")
+    fgram.index(tmp_path / "t")
+    fgram.annotate(tmp_path / "t", [tmp_path / "shards"], tmp_path / "tags", engine="local")
+    for path, said_ in (
+        ("shards", "token shards (an `fgram tokenize` output), not an f-gram table"),
+        ("tags", "tags (an `fgram annotate` output), not an f-gram table"),
+        ("nothing", "no such file or folder"),
+    ):
+        for command in (["show"], ["lookup", "--tokens", "1,2"], ["embed", "--model", ECHO_]):
+            res = runner.invoke(cli, [command[0], str(tmp_path / path), *command[1:]])
+            assert res.exit_code == 2, (command, path, res.output)
+            assert _err(res).startswith(f"fgram: error: {tmp_path / path}: {said_}"), res.output
 
 
 def test_index_and_embed_replace_only_with_overwrite(tmp_path):

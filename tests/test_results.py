@@ -41,6 +41,8 @@ def test_build_refresh_index_and_the_readers_say_what_they_made(corpus):
     built = run_json(["build", t, str(corpus / "c"), *LOCAL])
     m = manifest(t)
     assert built["status"] == "built" and built["command"] == "build"
+    # the schema's own version is named as such, apart from a refresh's version_id
+    assert built["schema_version"] == 2 and "version" not in built and built["version_id"] is None
     assert built["output"] == t and built["fingerprint"] == m["run_fingerprint"]
     assert built["counts"]["fgrams"] == m["fgrams"] > 0
     assert built["counts"]["tokens"] == m["totals"]["tokens"]

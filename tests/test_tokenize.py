@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 from click.testing import CliRunner
-from helpers import manifest, result
+from helpers import manifest, result, said
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -371,14 +371,26 @@ def test_cli_tokenize_then_build(tok_path, tmp_path, spark):
     r = CliRunner().invoke(cli, ["show", str(tmp_path / "t"), "--top", "3"])
     assert r.exit_code == 0 and "'" in r.output.split("top 3:")[1], r.output
     assert CliRunner().invoke(cli, ["index", str(tmp_path / "t")]).exit_code == 0
+    # annotate's numbers agree with the reader's: tokens, and positions with separators
+    tags = str(tmp_path / "tags")
+    r = CliRunner().invoke(
+        cli, ["annotate", str(tmp_path / "t"), str(tmp_path / "tok"), "-o", tags]
+    )
+    assert r.exit_code == 0, r.output
+    from fgram import FgramTags
+
+    n = len(FgramTags.open(tags))
+    assert f"tagged 380 tokens -> {tags} ({n} positions with the 20 document separators" in r.output
+    assert n == 400, r.output
     r = CliRunner().invoke(cli, ["lookup", str(tmp_path / "t"), "--text", "the cat sat on"])
     assert r.exit_code == 0 and "'the cat" in r.output, r.output
     text = CliRunner().invoke(
         cli, ["coverage", str(tmp_path / "t"), str(tmp_path / "a.jsonl"), "--tokenizer", tok_path]
     )
     tokens = CliRunner().invoke(cli, ["coverage", str(tmp_path / "t"), str(tmp_path / "tok")])
-    assert text.exit_code == 0 and "positions:" in text.output, text.output
-    assert text.output.split("positions:")[1] == tokens.output.split("positions:")[1]
+    assert text.exit_code == 0 and "tokens:" in text.output, text.output
+    assert text.output.split("tokens:")[1] == tokens.output.split("tokens:")[1]
+    assert said(text.output)[0] == f"coverage of {tmp_path / 't'} over 1 input:"
     r = CliRunner().invoke(cli, ["diff", str(tmp_path / "t"), str(tmp_path / "t")])
     assert r.exit_code == 0 and "+0 added" in r.output, r.output
     r = CliRunner().invoke(cli, [*tokenize, "--tokenizer", tok_path])  # exists already

@@ -132,9 +132,11 @@ def cli(ctx, log_level, quiet, config_file, log_file) -> None:
     -q, --log-level, --config and --log-file go before the command or anywhere after it.
 
     \b
-    fgram synth -o corpus --tokens 10000000           # a small corpus to try
-    fgram build fgrams corpus --dtype uint16 --doc-sep 0
+    fgram synth -o corpus --tokens 10000000   # a small corpus to try (Parquet)
+    fgram build fgrams corpus
     fgram show fgrams
+    fgram index fgrams
+    fgram lookup fgrams --tokens 13631,29905,38357,9808
     """
     from fgram.cli.settings import defaults_for, log_to
     from fgram.jobs.progress import PROGRESS

@@ -46,7 +46,8 @@ def build_command(table, inputs, dry_run, **opts):
     TABLE/manifest.json and TABLE/_SUCCESS, published atomically.
 
     \b
-    fgram build fgrams shards/ --dtype uint16 --doc-sep 0 -S 10M
+    fgram build fgrams shards/ -S 10M        # `fgram tokenize` shards: options from their manifest
+    fgram build fgrams data/*.bin --dtype uint16 --doc-sep 0 -S 10M
     fgram build fgrams data/*.jsonl.zst --tokenizer tokenizer.json -S 1M
     fgram build s3://bucket/fgrams s3://corpus/shards --doc-sep 0 --master spark://host:7077
     """
@@ -216,24 +217,9 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
     fgram synth -o corpus --tokens 10000000 --format bin    # then: --dtype uint16 --doc-sep 0
     fgram synth -o text --format text --vocab 5000          # then: --tokenizer text/tokenizer.json
     """
-    from fgram.pipeline.formats.synth import generate
-    from fgram.pipeline.io.storage import is_remote
+    from fgram.api import synth
 
-    if is_remote(output):
-        fail(f"{output}: synth writes a local folder (upload it afterwards)")
-    if tokens < 1:
-        fail(f"--tokens must be >= 1, got {tokens}")
-    if not 2 <= vocab <= (65535 if fmt == "text" else 2**31 - 1):
-        fail(f"--vocab must be in 2..{65535 if fmt == 'text' else 2**31 - 1}, got {vocab}")
-    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
-        if not overwrite:  # another corpus's shards would stay beside the new ones
-            fail(f"{os.path.abspath(output)}: exists; pass --overwrite to replace it")
-        import shutil
-
-        shutil.rmtree(output) if os.path.isdir(output) else os.remove(output)
-    meta = generate(
-        output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files, book_seed=book_seed
-    )
+    meta = synth(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
     hint = {
         "bin": f" (use --dtype {meta['dtype']} --doc-sep 0)",
         "text": f" (use --tokenizer {os.path.join(output, 'tokenizer.json')})",
@@ -261,26 +247,24 @@ def clean_command(folders, cache, remove):
     fgram clean                     # the cache
     fgram clean ~/runs --remove     # and leftovers beside the outputs in ~/runs
     """
-    from fgram.pipeline.io import clean
+    from fgram.api import clean
 
-    entries = (clean.cache_entries() if cache else []) + clean.leftovers(list(folders))
-    lines = [f"  {e.bytes / 2**20:>10.1f} MB  {e.kind}: {e.path}" for e in entries]
-    size = sum(e.bytes for e in entries)
+    res = clean(folders, cache, remove)
+    entries, size = res["entries"], res["bytes"]
+    lines = [f"  {e['bytes'] / 2**20:>10.1f} MB  {e['kind']}: {e['path']}" for e in entries]
     total = size / 2**20
     if not entries:
         lines.append("nothing to clean")
     elif remove:
-        clean.remove(entries)
         lines.append(f"removed {len(entries)} entries, {total:.1f} MB")
     else:
         lines.append(f"{len(entries)} entries, {total:.1f} MB: pass --remove to delete them")
-    listed = [{"path": e.path, "kind": e.kind, "bytes": e.bytes} for e in entries]
     finished(
         lines,
         "built" if remove and entries else "unchanged",
         None,
         counts={"entries": len(entries), "bytes": size},
-        details={"entries": listed, "removed": bool(remove and entries)},
+        details={"entries": entries, "removed": res["removed"]},
     )
 
 

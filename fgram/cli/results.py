@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 SCHEMA = "fgram-result"
-VERSION = 1
+VERSION = 2  # 2: the schema's own version is "schema_version" (was "version")
 WRITE_TABLE = ("build", "refresh", "index", "embed")  # their TABLE is what they write
 
 
@@ -105,7 +105,7 @@ def _emit(result: dict[str, Any]) -> None:
     RUN.printed = True
     from fgram.version import __version__
 
-    head = {"schema": SCHEMA, "version": VERSION, "command": RUN.command}
+    head = {"schema": SCHEMA, "schema_version": VERSION, "command": RUN.command}
     whole = {**head, **result, "fgram_version": __version__}
     if RUN.json:
         sys.stdout.write(json.dumps(whole) + "\n")

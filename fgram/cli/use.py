@@ -18,7 +18,6 @@ from fgram.cli.options import (
 )
 from fgram.cli.results import finished, json_option
 from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
-from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.backends import CHOICES
 
 # annotate tags token shards: text is tokenized first; its coverage is `fgram coverage`'s
@@ -89,16 +88,15 @@ def show_command(table, top, tokenizer, as_json, storage):
     \b
     fgram show fgrams --top 20 --tokenizer tokenizer.json
     """
-    from fgram.pipeline.tables.versions import open_table, table_dataset
+    from fgram.api import show
+    from fgram.pipeline.tables.versions import resolve_table
 
-    loc, manifest = open_table(table, parse_storage(storage))
+    manifest = show(table, top, tokenizer, parse_storage(storage))
+    rows = manifest.pop("top_fgrams")
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
-    from fgram.pipeline.formats.tokenizer import table_tokenizer
-
-    tok = table_tokenizer(tokenizer, manifest)
-    decode = tok.decode if tok is not None else None
+    loc = resolve_table(table, parse_storage(storage))
     cfg = manifest["config"]
     click.echo(f"fgram table {shown(loc)} (fgram {manifest['fgram_version']})")
     click.echo(
@@ -120,11 +118,10 @@ def show_command(table, top, tokenizer, as_json, storage):
             f"{p.get('distinct', '-'):>10} {p['kept']:>10} {p.get('lookup', '-'):>9} "
             f"{p['seconds']:>8.2f}"
         )
-    table = table_dataset(loc, manifest).head(top) if top > 0 else None
-    if table is not None and table.num_rows:
-        click.echo(f"  top {table.num_rows}:")
-        for row in table.to_pylist():
-            text = f"  {decode(row['tokens'])!r}" if decode else ""
+    if rows:
+        click.echo(f"  top {len(rows)}:")
+        for row in rows:
+            text = f"  {row['text']!r}" if "text" in row else ""
             click.echo(f"  {row['fgram_id']:>8} {row['count']:>10} {row['tokens']}{text}")
 
 
@@ -152,7 +149,10 @@ def index_command(table, overwrite, storage):
 
 
 def _coverage_lines(cov: dict) -> list[str]:
-    lines = [f"  positions: {cov['positions']}", f"  {'length':>7} {'positions':>12} {'share':>8}"]
+    lines = [  # positions: the tokens (a flat shard's separators are no position here)
+        f"  tokens: {cov['positions']}",
+        f"  {'length':>7} {'tokens':>12} {'share':>8}",
+    ]
     lines.append(f"  {'none':>7} {cov['unmatched']:>12} {cov['share_unmatched']:>8.2%}")
     for length, count in cov["matched_by_length"].items():
         lines.append(f"  {length:>7} {count:>12} {cov['share_by_length'][length]:>8.2%}")
@@ -181,7 +181,8 @@ def annotate_command(table, inputs, **opts):
     aligned with the tokens.
 
     \b
-    fgram annotate fgrams shards/ --dtype uint16 --doc-sep 0 -o tags
+    fgram annotate fgrams shards/ -o tags     # `fgram tokenize` shards: options from their manifest
+    fgram annotate fgrams data/*.bin --dtype uint16 --doc-sep 0 -o tags
     """
     from fgram.jobs.annotate import run_annotate
 
@@ -189,8 +190,15 @@ def annotate_command(table, inputs, **opts):
         fail("annotate writes tags: give -o/--output (fgram coverage measures only)")
     m = run_annotate(AnnotateConfig(table=table, inputs=list(inputs), **opts))
     cov = m["coverage"]
+    line = f"tagged {cov['positions']} tokens -> {shown(opts['output'])}"
+    positions = sum(u.get("tokens") or 0 for u in m.get("units", []))
+    if positions > cov["positions"]:  # flat shards: their separators have a place too
+        line += (
+            f" ({positions} positions with the {positions - cov['positions']} document "
+            f"separators: len(FgramTags))"
+        )
     finished(
-        [f"tagged {cov['positions']} tokens -> {shown(opts['output'])}", *_coverage_lines(cov)],
+        [line, *_coverage_lines(cov)],
         "built",
         shown(opts["output"]),
         counts=_coverage_counts(cov),
@@ -218,7 +226,10 @@ def coverage_command(table, inputs, **opts):
     from fgram.jobs.annotate import run_annotate
 
     cov = run_annotate(AnnotateConfig(table=table, inputs=list(inputs), **opts))["coverage"]
-    lines = _coverage_lines(cov) + (_by_size_lines(cov["by_size"]) if "by_size" in cov else [])
+    n = len(inputs)
+    head = f"coverage of {shown(table)} over {n} input{'' if n == 1 else 's'}:"
+    lines = [head, *_coverage_lines(cov)]
+    lines += _by_size_lines(cov["by_size"]) if "by_size" in cov else []
     finished(lines, "built", None, counts=_coverage_counts(cov), details={"coverage": cov})
 
 
@@ -307,58 +318,20 @@ def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, stor
     TABLE is a build output or a refresh folder (its current version), a path or a URI.
 
     \b
-    fgram lookup fgrams --tokens 464,3290,286
+    fgram lookup fgrams --tokens 13631,29905,38357,9808   # the table of `fgram synth -o corpus`
     fgram lookup fgrams --text "the cat sat" --tokenizer tokenizer.json
     """
-    from fgram.pipeline.kernels.keys import MAX_TOKEN
-    from fgram.pipeline.tables.embed import FgramStore
-    from fgram.pipeline.tables.index import FgramIndex
+    from fgram.api import lookup
 
-    if (tokens is None) == (text is None):
-        fail("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
-    from fgram.pipeline.formats.tokenizer import table_tokenizer
-    from fgram.pipeline.tables.versions import open_table
-
-    manifest = open_table(table, parse_storage(storage))[1]
-    tok = table_tokenizer(tokenizer, manifest)
-    if text is not None:
-        if tok is None:
-            fail("--text needs --tokenizer tokenizer.json (the table's manifest names none here)")
-        if tokenizer:
-            from fgram.pipeline.formats.tokenizer import check_tokenizer, load_spec
-
-            check_tokenizer(manifest, load_spec(tokenizer).record(), tokenizer, table)
-        from fgram.pipeline.formats.tokenizer import encode_text, known_tokenizer
-
-        path = tokenizer or known_tokenizer(manifest)
-        assert path is not None  # `tok` was made from it
-        ids = encode_text(path, tokenizer_backend, text)
-    else:
-        try:
-            ids = [int(t) for t in tokens.replace(",", " ").split()]
-        except ValueError:
-            fail(f"--tokens {tokens!r}: expected token ids separated by commas or spaces")
-        vocab = (manifest.get("tokenizer") or {}).get("vocab_size") or MAX_TOKEN + 1
-        if tok is not None:
-            vocab = tok.get_vocab_size(with_added_tokens=True)
-        bad = [t for t in ids if not 0 <= t < vocab]
-        if bad:
-            fail(f"--tokens: {bad[0]} is not a token id of the table's vocabulary (0..{vocab - 1})")
-    opts = parse_storage(storage)
-    index = FgramIndex.open(table, mode=mode, storage=opts)
-    try:
-        store = FgramStore.open(table, mode=mode, storage=opts)
-    except FgramError:
-        store = None  # matches only: the table has no embeddings (`fgram embed`)
-    fid, lengths = index.match(ids)
-    rows = store.rows(fid) if store is not None else None
-    show = (lambda g: repr(tok.decode(g))) if tok else (lambda g: " ".join(map(str, g)))
+    res = lookup(table, tokens, text, tokenizer, mode, tokenizer_backend, parse_storage(storage))
+    ids, fid, lengths, rows = res["tokens"], res["fgram_ids"], res["match_len"], res["rows"]
     click.echo(
         f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  match"
-        + ("  |  row[:4]" if store is not None else "")
+        + ("  |  row[:4]" if rows is not None else "")
     )
     for i, t in enumerate(ids):
-        match = show(ids[i - int(lengths[i]) + 1 : i + 1]) if fid[i] >= 0 else "-"
+        m = res["matches"][i]
+        match = "-" if m is None else (repr(m) if res["text"] else " ".join(map(str, m)))
         line = f"  {i:>4} {t:>8} {fid[i]:>9} {lengths[i]:>4}  {match}"
         if rows is not None:
             line += "  |  " + (
@@ -367,7 +340,7 @@ def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, stor
                 else " ".join(f"{v:.4g}" for v in rows[i, :4])
             )
         click.echo(line)
-    if store is None:
+    if rows is None:
         click.echo("  (no embeddings: `fgram embed` adds a row per f-gram)")
 
 

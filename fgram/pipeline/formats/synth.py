@@ -215,3 +215,38 @@ def _text_stream(raw: Any, fmt: str) -> Any:
     import zstandard
 
     return zstandard.ZstdCompressor(level=3).stream_writer(raw, closefd=False)
+
+
+def make_corpus(
+    output: str,
+    tokens: int,
+    vocab: int,
+    seed: int,
+    book_seed: int | None,
+    fmt: str,
+    files: int | None,
+    overwrite: bool,
+) -> dict[str, Any]:
+    """`fgram synth` (and `fgram.synth`): its checks, then `generate` into a new folder
+    (an existing non-empty one only with ``overwrite``, its files removed first)."""
+    import shutil
+
+    from fgram.pipeline.errors import ConfigError, OutputError
+    from fgram.pipeline.io.storage import is_remote
+
+    if is_remote(output):
+        raise ConfigError(f"{output}: synth writes a local folder (upload it afterwards)")
+    if fmt not in ("parquet", "bin", "text"):
+        raise ConfigError(f"--format must be parquet, bin or text, got {fmt!r}")
+    if tokens < 1:
+        raise ConfigError(f"--tokens must be >= 1, got {tokens}")
+    top = 65535 if fmt == "text" else 2**31 - 1
+    if not 2 <= vocab <= top:
+        raise ConfigError(f"--vocab must be in 2..{top}, got {vocab}")
+    if os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
+        if not overwrite:  # another corpus's shards would stay beside the new ones
+            raise OutputError(f"{os.path.abspath(output)}: exists; pass --overwrite to replace it")
+        shutil.rmtree(output) if os.path.isdir(output) else os.remove(output)
+    return generate(
+        output, tokens, vocab=vocab, seed=seed, fmt=fmt, files=files, book_seed=book_seed
+    )

@@ -1,0 +1,90 @@
+"""`fgram lookup` (and `fgram.lookup`): the longest f-gram at each position of one
+context, and its embedding row where the table has embeddings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.pipeline.kernels.keys import MAX_TOKEN
+
+
+def context_ids(tokens: Iterable[int] | str) -> list[int]:
+    """Token ids given as a list, or as text separated by commas or spaces."""
+    if isinstance(tokens, str):
+        try:
+            return [int(t) for t in tokens.replace(",", " ").split()]
+        except ValueError:
+            raise ConfigError(
+                f"--tokens {tokens!r}: expected token ids separated by commas or spaces"
+            ) from None
+    return [int(t) for t in tokens]
+
+
+def look_up(
+    table: str,
+    tokens: Iterable[int] | str | None,
+    text: str | None,
+    tokenizer: str | None,
+    mode: str,
+    backend: str,
+    storage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """See `fgram.api.lookup`."""
+    from fgram.pipeline.formats.tokenizer import (
+        check_tokenizer,
+        encode_text,
+        known_tokenizer,
+        load_spec,
+        table_tokenizer,
+    )
+    from fgram.pipeline.tables.embed import FgramStore
+    from fgram.pipeline.tables.index import FgramIndex
+    from fgram.pipeline.tables.versions import open_table
+
+    if (tokens is None) == (text is None):
+        raise ConfigError("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
+    manifest = open_table(table, storage)[1]
+    tok = table_tokenizer(tokenizer, manifest)
+    if text is not None:
+        if tok is None:
+            raise ConfigError(
+                "--text needs --tokenizer tokenizer.json (the table's manifest names none here)"
+            )
+        if tokenizer:
+            check_tokenizer(manifest, load_spec(tokenizer).record(), tokenizer, table)
+        path = tokenizer or known_tokenizer(manifest)
+        assert path is not None  # `tok` was made from it
+        ids = encode_text(path, backend, text)
+    else:
+        assert tokens is not None
+        ids = context_ids(tokens)
+        vocab = (manifest.get("tokenizer") or {}).get("vocab_size") or MAX_TOKEN + 1
+        if tok is not None:
+            vocab = tok.get_vocab_size(with_added_tokens=True)
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ConfigError(
+                f"--tokens: {bad[0]} is not a token id of the table's vocabulary (0..{vocab - 1})"
+            )
+    index = FgramIndex.open(table, mode=mode, storage=storage)
+    try:
+        store: FgramStore | None = FgramStore.open(table, mode=mode, storage=storage)
+    except FgramError:
+        store = None  # matches only: the table has no embeddings (`fgram embed`)
+    fid, lengths = index.match(ids)
+    matches: list[Any] = []
+    for i in range(len(ids)):
+        gram = ids[i - int(lengths[i]) + 1 : i + 1]
+        matches.append(None if fid[i] < 0 else (tok.decode(gram) if tok else gram))
+    return {
+        "tokens": ids,
+        "fgram_ids": np.asarray(fid, np.int64),
+        "match_len": np.asarray(lengths, np.int64),
+        "matches": matches,
+        "rows": None if store is None else store.rows(np.asarray(fid)),
+        "text": tok is not None,
+    }
