@@ -1,9 +1,14 @@
-"""The README's "Training with fgram's tags" and "Serving a SCONE model" snippets, and
-the OLMo dataset of docs/formats.md, run as they are written, over the outputs their
-text names (a small generated corpus of uint16 `.bin` shards, separator 0). A snippet
-that imports torch or transformers is skipped without them (optional extras)."""
+"""The README's own-corpus section run as written, end to end (tokenize -> build ->
+index -> coverage -> report -> annotate -> embed -> lookup, then its Python), over text
+it makes, and the "Training with fgram's tags" and "Serving a SCONE model" snippets and
+the OLMo dataset of docs/formats.md over what those commands made: the README is the
+test. The text is the synthetic corpus's words with a tokenizer whose end-of-text id is
+not 0 (as OLMo's, 50279, is not), so that no option written for separator 0 passes by
+chance. A snippet that imports torch or transformers is skipped without them (optional
+extras)."""
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -14,38 +19,75 @@ import numpy as np
 import pytest
 
 import fgram
-from fgram.pipeline.formats.synth import generate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 5000  # words 1..4999; the tokenizer's [UNK] is 0 and its end-of-text 5000
 
 
-def blocks(doc: str, *sections: str) -> list[str]:
-    """The ```python blocks under the given ``## `` headings of a markdown file."""
+def section(doc: str, name: str) -> str:
     text = open(os.path.join(REPO, doc)).read()
+    return text.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def blocks(doc: str, *sections: str, lang: str = "python") -> list[str]:
+    """The ```lang blocks under the given ``## `` headings of a markdown file."""
     found = []
     for name in sections:
-        body = text.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
-        found += [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", body, re.S)]
-    assert found, f"no python blocks under {sections} in {doc}"
+        body = section(doc, name)
+        found += [textwrap.dedent(b) for b in re.findall(rf"```{lang}\n(.*?)```", body, re.S)]
+    assert found, f"no {lang} blocks under {sections} in {doc}"
     return found
 
 
-SNIPPETS = blocks("README.md", "Training with fgram's tags", "Serving a SCONE model")
+OWN = "Your own corpus, end to end"
+(COMMANDS,) = blocks("README.md", OWN, lang="bash")
+SNIPPETS = blocks("README.md", OWN, "Training with fgram's tags", "Serving a SCONE model")
+
+
+def _tokenizer(words: str, out: str) -> None:
+    """The synthetic corpus's word-level tokenizer with its end-of-text token moved from id
+    0 to id VOCAB (and [UNK] to 0): a separator other than 0, as real tokenizers have."""
+    spec = json.load(open(words))
+    vocab = spec["model"]["vocab"]
+    vocab["<|endoftext|>"], vocab["[UNK]"] = vocab["[UNK]"], vocab["<|endoftext|>"]
+    for added in spec["added_tokens"]:
+        if added["content"] == "<|endoftext|>":
+            added["id"] = vocab["<|endoftext|>"]
+    json.dump(spec, open(out, "w"))
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    """What the README's commands make: shards/, fgrams (with its index and the rows of
-    the `hashed` model), tags and tags-olmo."""
+    """What the README's own-corpus commands make, run as written in a folder holding
+    their inputs: data/ and heldout/ (JSON Lines in zstd) and tokenizer.json."""
     d = tmp_path_factory.mktemp("readme")
-    generate(str(d / "shards"), 300_000, vocab=5000, seed=0, fmt="bin", files=1)
-    read = dict(dtype="uint16", doc_sep=0, engine="local")
-    fgram.build(d / "fgrams", [d / "shards"], size=100_000, **read)
-    fgram.index(d / "fgrams")
-    fgram.annotate(d / "fgrams", [d / "shards"], d / "tags", **read)
-    fgram.annotate(d / "fgrams", [d / "shards"], d / "tags-olmo", layout="olmo", **read)
-    fgram.embed(d / "fgrams", model="fgram.pipeline.models:hashed", engine="local")
-    return d
+    fgram.synth(d / "data", tokens=200_000, vocab=VOCAB, format="text", files=2)
+    fgram.synth(d / "heldout", tokens=20_000, vocab=VOCAB, format="text", seed=1, book_seed=0)
+    _tokenizer(str(d / "data" / "tokenizer.json"), str(d / "tokenizer.json"))
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    res = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", COMMANDS],
+        cwd=d,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert "warning" not in res.stderr, res.stderr
+    return d, res
+
+
+def test_the_own_corpus_commands_run_as_written_and_say_what_they_chose(outputs):
+    d, res = outputs
+    shards = json.load(open(d / "shards" / "manifest.json"))
+    assert shards["doc_sep"] == VOCAB and shards["dtype"] == "uint16"
+    assert f"separator {VOCAB} '<|endoftext|>' after each document" in res.stdout
+    table = json.load(open(d / "fgrams" / "manifest.json"))
+    assert table["config"]["doc_sep"] == VOCAB and table["fgrams"] > 1000
+    assert "fewer than -S 10M" in res.stdout  # a small corpus: every n-gram of count >= 5
+    assert (d / "report.html").exists() and (d / "tags-olmo" / "_SUCCESS").exists()
+    assert json.load(open(d / "fgrams" / "embeddings" / "embeddings.json"))["engine"] == "local"
 
 
 def _needs(code: str) -> None:
@@ -60,7 +102,7 @@ def test_a_readme_snippet_runs_as_written(outputs, i):
     code = SNIPPETS[i]
     _needs(code)
     res = subprocess.run(
-        [sys.executable, "-c", code], cwd=outputs, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], cwd=outputs[0], capture_output=True, text=True, timeout=300
     )
     assert res.returncode == 0, f"{code}\n{res.stderr}"
 
@@ -73,13 +115,19 @@ def test_the_olmo_dataset_of_the_docs_reads_the_olmo_layout(outputs):
     _needs(code)
     space: dict = {}
     exec(compile(code, "docs/formats.md", "exec"), space)
-    shard = str(outputs / "shards" / "part-00000.bin")
-    ds = space["FgramTokens"]([shard], [str(outputs / "tags-olmo" / "tags" / "part-00000")], 256)
-    tags = fgram.FgramTags.open(outputs / "tags")
-    assert len(ds) == len(tags) // 256
+    d = outputs[0]
+    shards = sorted(str(p) for p in (d / "shards" / "shards").glob("*.bin"))
+    tags = [str(d / "tags-olmo" / "tags" / os.path.basename(p)[: -len(".bin")]) for p in shards]
+    ds = space["FgramTokens"](shards, tags, 256)
+    tags = fgram.FgramTags.open(d / "tags")
+    sizes = [len(t) for t in ds.tokens]  # windows within each token file
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    assert len(shards) > 1 and starts[-1] == len(tags)
+    assert len(ds) == sum(n // 256 for n in sizes)
     for i in (0, 1, len(ds) - 1):
         item = ds[i]
-        tokens, ids, lens = tags._raw(i * 256, 256)  # as written: matches uncut
+        f, at = ds.index[i]
+        tokens, ids, lens = tags._raw(int(starts[f]) + at, 256)  # as written: matches uncut
         assert np.array_equal(item["input_ids"].numpy(), tokens)
         assert np.array_equal(item["fgram_ids"].numpy(), ids)
         assert np.array_equal(item["match_len"].numpy(), lens)
