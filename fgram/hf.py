@@ -125,7 +125,9 @@ def _before_forward(module: nn.Module, args: tuple, kwargs: dict) -> None:
         return
     mask = kwargs.get("attention_mask")
     emb.call = {"mask": None if mask is None else mask.detach().cpu().numpy()}
-    position, cache = kwargs.get("cache_position"), kwargs.get("past_key_values")
+    position = kwargs.get("cache_position")
+    cache = kwargs.get("past_key_values")  # transformers 4; 5 names it ``cache``
+    cache = cache if cache is not None else kwargs.get("cache")
     if position is not None and len(position):
         emb.call["past"] = int(position[0])
     elif cache is not None and hasattr(cache, "get_seq_length"):
