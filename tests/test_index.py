@@ -99,4 +99,4 @@ def test_stale_index_refused_and_cli(tmp_path):
     with pytest.raises(FgramError, match="another f-gram table"):
         FgramIndex.open(str(out))
     res = CliRunner().invoke(cli, ["index", str(tmp_path / "nope")])
-    assert res.exit_code == 2 and "not a finished fgram table" in res.output
+    assert res.exit_code == 2 and "nope: no such file or folder" in res.output

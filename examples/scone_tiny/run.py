@@ -171,7 +171,7 @@ def run_fgram(args, out: str, tok: str) -> dict:
         grid = args.grid
         curve = json.loads(
             fgram("coverage", probe, train[1], "--sizes", grid, "--json", *engine(args))
-        )["by_size"]
+        )["details"]["coverage"]["by_size"]  # the run's result (docs/formats.md)
         fgram(
             "report",
             probe,
