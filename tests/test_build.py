@@ -663,3 +663,26 @@ def test_the_selection_gives_back_the_counts_work_arrays(tmp_path):
     build(None, [tmp_path / "a.bin"], tmp_path / "t", dtype="uint16", doc_sep=0, **opts)
     assert result(tmp_path / "t") == select(docs, 4, 3, None)
     assert SCRATCH.held() == 0 and not passes.FREQUENT_TABLES
+
+
+@pytest.mark.slow
+def test_the_first_run_of_an_install_says_it_compiles_its_kernels(tmp_path):
+    """An empty numba cache (a fresh install): the build's first stage line says the
+    kernels are compiling, the manifest keeps its seconds (the report's time chart shows
+    them); the next run loads them from the cache and says nothing of it."""
+    import subprocess
+    import sys
+
+    write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3]] * 20, sep=0)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    lines = []
+    for name in ("t1", "t2"):
+        cmd = [fgram, "build", str(tmp_path / name), str(tmp_path / "a.bin"), "--doc-sep", "0"]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        lines.append([x for x in res.stderr.splitlines() if "compile kernels" in x])
+    assert len(lines[0]) == 1 and "first run of this install" in lines[0][0], lines
+    assert lines[1] == []
+    assert manifest(tmp_path / "t1")["compile_seconds"] > 0
+    assert "compile_seconds" not in manifest(tmp_path / "t2")

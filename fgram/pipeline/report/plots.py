@@ -18,6 +18,7 @@ _STAGE_COLORS = {
     "rank_write": "#937860",
     "select": "#937860",
     "tokenize": "#da8bc3",
+    "kernels": "#ccb974",  # the first run of an install compiling them
 }
 
 
