@@ -276,7 +276,7 @@ def test_storage_failures_are_one_line_in_bounded_time(tmp_path, s3, corpus):
         "connection refused",
     )
     assert time.time() - t0 < 60
-    _one_line_error(_cli("show", f"s3://{corpus}/nothing-here"), "not a finished fgram table")
+    _one_line_error(_cli("show", f"s3://{corpus}/nothing-here"), "no such file or folder")
     _one_line_error(
         _cli("build", str(tmp_path / "o"), f"s3://{corpus}/in/missing.bin", *base),
         f"s3://{corpus}/in/missing.bin",
