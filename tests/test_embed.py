@@ -277,10 +277,13 @@ def test_device_needs_a_factory_that_takes_one(tmp_path):
     assert res.exit_code == 2 and "takes no device argument" in res.output
 
 
-def test_rows_changed_in_a_killed_runs_staging_are_embedded_again(tmp_path, monkeypatch, capfd):
-    """A killed embed's rows altered before the rerun (a disk's damage, a stray write):
-    each chunk's marker holds a checksum of its rows; a changed chunk is said and
-    embedded again, and the published matrix is the one a clean run writes."""
+@pytest.mark.parametrize("damage", ["changed", "swapped"])
+def test_rows_changed_in_a_killed_runs_staging_are_embedded_again(
+    tmp_path, monkeypatch, capfd, damage
+):
+    """A killed embed's rows altered before the rerun (a disk's damage, a stray write, two
+    rows swapped): each chunk's marker holds an XXH3 of its rows; a changed chunk is
+    said and embedded again, and the published matrix is the one a clean run writes."""
     import fgram.jobs.embed as embed
 
     out = small_table(tmp_path)
@@ -301,7 +304,12 @@ def test_rows_changed_in_a_killed_runs_staging_are_embedded_again(tmp_path, monk
         run_embed(cfg)
     monkeypatch.setattr(embed, "embed_chunk", real)
     staged = np.load(out / "embeddings.staging" / "matrix.npy", mmap_mode="r+")
-    staged[2, 0] += 1.0  # chunk 1's first row
+    if damage == "changed":
+        staged[2, 0] += 1.0  # chunk 1's first row
+    else:  # two 64-bit words of chunk 1 swapped: the sum of its words is the same
+        words = staged[2:4].reshape(-1).view(np.uint64)
+        assert words[0] != words[-1], words
+        words[[0, -1]] = words[[-1, 0]]
     staged.flush()
     del staged
     capfd.readouterr()

@@ -290,12 +290,16 @@ def test_a_failed_publish_then_resume_keeps_every_pass(spark, tmp_path, monkeypa
     assert not os.path.exists(staging_path(str(out)))
 
 
-@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize(
+    "k,damage", [(2, "plus1"), (3, "plus1"), (2, "swapped"), (2, "moved"), (3, "moved")]
+)
 def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
-    spark, tmp_path, monkeypatch, capfd, k
+    spark, tmp_path, monkeypatch, capfd, k, damage
 ):
     """A killed run's unit files altered before --resume (a disk's damage, a stray
-    write: +1 on counts): the marker's checksum finds it. The unit is counted again
+    write: +1 on counts; two 64-bit words swapped; +1000 on one word and -1000 on
+    another, which a sum of words does not see): the marker's XXH3 finds it. The unit
+    is counted again
     where what it was counted from is still there (pass 2: the input), and the table is
     the one an uninterrupted run makes; else (pass 3: pass 2's files of the unit went
     once it was counted) one line naming the file, and a run without --resume."""
@@ -317,11 +321,20 @@ def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
         build(spark, [tmp_path / "a.bin"], out, **kw)
     monkeypatch.setattr(driver.BuildPasses, "done", real)
     folder = os.path.join(staging_path(str(out)), "_work", f"pass{k}")
-    changed = sorted(glob.glob(os.path.join(folder, "unit-*.counts.npy")))[:2]
+    what = "keys" if damage == "swapped" else "counts"  # keys: distinct words to swap
+    changed = sorted(glob.glob(os.path.join(folder, f"unit-*.{what}.npy")))[:2]
     assert changed, os.listdir(folder)
     for path in changed:
-        counts = np.load(path)
-        counts[: max(1, len(counts) // 2)] += 1
+        counts = np.load(path)  # (or keys)
+        words = counts[: len(counts) // 2 * 2].view(np.uint64)  # whole 64-bit words
+        assert damage == "plus1" or len(words) >= 2, counts
+        if damage == "plus1":
+            counts[: max(1, len(counts) // 2)] += 1
+        elif damage == "swapped":  # two keys' words: the same sum of words
+            words[[0, 1]] = words[[1, 0]]
+        else:  # moved: the same total of words
+            words[0] += np.uint64(1000)
+            words[-1] -= np.uint64(1000)
         np.save(path, counts)
     capfd.readouterr()
     if k == 3:

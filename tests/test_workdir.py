@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from fgram.pipeline.io.workdir import Sweeper, read_into, save_array
+from fgram.pipeline.io.workdir import Sweeper, intact, object_record, read_into, save_array
 from fgram.pipeline.kernels.scratch import Scratch
 
 
@@ -42,3 +42,35 @@ def test_sweeper_removes_in_the_background_and_tolerates_missing_files(tmp_path)
     sweeper.sweep(paths[3:])  # waits for the first batch, then starts the next
     sweeper.wait()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("damage", ["swapped", "moved", "flipped"])
+def test_a_saved_array_s_record_catches_a_swap_and_a_compensated_change(tmp_path, damage):
+    """A work file's record is an XXH3 of its bytes: two 64-bit words swapped, or +1000 on
+    one and -1000 on another (the same sum of words), are found like a flipped bit."""
+    path = str(tmp_path / "a.npy")
+    arr = np.arange(1, 1001, dtype=np.uint32) * 7
+    record = save_array(path, arr)
+    assert intact(path, record)
+    changed = np.load(path)
+    words = changed.view(np.uint64)
+    if damage == "swapped":
+        words[[3, 400]] = words[[400, 3]]
+    elif damage == "moved":
+        words[3] += np.uint64(1000)
+        words[400] -= np.uint64(1000)
+    else:
+        changed[10] ^= 1
+    assert int(words.sum(dtype=np.uint64)) == int(arr.view(np.uint64).sum(dtype=np.uint64)) or (
+        damage == "flipped"
+    )
+    np.save(path, changed)
+    assert not intact(path, record)
+    assert not intact(path, {"bytes": record["bytes"], "sum": 0})  # an older record: again
+
+
+def test_store_object_names_carry_their_hash_and_older_names_read_as_written():
+    new = object_record("0a1b.4000.x00000000000000ff.npy")
+    old = object_record("0a1b.4000.00000000000000ff.npy")
+    assert new == {"bytes": 4000, "xxh3": 255} and old == {"bytes": 4000, "sum": 255}
+    assert object_record("notes.npy") is None

@@ -178,7 +178,7 @@ def embed_chunk(
     matrix.flush()
     del matrix
     with open(os.path.join(staging, "done", f"{c:08d}"), "w") as marker:
-        marker.write(str(wf.word_sum(rows)))  # what a resumed run checks the rows by
+        marker.write(f"{wf.HASH}:{wf.content_hash(rows):016x}")  # what a resume checks
     return _MODEL_SECONDS[0] - before, reused
 
 
@@ -196,7 +196,7 @@ def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
         with open(marker) as f:
             written = f.read().strip()
         rows = matrix[c * chunk_rows : (c + 1) * chunk_rows]
-        if written and int(written) != wf.word_sum(rows):
+        if written != f"{wf.HASH}:{wf.content_hash(rows):016x}":  # an older one: again
             sys.stderr.write(
                 f"fgram: warning: {os.path.join(staging, 'matrix.npy')}: the rows of chunk "
                 f"{c} are not as they were written; embedded again\n"

@@ -24,10 +24,11 @@ from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import (
     load_array,
     load_json,
+    matches,
     npy_names,
+    object_name,
     object_record,
     save_array,
-    word_sum,
 )
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.records import JsonRecord, int_keys, optional
@@ -105,8 +106,7 @@ def put(root, arr: np.ndarray) -> str:
     remote = isinstance(folder, Location) and not folder.local
     scratch = cache_dir("remote") if remote else _path(folder)
     tmp = os.path.join(scratch, f".{uuid.uuid4().hex}.tmp")
-    rec = save_array(tmp, arr)
-    name = f"{uuid.uuid4().hex}.{rec['bytes']}.{rec['sum']:016x}.npy"
+    name = object_name(save_array(tmp, arr))
     dest = wf.join(folder, name)
     if remote:
         dest.upload(tmp)
@@ -123,7 +123,7 @@ def get(root, name: str, mmap: bool = True) -> np.ndarray:
     src = wf.join(objects_dir(root), name)
     arr = load_array(local_path(src) if isinstance(src, Location) else src, mmap=mmap)
     rec = object_record(name)
-    if rec is not None and (arr.nbytes != rec["bytes"] or word_sum(arr) != rec["sum"]):
+    if rec is not None and not matches(arr, rec, legacy=True):
         where = src.uri if isinstance(src, Location) else src
         raise FgramError(
             f"{where}: a store object not as it was written (damaged since); "

@@ -118,7 +118,7 @@ def _store_objects(version: Location, check: _Check) -> None:
         check.bytes += int(obj.info().size or 0)
         if rec is None:
             check.unrecorded.append(obj.uri)
-        elif check.deep and not wf.intact(obj.path if obj.local else obj, rec):
+        elif check.deep and not wf.intact(obj.path if obj.local else obj, rec, legacy=True):
             check.problems.append(f"{obj.uri}: its bytes changed since written (checksum differs)")
 
 
