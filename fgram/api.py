@@ -103,19 +103,21 @@ def refresh(
     keep: int = 3,
     spark=None,
     rebuild: bool = False,
+    model: str | None = None,
     progress: Progress = None,
     **options,
 ) -> dict:
     """`fgram refresh TABLE INPUTS...`: a new version for the whole new input list;
     returns {"version", "previous", "built", "pruned", "manifest" (if built), ...}.
     Options not given are the current version's; others that shape the table are
-    refused unless ``rebuild``."""
+    refused unless ``rebuild``. ``model``: what embeds the new version where the current
+    one has embeddings (needed then: never the module ``embeddings.json`` names)."""
     from fgram.jobs.refresh import run_refresh
     from fgram.pipeline.config.commands import BuildConfig
 
     cfg = BuildConfig(inputs=_paths(inputs), output=str(table), **options)
     with stage_lines(progress):
-        return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild)
+        return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild, model=model)
 
 
 def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:

@@ -182,7 +182,7 @@ def test_a_new_version_serves_what_the_current_one_served(tmp_path, spark, engin
     model = ["--model", "fgram.pipeline.models:hashed", "--float", "float32", "--engine", "local"]
     assert runner.invoke(cli, ["embed", str(out), *model]).exit_code == 0
     b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2], [4, 4, 4, 4]] * 5, sep=0)
-    res = runner.invoke(cli, ["refresh", str(out), a, b, *opts])
+    res = runner.invoke(cli, ["refresh", str(out), a, b, *opts, "--model", model[1]])
     assert res.exit_code == 0, res.output
     assert "index and embeddings carried" in res.stdout
     v2 = tmp_path / "t" / "versions" / vs.current(str(out))
@@ -206,6 +206,34 @@ def test_a_new_version_serves_what_the_current_one_served(tmp_path, spark, engin
     assert mlen.max() >= 2 and not unmatched.all()  # an f-gram only the new shard has
     fid, _ = store.index.match([5, 6, 5, 6])
     assert np.array_equal(rows[~unmatched], carried[fid[~unmatched]])
+
+
+def test_refresh_runs_no_model_that_a_data_file_names(tmp_path):
+    """The current version's embeddings.json names a module (anyone who can write the
+    table can change it): a refresh never imports it. Without --model it refuses before
+    counting, naming the file; with --model it embeds the new version with that model."""
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2], [4, 4, 4, 4]] * 5, sep=0)
+    out = str(tmp_path / "t")
+    opts = ["--dtype", "uint16", "--doc-sep", "0", "--min-count", "3", "--engine", "local"]
+    runner = CliRunner()
+    assert runner.invoke(cli, ["refresh", out, a, *opts]).exit_code == 0
+    hashed = "fgram.pipeline.models:hashed"
+    assert runner.invoke(cli, ["index", out]).exit_code == 0
+    assert runner.invoke(cli, ["embed", out, "--model", hashed]).exit_code == 0
+    meta_path = tmp_path / "t" / "versions" / vs.current(out) / "embeddings" / "embeddings.json"
+    meta = json.loads(meta_path.read_text())
+    meta["model"] = "a_module_planted_in_a_data_file:run"  # never to be imported
+    meta_path.write_text(json.dumps(meta))
+    versions = sorted(os.listdir(tmp_path / "t" / "versions"))
+    res = runner.invoke(cli, ["refresh", out, a, b, *opts])
+    assert res.exit_code == 2 and "give the model that embeds the new version" in res.output
+    assert str(meta_path) in res.output and "No module named" not in res.output
+    assert sorted(os.listdir(tmp_path / "t" / "versions")) == versions  # nothing counted
+    res = runner.invoke(cli, ["refresh", out, a, b, *opts, "--model", hashed])
+    assert res.exit_code == 0 and "embeddings carried" in res.output, res.output
+    new = tmp_path / "t" / "versions" / vs.current(out) / "embeddings" / "embeddings.json"
+    assert json.loads(new.read_text())["model"] == hashed
 
 
 def test_a_refresh_folder_remembers_its_options(tmp_path):

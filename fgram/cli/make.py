@@ -114,10 +114,18 @@ def _table_first(table: str) -> None:
     "the current version's: start the table afresh with them (older versions are kept). "
     "Without it such a run is refused; options not given are the current version's.",
 )
+@click.option(
+    "--model",
+    default=None,
+    metavar="MODULE:FACTORY",
+    help="The f-gram model that embeds the new version, where the current one has "
+    "embeddings (the row type and chunking are the current version's). Needed then: "
+    "refresh runs no code that a data file names.",
+)
 @config_options(BuildConfig, exclude=REFRESH_TAKES_NOT)
 @click.option("--dry-run", is_flag=True, help=DRY_RUN)
 @json_option
-def refresh_command(table, inputs, keep, rebuild, dry_run, **opts):
+def refresh_command(table, inputs, keep, rebuild, model, dry_run, **opts):
     """New version of a versioned table for the input list INPUTS, incrementally.
 
     TABLE is a refresh folder (made by the first refresh); INPUTS is the whole new corpus:
@@ -136,6 +144,7 @@ def refresh_command(table, inputs, keep, rebuild, dry_run, **opts):
 
     \b
     fgram refresh fgram-versions shards/*.bin --dtype uint16 --doc-sep 0 -S 10M --keep 3
+    fgram refresh fgram-versions shards/ --model mypkg.fgram_model:load   # with embeddings
     """
     from fgram.jobs.refresh import run_refresh
 
@@ -147,7 +156,7 @@ def refresh_command(table, inputs, keep, rebuild, dry_run, **opts):
 
         planned(plan_refresh(cfg, given, rebuild), table)
         return
-    res = run_refresh(cfg, keep=keep, given=given, rebuild=rebuild)
+    res = run_refresh(cfg, keep=keep, given=given, rebuild=rebuild, model=model)
     tail = f"; deleted {len(res['pruned'])} old version(s)" if res["pruned"] else ""
     root = shown(table).rstrip("/")
     fields = {

@@ -17,7 +17,7 @@ from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.refresh.remembered import settle_options
-from fgram.jobs.refresh.serve import carry_serving
+from fgram.jobs.refresh.serve import carry_serving, check_model
 from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
     Level,
@@ -58,6 +58,7 @@ def run_refresh(
     bound: bool = True,
     given: Collection[str] | None = None,
     rebuild: bool = False,
+    model: str | None = None,
 ) -> dict:
     """Refresh the versioned table at ``cfg.output``; returns a summary (and the new
     version's manifest under "manifest" when one was built). ``bound``: a refresh that
@@ -77,7 +78,7 @@ def run_refresh(
     with OutputLock(where):
         vs.clear_leftovers(root)  # of a refresh killed before it could clean up
         current = settled(cfg, root, given, rebuild, where.uri)
-        res = _run_locked(current, keep, root, spark, t_start, bound, tokenizer)
+        res = _run_locked(current, keep, root, spark, t_start, bound, tokenizer, model)
         return {**res, "rebuilt": current.rebuilt}
 
 
@@ -135,7 +136,14 @@ def rare_by_unit(entry: ShardEntry) -> dict[tuple[int, int], dict[int, str]]:
 
 
 def _run_locked(
-    current: Current, keep: int, root, spark, t_start: float, use_bound: bool, tokenizer=None
+    current: Current,
+    keep: int,
+    root,
+    spark,
+    t_start: float,
+    use_bound: bool,
+    tokenizer=None,
+    model: str | None = None,
 ) -> dict:
     cfg, previous, old = current.cfg, current.previous, current.manifest or {}
     shards = plan_shards(cfg.inputs, cfg.read_options())
@@ -155,6 +163,7 @@ def _run_locked(
                 "collected": collect_garbage(root),
             }
         old_store = reusable_store(root, previous, cfg, code)
+        check_model(root, previous, model)  # before counting: its embeddings need one
     vid = vs.new_version_id(after=max(vs.list_versions(root), default=None))
     out = vs.version_path(root, vid)
     staging = _staging(cfg, root, vid)
@@ -188,7 +197,7 @@ def _run_locked(
             with contextlib.suppress(Exception):  # noqa: BLE001 - a store that stopped
                 collect_garbage(root)  # this run's objects: no version names them
             raise
-    carried = carry_serving(cfg, root, previous, vid, spark)  # before current points there
+    carried = carry_serving(cfg, root, previous, vid, spark, model)  # before current moves
     vs.switch_current(root, vid)
     pruned = [] if current.rebuilt else vs.prune(root, keep)  # other options: old ones stay
     return {
