@@ -43,7 +43,7 @@ from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import file_sha256
-from fgram.pipeline.io.locks import working_in
+from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
@@ -237,8 +237,18 @@ def _run_embed(cfg: EmbedConfig, spark) -> dict:
         "rows": total,
         "reuse": cfg.reuse,
     }
-    if not table.local and not runs_here(cfg):
-        return _embed_on_store(cfg, table, params, total, max_len, spark, t0)
+    # one writer: the lock is held before the staging folder exists, so `fgram clean`
+    # never finds a live embed's rows unlocked (and two embeds of a table never meet)
+    with OutputLock(table.child("embeddings")):
+        if not table.local and not runs_here(cfg):
+            return _embed_on_store(cfg, table, params, total, max_len, spark, t0)
+        return _embed_here(cfg, table, params, total, max_len, spark, t0)
+
+
+def _embed_here(
+    cfg: EmbedConfig, table: Location, params: dict, total: int, max_len: int, spark, t0: float
+) -> dict:
+    """The chunks run on this machine, into a local staging matrix (resumable)."""
     final = table.child("embeddings")
     staging = final.path + ".staging" if table.local else staging_path(final)
     params_path = os.path.join(staging, "params.json")

@@ -83,6 +83,15 @@ def _held(staging: str) -> bool:
     return FileLock(out).held() is not None
 
 
+def _embed_held(staging: str) -> bool:
+    """Whether a live embed writes a table's ``embeddings.staging``: it holds the lock of
+    ``embeddings`` (taken before the folder exists) or works in it."""
+    from fgram.pipeline.io.locks import FileLock
+
+    out = os.path.join(os.path.dirname(staging), "embeddings")
+    return _held(staging) or FileLock(out).held() is not None
+
+
 def leftovers(folders: list[str]) -> list[Entry]:
     """What killed or interrupted runs left in ``folders`` (and one level below them)."""
     out = []
@@ -104,7 +113,7 @@ def leftovers(folders: list[str]) -> list[Entry]:
                         "lock": "stale lock",
                     }[m.group("what")]
                     out.append(Entry(path, kind, _size(path)))
-                elif name == "embeddings.staging" and not _held(path):
+                elif name == "embeddings.staging" and not _embed_held(path):
                     out.append(Entry(path, "unfinished embed's rows", _size(path)))
     return out
 
