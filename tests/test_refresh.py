@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from helpers import build, result, write_bin
 from oracle import count_ngrams, select, split_flat
 
+import fgram
 from fgram.cli import cli
 from fgram.pipeline.errors import OutputError
 from fgram.pipeline.tables import versions as vs
@@ -234,6 +235,31 @@ def test_refresh_runs_no_model_that_a_data_file_names(tmp_path):
     assert res.exit_code == 0 and "embeddings carried" in res.output, res.output
     new = tmp_path / "t" / "versions" / vs.current(out) / "embeddings" / "embeddings.json"
     assert json.loads(new.read_text())["model"] == hashed
+
+
+def test_refresh_deletes_nothing_outside_its_folder(tmp_path):
+    """store/objects made a link to another folder: the refresh refuses before writing,
+    naming it, and every file there stays; a file in the objects folder that is no store
+    object (not a name a refresh writes) is never collected either."""
+    import shutil
+
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2], [4, 4, 4, 4]] * 5, sep=0)
+    root = tmp_path / "t"
+    opts = dict(dtype="uint16", doc_sep=0, min_count=3, engine="local")
+    fgram.refresh(root, [a], **opts)
+    objects = root / "store" / "objects"
+    (objects / "notes.txt").write_text("mine")
+    fgram.refresh(root, [a, b], keep=1, **opts)
+    assert (objects / "notes.txt").read_text() == "mine"  # not a store object: kept
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(str(objects), str(elsewhere))
+    os.symlink(elsewhere, objects)
+    (elsewhere / "precious.txt").write_text("keep me")
+    before = sorted(os.listdir(elsewhere))
+    with pytest.raises(OutputError, match="store/objects: a link .* must be a folder of its own"):
+        fgram.refresh(root, [b], keep=1, **opts)
+    assert sorted(os.listdir(elsewhere)) == before
 
 
 def test_a_refresh_folder_remembers_its_options(tmp_path):

@@ -212,3 +212,32 @@ def test_open_with_verify_refuses_a_changed_byte_that_opening_alone_cannot_see(m
         with pytest.raises(FgramError, match=rf"{path}: its bytes changed since written"):
             opener(table, verify=True)
     fgram.FgramIndex.open(made[0], verify=True)  # a whole one opens
+
+
+def test_names_in_a_manifest_never_lead_out_of_the_table(made, tmp_path):
+    """A manifest's entry naming a file outside the table (../../secret.txt, or another
+    table's Parquet file in place of its own): verify reads neither, says each, and says
+    the table's own file that the manifest no longer names; readers refuse the table."""
+    import json
+
+    table = _copy(made[0], tmp_path / "t")
+    other = _copy(made[0], tmp_path / "other")
+    (tmp_path / "secret.txt").write_text("not fgram's")
+    m = json.loads((table / "manifest.json").read_text())
+    own = [f for f in m["files"] if f.startswith("fgrams/")][0]
+    _flip(table / own, os.path.getsize(table / own) // 2)  # damage the table's own file
+    m["files"] = [f for f in m["files"] if f != own] + [
+        f"../other/{own}",
+        "../secret.txt",
+    ]
+    m["checksums"][f"../other/{own}"] = m["checksums"][own]
+    (table / "manifest.json").write_text(json.dumps(m))
+    res = subprocess.run([FGRAM, "verify", str(table), "--deep"], capture_output=True, text=True)
+    assert res.returncode == 2, res.stdout
+    out = res.stdout + res.stderr
+    assert f"names '../other/{own}', a path out of it" in out
+    assert "names '../secret.txt', a path out of it" in out
+    assert f"{table / own}: not named by the manifest" in out
+    assert (other / own).exists() and "as written" not in out
+    res = subprocess.run([FGRAM, "show", str(table)], capture_output=True, text=True)
+    assert res.returncode == 2 and "a path out of it" in res.stderr, res.stderr

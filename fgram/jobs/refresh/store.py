@@ -8,13 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import FgramError
+from fgram.pipeline.errors import FgramError, OutputError
 from fgram.pipeline.formats.inputs import shard_record
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.registry import format_of
@@ -120,6 +121,8 @@ def get(root, name: str, mmap: bool = True) -> np.ndarray:
     """An object of the store, checked against the record its name carries; from an
     object store through this machine's cache (the objects never change: each is
     fetched once per machine)."""
+    if not OBJECT_FILE.match(name):  # a store.json's name: never a path out of the store
+        raise FgramError(f"{objects_dir(root)}: names {name!r}, not a store object's name")
     src = wf.join(objects_dir(root), name)
     arr = load_array(local_path(src) if isinstance(src, Location) else src, mmap=mmap)
     rec = object_record(name)
@@ -160,6 +163,9 @@ def store_options(cfg: BuildConfig, code: KeyCode) -> dict:
 referenced = npy_names  # every object name a version's store.json uses
 
 
+OBJECT_FILE = re.compile(r"^([0-9a-f]{32}(\.\d+\.x?[0-9a-f]{16})?\.npy|\.[0-9a-f]{32}\.tmp)$")
+
+
 def collect_garbage(root: str) -> int:
     """Delete objects that no finished version's store.json names (a crashed or
     pruned refresh's). Call with the refresh lock held. Returns how many."""
@@ -169,7 +175,10 @@ def collect_garbage(root: str) -> int:
         if wf.exists(path):
             keep |= referenced(load_json(path))
     folder = objects_dir(root)
-    doomed = [n for n in wf.names(folder) if n not in keep]
+    if isinstance(folder, str) and os.path.islink(folder):  # `check_root` refuses it first
+        raise OutputError(f"{folder}: a link; refresh deletes nothing outside its folder")
+    # only what a refresh writes there: its objects and a killed put's temporary files
+    doomed = [n for n in wf.names(folder) if n not in keep and OBJECT_FILE.match(n)]
     for name in doomed:
         wf.remove(wf.join(folder, name))
     return len(doomed)

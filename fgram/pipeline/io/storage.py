@@ -199,6 +199,26 @@ class Location:
         join = os.path.join if self.local else (lambda a, b: f"{a.rstrip('/')}/{b}")
         return Location(join(self.path, rel), join(self.uri, rel), self.options)
 
+    def inside(self, rel: str) -> Location:
+        """``child(rel)`` for a name a data file gave (a manifest's, a store's): refused,
+        naming this folder, unless it stays inside it (relative, no ``..``, no empty or
+        ``.`` part, no backslash; locally, no link on the way that leaves it)."""
+        parts = rel.split("/") if isinstance(rel, str) else []
+        if (
+            not parts
+            or rel.startswith("/")
+            or "\\" in rel
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise InputError(self.uri, f"names {rel!r}, a path out of it (a data file altered?)")
+        out = self.child(rel)
+        if self.local:
+            top = os.path.realpath(self.path)
+            real = os.path.realpath(out.path)
+            if real != top and not real.startswith(top + os.sep):
+                raise InputError(self.uri, f"{rel}: a link out of it (to {real})")
+        return out
+
     def parent(self) -> Location:
         if self.local:
             return Location(os.path.dirname(self.path), os.path.dirname(self.uri), self.options)
@@ -343,6 +363,9 @@ class Location:
             if self.local:
                 import shutil
 
+                if os.path.islink(self.path):  # the link goes, never what it points at
+                    os.unlink(self.path)
+                    return
                 shutil.rmtree(self.path, ignore_errors=True)
             elif self.exists():
                 self.fs.delete_dir_contents(self.path, missing_dir_ok=True)

@@ -229,7 +229,7 @@ def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[
         entry = meta.get("files", {}).get(name)
         if entry is None:
             raise FgramError(f"{folder.uri}: {name} is not named by its metadata; rebuild it")
-        obj = folder.child(entry["object"])
+        obj = folder.inside(entry["object"])
         if mode == "ram":
             import io
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow.fs as pafs
 
+from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.kernels.keys import EMPTY
@@ -49,6 +50,24 @@ class _Check:
         self.bytes = 0
         self.problems: list[str] = []
         self.unrecorded: list[str] = []
+
+    def named(self, folder: Location, rel: str) -> bool:
+        """Whether a name a data file gives stays inside ``folder`` (else a problem, and
+        the file it points at is never read)."""
+        try:
+            folder.inside(rel)
+        except FgramError as exc:
+            self.problems.append(str(exc))
+            return False
+        return True
+
+    def unnamed(self, loc: Location, sub: str, named: set[str]) -> None:
+        """A table's own files that its manifest does not name (a manifest whose entries
+        were changed to name others' files would leave them unchecked)."""
+        folder = os.path.join(loc.path, sub)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            if not name.startswith((".", "_")) and f"{sub}/{name}" not in named:
+                self.problems.append(f"{loc.child(sub, name).uri}: not named by the manifest")
 
     def file(self, obj: Location, rec: dict[str, Any] | None) -> bool:
         """Check one file against its record (``bytes``, ``sha256``); whether it is whole."""
@@ -83,7 +102,7 @@ def _index_arrays(folder: Location, meta: dict[str, Any], check: _Check) -> None
     total = int(meta["fgrams"])
 
     def load(name: str) -> np.ndarray:
-        obj = folder.child(_part_files(meta).get(name, {}).get("object", name))
+        obj = folder.inside(_part_files(meta).get(name, {}).get("object", name))
         src = obj.path if obj.local else io.BytesIO(obj.read_bytes())
         arr: np.ndarray = np.load(src, mmap_mode="r" if obj.local else None, allow_pickle=False)
         return arr
@@ -110,7 +129,9 @@ def _store_objects(version: Location, check: _Check) -> None:
         root = version.parent().parent()
     folder = root.child("store").child("objects")
     for name in sorted(wf.npy_names(version.child("store.json").read_json())):
-        obj, rec = folder.child(name), wf.object_record(name)
+        if not check.named(folder, name):
+            continue
+        obj, rec = folder.inside(name), wf.object_record(name)
         if not obj.is_file():
             check.problems.append(f"{obj.uri}: missing")
             continue
@@ -133,8 +154,13 @@ def verify(
     loc, manifest = open_table(path, storage, kinds=None)  # tags and tokens too
     check = _Check(deep)
     sums = manifest.get("checksums") or {}
+    named = set()
     for rel in manifest.get("files", []):
-        check.file(loc.child(rel), sums.get(rel))
+        if check.named(loc, rel):
+            named.add(rel)
+            check.file(loc.inside(rel), sums.get(rel))
+    if loc.local and manifest.get("kind", "fgram-table") == "fgram-table":
+        check.unnamed(loc, "fgrams", named)
     for part, meta_name in PARTS:
         folder = loc.child(part)
         if not folder.child(meta_name).exists():
@@ -144,7 +170,9 @@ def verify(
             check.problems.append(f"{folder.uri}: made for another f-gram table; rebuild it")
             continue
         whole = [
-            check.file(folder.child(r.get("object", n)), r) for n, r in _part_files(meta).items()
+            check.named(folder, r.get("object", n))
+            and check.file(folder.inside(r.get("object", n)), r)
+            for n, r in _part_files(meta).items()
         ]
         if deep and part == "index" and all(whole):
             _index_arrays(folder, meta, check)

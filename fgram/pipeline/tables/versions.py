@@ -108,6 +108,13 @@ def check_root(root: Place, storage: dict[str, Any] | None = None) -> Place:
             f"{loc.uri}: not empty and not a refresh folder (found {', '.join(sorted(extra)[:3])})"
         )
     if loc.local:
+        for sub in (VERSIONS, "store", os.path.join("store", "objects")):
+            inside = os.path.join(loc.path, sub)
+            if os.path.islink(inside):  # a refresh writes and deletes only in its folder
+                raise OutputError(
+                    f"{inside}: a link (to {os.readlink(inside)}); a refresh folder's "
+                    f"{sub} must be a folder of its own (refresh deletes files there)"
+                )
         os.makedirs(os.path.join(loc.path, VERSIONS), exist_ok=True)
         return loc.path
     return loc
@@ -237,5 +244,7 @@ def table_dataset(loc: Location, manifest: dict[str, Any]) -> Any:
     """The table's Parquet dataset: exactly the files its manifest names (an object
     store may hold another generation's beside them), or, for outputs written before
     manifests named their files, the ``fgrams/`` folder."""
+    for f in manifest.get("files", []):
+        loc.inside(f)  # a name that leaves the table is refused, never read
     files = [f for f in manifest.get("files", []) if f.startswith("fgrams/")]
     return loc.dataset(files) if files else loc.child("fgrams").dataset()
