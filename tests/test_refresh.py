@@ -299,3 +299,39 @@ def test_a_refresh_folder_remembers_its_options(tmp_path):
     assert "rebuilt with other options" in rebuilt.stderr
     assert json.loads(rebuilt.stdout)["counts"]["fgrams"] == 3
     assert v1 not in vs.list_versions(out)
+
+
+@pytest.mark.parametrize("reader", ["index", "store"])
+def test_a_reader_reads_one_version_while_current_switches(tmp_path, monkeypatch, reader):
+    """`current` switches to another version between a reader's metadata and its arrays
+    (a refresh finishing meanwhile): the reader resolved current once and reads that
+    version whole, never the metadata of one and the arrays of the other."""
+    import fgram.pipeline.tables.index as index_module
+    from fgram import FgramIndex, FgramStore
+
+    a = write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 4, sep=0)
+    b = write_bin(str(tmp_path / "b.bin"), [[5, 6, 5, 6, 1, 2], [4, 4, 4, 4]] * 5, sep=0)
+    root = str(tmp_path / "t")
+    opts = dict(dtype="uint16", doc_sep=0, min_count=3, engine="local")
+    fgram.refresh(root, [a], **opts)
+    fgram.index(root)
+    fgram.embed(root, model="fgram.pipeline.models:hashed", engine="local")
+    first = vs.current(root)
+    fgram.refresh(root, [a, b], model="fgram.pipeline.models:hashed", **opts)
+    second = vs.current(root)
+    assert first != second
+    vs.switch_current(root, first)
+    real = index_module.read_meta
+
+    def switching(*args, **kwargs):
+        meta = real(*args, **kwargs)
+        vs.switch_current(root, second)  # a refresh finished just now
+        return meta
+
+    monkeypatch.setattr(index_module, "read_meta", switching)
+    opened = FgramIndex.open(root) if reader == "index" else FgramStore.open(root).index
+    monkeypatch.setattr(index_module, "read_meta", real)
+    want = FgramIndex.open(os.path.join(root, "versions", first))
+    assert opened.meta == want.meta and vs.current(root) == second
+    ids = opened.ids([[1, 2], [2, 3, 4], [5, 6]])
+    assert ids.tolist() == want.ids([[1, 2], [2, 3, 4], [5, 6]]).tolist()

@@ -185,8 +185,10 @@ def resolve_table(path: Place, storage: dict[str, Any] | None = None) -> Locatio
     if is_finished(loc):
         return loc
     cur = loc.child(CURRENT)
-    if loc.local:
-        return cur if os.path.islink(cur.path) else loc
+    if loc.local:  # the link read once: every file then comes from that one version
+        if not os.path.islink(cur.path):
+            return loc
+        return loc.inside(os.readlink(cur.path))  # versions/<id>; never a path out
     if cur.is_file():
         return loc.child(cur.read_bytes().decode().strip())
     return loc
