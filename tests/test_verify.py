@@ -241,3 +241,23 @@ def test_names_in_a_manifest_never_lead_out_of_the_table(made, tmp_path):
     assert (other / own).exists() and "as written" not in out
     res = subprocess.run([FGRAM, "show", str(table)], capture_output=True, text=True)
     assert res.returncode == 2 and "a path out of it" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("name", ["index/table-2.npy", "embeddings/matrix.npy"])
+def test_a_damaged_npy_header_is_one_line_naming_the_file(made, tmp_path, name):
+    """A .npy header that no longer parses (numpy reads it with `ast`: a SyntaxError), in
+    the index or in the embeddings: lookup exits 2 with one line naming the file, never
+    a bare parser message, and never "no embeddings" for a matrix that is there."""
+    table = _copy(made[0], tmp_path / "t")
+    path = table / name
+    data = bytearray(path.read_bytes())
+    at = data.index(b"{")
+    data[at : at + 1] = b"("  # '{' -> '(': an unclosed parenthesis, the same size
+    path.write_bytes(bytes(data))
+    tokens = ",".join(str(t) for t in made[1][:8])
+    res = subprocess.run(
+        [FGRAM, "lookup", str(table), "--tokens", tokens], capture_output=True, text=True
+    )
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stdout + res.stderr
+    assert lines[0].startswith(f"fgram: error: {path}: not a readable .npy array"), lines

@@ -119,7 +119,7 @@ def intact(path: Place, record: dict[str, int], legacy: bool = False) -> bool:
     ``legacy``: as `matches`)."""
     try:
         arr = load_array(path)
-    except (OSError, ValueError, EOFError):  # gone, cut short, not an array any more
+    except (OSError, ValueError, EOFError, SyntaxError):  # gone, cut short, a bad header
         return False
     return matches(arr, record, legacy)
 

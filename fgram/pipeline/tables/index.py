@@ -212,8 +212,19 @@ def _open_local(path: str, entry: dict[str, Any] | None) -> np.ndarray:
     try:
         arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
         return arr
-    except (ValueError, OSError, EOFError) as exc:
-        raise FgramError(f"{path}: not a readable array ({exc}): {fix}") from None
+    except BAD_NPY as exc:  # numpy parses a header with `ast`: a damaged one is a SyntaxError
+        raise FgramError(f"{path}: not a readable .npy array ({_first(exc)}): {fix}") from None
+
+
+# what np.load raises for a damaged file: a header that does not parse or describe an
+# array, a size that does not match it
+BAD_NPY = (ValueError, OSError, EOFError, SyntaxError, TypeError, KeyError)
+
+
+def _first(exc: BaseException) -> str:
+    """An exception as a few words on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:120]
 
 
 def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[str], np.ndarray]:
@@ -236,9 +247,16 @@ def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[
             data = obj.read_bytes()
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                 raise FgramError(f"{obj.uri}: checksum mismatch (corrupt or changed)")
-            read: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+            try:
+                read: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+            except BAD_NPY as exc:
+                raise FgramError(f"{obj.uri}: not a readable .npy array ({_first(exc)})") from None
             return read
-        return np.asarray(np.load(cached_copy(obj, entry["sha256"], entry["bytes"]), mmap_mode="r"))
+        copy = cached_copy(obj, entry["sha256"], entry["bytes"])
+        try:
+            return np.asarray(np.load(copy, mmap_mode="r"))
+        except BAD_NPY as exc:
+            raise FgramError(f"{obj.uri}: not a readable .npy array ({_first(exc)})") from None
 
     return load
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.kernels.keys import MAX_TOKEN
 
 
@@ -70,11 +70,13 @@ def look_up(
             raise ConfigError(
                 f"--tokens: {bad[0]} is not a token id of the table's vocabulary (0..{vocab - 1})"
             )
-    index = FgramIndex.open(table, mode=mode, storage=storage)
-    try:
-        store: FgramStore | None = FgramStore.open(table, mode=mode, storage=storage)
-    except FgramError:
-        store = None  # matches only: the table has no embeddings (`fgram embed`)
+    from fgram.pipeline.tables.versions import resolve_table
+
+    loc = resolve_table(table, storage)  # one version for the index and the rows
+    index = FgramIndex.open(loc, mode=mode, storage=storage)
+    store: FgramStore | None = None  # matches only: no embeddings (`fgram embed`)
+    if loc.child("embeddings", "embeddings.json").exists():  # damaged ones are an error
+        store = FgramStore.open(loc, mode=mode, storage=storage)
     fid, lengths = index.match(ids)
     matches: list[Any] = []
     for i in range(len(ids)):
