@@ -637,3 +637,14 @@ def test_ctrl_c_whose_task_failure_comes_back_first_is_still_interrupted(cls):
     )
     assert res.returncode == 130, res.stderr
     assert said(res.stderr) == ["fgram: interrupted; the completed passes are kept in X"]
+
+
+def test_a_name_with_a_line_break_is_still_one_line(runner, tmp_path):
+    """A file whose name holds a newline: the error line writes it escaped (one line on
+    stderr, as every error is), and the file is still named."""
+    folder = tmp_path / "a\nb"
+    folder.mkdir()
+    (folder / "x.bin").write_bytes(b"\x01")  # an odd byte count for uint16
+    res = runner.invoke(cli, ["build", str(tmp_path / "t"), str(folder / "x.bin")])
+    line = _err(res)
+    assert "a\\nb" in line and "x.bin" in line, line

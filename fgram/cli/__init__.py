@@ -14,7 +14,7 @@ from typing import NoReturn
 import click
 
 from fgram.cli import make, report, use
-from fgram.cli.options import Interrupted, fail
+from fgram.cli.options import Interrupted, fail, one_line
 from fgram.cli.results import RUN, failed
 from fgram.pipeline.errors import FgramError, StorageUnavailable
 from fgram.version import __version__
@@ -217,6 +217,7 @@ def main() -> None:
 
             traceback.print_exc()
         line, _ = task_failure(str(exc)) if str(exc) else (type(exc).__name__, None)
+        line = one_line(line)
         kept = getattr(exc, "fgram_kept", None)
         named = re.match(r"(\w+): ", line)
         failed(1, named.group(1) if named else type(exc).__name__, line, kept)

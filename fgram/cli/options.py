@@ -23,6 +23,7 @@ def fail(message: str, at_once: bool = False, kind: str = "UsageError") -> NoRet
     from fgram.jobs.progress import PROGRESS
 
     PROGRESS.end(finished=False)
+    message = one_line(message)
     failed(2, kind, message)
     click.echo(f"fgram: error: {message}", err=True)
     if at_once:
@@ -30,6 +31,14 @@ def fail(message: str, at_once: bool = False, kind: str = "UsageError") -> NoRet
         sys.stderr.flush()
         os._exit(2)
     sys.exit(2)
+
+
+def one_line(message: str) -> str:
+    """A message on one line whatever it quotes: a line break or another control character
+    in a file's name is written as its escape (``\\n``), so the error stays one line."""
+    if message.isprintable():
+        return message
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 class Interrupted(Exception):
