@@ -648,3 +648,15 @@ def test_a_name_with_a_line_break_is_still_one_line(runner, tmp_path):
     res = runner.invoke(cli, ["build", str(tmp_path / "t"), str(folder / "x.bin")])
     line = _err(res)
     assert "a\\nb" in line and "x.bin" in line, line
+
+
+def test_annotate_of_text_says_to_tokenize_it_first(runner, tmp_path):
+    import fgram
+
+    fgram.synth(tmp_path / "text", tokens=2000, vocab=100, format="text")
+    fgram.synth(tmp_path / "bin", tokens=2000, vocab=100, format="bin")
+    fgram.build(tmp_path / "t", [tmp_path / "bin"], doc_sep=0, min_count=2, engine="local")
+    fgram.index(tmp_path / "t")
+    res = runner.invoke(cli, ["annotate", str(tmp_path / "t"), str(tmp_path / "text"), "-o", "x"])
+    line = _err(res)
+    assert "tokenize it first" in line and "build with" not in line, line

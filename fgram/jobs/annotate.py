@@ -35,7 +35,7 @@ from fgram.jobs.executors import as_task, chosen_engine, make_executor, runs_her
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
-from fgram.pipeline.errors import ConfigError, FgramError
+from fgram.pipeline.errors import ConfigError, FgramError, InputError
 from fgram.pipeline.formats import registry
 from fgram.pipeline.formats.base import LAYOUTS
 from fgram.pipeline.formats.inputs import (
@@ -150,7 +150,14 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     t0 = time.time()
     cfg.validate()
     cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
-    if cfg.output is None and cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
+    if cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
+        if cfg.output is not None:  # tags sit beside the token files a trainer reads
+            raise InputError(
+                ", ".join(cfg.inputs),
+                "text: annotate tags token shards, aligned with what a trainer reads; "
+                "tokenize it first (fgram tokenize ... -o shards --tokenizer, the table's "
+                "tokenizer), then annotate the shards",
+            )
         cfg = dataclasses.replace(cfg, tokenizer=_table_tokenizer(cfg))
     if cfg.tokenizer:
         return _coverage_of_text(cfg, spark)
