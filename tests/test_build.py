@@ -686,3 +686,29 @@ def test_the_first_run_of_an_install_says_it_compiles_its_kernels(tmp_path):
     assert lines[1] == []
     assert manifest(tmp_path / "t1")["compile_seconds"] > 0
     assert "compile_seconds" not in manifest(tmp_path / "t2")
+
+
+@pytest.mark.slow
+def test_two_thousand_units_build_under_an_open_file_limit_of_256(tmp_path):
+    """A pass's tasks hold a bounded number of files open, whatever the units (a merge
+    task used to keep a memory map, and its descriptor, of every unit's files): 2,000
+    units build at `ulimit -n 256`, and the table is the brute-force one."""
+    import resource
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    docs = [list(rng.integers(1, 50, 49)) for _ in range(4000)]
+    write_bin(str(tmp_path / "a.bin"), docs, sep=0)
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    fgram = os.path.join(os.path.dirname(sys.executable), "fgram")
+    cmd = [fgram, "build", str(tmp_path / "t"), str(tmp_path / "a.bin"), "--doc-sep", "0",
+           "--unit-tokens", "100", "--min-count", "2"]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=limited, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert manifest(tmp_path / "t")["units"] >= 2000
+    flat = np.fromfile(tmp_path / "a.bin", dtype=np.uint16).tolist()
+    assert result(tmp_path / "t") == select(split_flat(flat, 0), 5, 2, None)

@@ -218,6 +218,14 @@ def main() -> None:
             traceback.print_exc()
         line, _ = task_failure(str(exc)) if str(exc) else (type(exc).__name__, None)
         line = one_line(line)
+        if "Too many open files" in line:  # EMFILE: say the limit and what to do
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            line += (
+                f" (this process may open {soft} files: ulimit -n; raise it, or give "
+                f"larger --unit-tokens for fewer units)"
+            )
         kept = getattr(exc, "fgram_kept", None)
         named = re.match(r"(\w+): ", line)
         failed(1, named.group(1) if named else type(exc).__name__, line, kept)

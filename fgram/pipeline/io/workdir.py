@@ -124,6 +124,24 @@ def intact(path: Place, record: dict[str, int], legacy: bool = False) -> bool:
     return matches(arr, record, legacy)
 
 
+def read_range(path: Place, start: int, stop: int) -> np.ndarray:
+    """Items [start, stop) of a saved 1-D array, read into memory: no file stays open (a
+    memory map holds a file descriptor for as long as any view of it lives, and a task
+    that keeps a slice of each of thousands of units would run out of them)."""
+    if _remote(path):
+        return np.array(load_array(path)[start:stop])
+    mapped = np.load(_local(path), mmap_mode="r", allow_pickle=False)
+    dtype, offset = mapped.dtype, int(mapped.offset)
+    del mapped  # its descriptor closes here
+    count = max(stop - start, 0)
+    out: np.ndarray = np.fromfile(
+        _local(path), dtype=dtype, count=count, offset=offset + start * dtype.itemsize
+    )
+    if len(out) != count:
+        raise EOFError(f"{_local(path)}: {len(out)} of {count} items")
+    return out
+
+
 def load_array(path: Place, mmap: bool = True) -> np.ndarray:
     """A local file memory-mapped (``mmap``) or read; an object read whole."""
     if _remote(path):
