@@ -217,16 +217,18 @@ def lookup(
     mode: str = "mmap",
     tokenizer_backend: str = "auto",
     storage: dict | None = None,
+    check: bool = True,
 ) -> dict:
     """`fgram lookup TABLE --tokens IDS | --text TEXT`: the longest f-gram at each position
     of one context. Returns ``tokens`` (the context's ids), ``fgram_ids`` and
     ``match_len`` (-1 and 1 where nothing matches), ``matches`` (each position's f-gram
     as text where a tokenizer is known, else its ids; None where unmatched) and ``rows``
     (the embedding rows, [n, d] float32, zeros where unmatched; None without
-    embeddings)."""
+    embeddings). ``check``: the index's and rows' bytes against their XXH3 on open
+    (`FgramIndex.open`)."""
     from fgram.pipeline.tables.lookup import look_up
 
-    return look_up(str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage)
+    return look_up(str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage, check)
 
 
 def synth(

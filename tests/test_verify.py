@@ -173,21 +173,25 @@ def _rewrite(path, change) -> None:
     ids=["no-empty-slot", "id-too-large", "id-negative", "suffix-too-large", "suffix-negative"],
 )
 def test_a_damaged_index_is_an_error_at_the_lookup_never_a_crash(made, tmp_path, damage):
-    """Damage that the size check on open cannot see: the lookups that meet it stop with
-    an error naming the index (bounds-checked kernels), in every reader: match, ids,
-    the store's prefill, decoding step and last-token lookups; verify --deep finds it."""
+    """Damage that the size check cannot see: the open's XXH3 check refuses it, naming the
+    file; opened without checks (check=False), the lookups that meet it stop with an
+    error naming the index (bounds-checked kernels), in every reader: match, ids, the
+    store's prefill, decoding step and last-token lookups; verify --deep finds it."""
     table = _copy(made[0], tmp_path / "t")
     tokens = made[1]
     name, change = damage
     _rewrite(table / "index" / name, change)
+    for opener in (fgram.FgramIndex.open, fgram.FgramStore.open):
+        with pytest.raises(FgramError, match=rf"{table / 'index' / name}: its bytes are not"):
+            opener(table)
     for mode in ("mmap", "ram"):
-        index = fgram.FgramIndex.open(table, mode=mode)
+        index = fgram.FgramIndex.open(table, mode=mode, check=False)
         with pytest.raises(FgramError, match=rf"{table / 'index'}: damaged"):
             index.match(tokens)
         if name.startswith("table-2"):  # the lookup of n-grams probes the tables only
             with pytest.raises(FgramError, match="damaged"):
                 index.ids([list(tokens[i : i + 2]) for i in range(300)])
-        store = fgram.FgramStore.open(table, mode=mode)
+        store = fgram.FgramStore.open(table, mode=mode, check=False)
         with pytest.raises(FgramError, match="damaged"):
             store.embed_sequence(tokens)
         windows = np.lib.stride_tricks.sliding_window_view(tokens[:2000], 6)
@@ -201,13 +205,37 @@ def test_a_damaged_index_is_an_error_at_the_lookup_never_a_crash(made, tmp_path,
     assert any(name in p for p in problems), problems
 
 
-def test_open_with_verify_refuses_a_changed_byte_that_opening_alone_cannot_see(made, tmp_path):
-    """A value flipped to another valid id: lookups would answer wrongly without a sign;
-    ``open(verify=True)`` checks every byte first and names the file."""
+def test_open_refuses_a_changed_byte_that_sizes_and_shapes_cannot_see(
+    made, tmp_path, monkeypatch, capfd
+):
+    """A value flipped to another valid id: lookups would answer wrongly without a sign.
+    Opening checks every byte against the XXH3 the index recorded (once per file and
+    process: a second open hashes nothing) and names the file; ``check=False`` opens and
+    says what is unchecked; ``open(verify=True)`` checks the sha256 of every file."""
+    import fgram.pipeline.tables.index as index_module
+
+    hashed = []
+    real = index_module.file_xxh3
+    monkeypatch.setattr(index_module, "file_xxh3", lambda p: hashed.append(p) or real(p))
+    fresh = _copy(made[0], tmp_path / "fresh")  # files of their own: not checked yet
+    fgram.FgramStore.open(fresh)
+    n = len(hashed)
+    fgram.FgramStore.open(fresh)
+    fgram.FgramIndex.open(fresh)
+    assert n == 5 and len(hashed) == n, hashed  # table-2..4, suffix, matrix: once each
     table = _copy(made[0], tmp_path / "t")
     path = table / "index" / "suffix.npy"
     _rewrite(path, lambda a: a.__setitem__(np.flatnonzero(a >= 0)[:1], 0))
-    fgram.FgramIndex.open(table)  # sizes and shapes as written: opens
+    for opener in (fgram.FgramIndex.open, fgram.FgramStore.open):
+        with pytest.raises(FgramError, match=rf"{path}: its bytes are not those written"):
+            opener(table)
+    capfd.readouterr()
+    fgram.FgramIndex.open(table, check=False)  # sizes and shapes as written: opens
+    assert f"{table / 'index'}: opened without checking its arrays" in capfd.readouterr().err
+    matrix = table / "embeddings" / "matrix.npy"
+    _flip(matrix, os.path.getsize(matrix) - 3)
+    with pytest.raises(FgramError, match=rf"{matrix}: its bytes are not those written"):
+        fgram.FgramStore.open(table)
     for opener in (fgram.FgramIndex.open, fgram.FgramStore.open):
         with pytest.raises(FgramError, match=rf"{path}: its bytes changed since written"):
             opener(table, verify=True)
@@ -255,9 +283,15 @@ def test_a_damaged_npy_header_is_one_line_naming_the_file(made, tmp_path, name):
     data[at : at + 1] = b"("  # '{' -> '(': an unclosed parenthesis, the same size
     path.write_bytes(bytes(data))
     tokens = ",".join(str(t) for t in made[1][:8])
-    res = subprocess.run(
-        [FGRAM, "lookup", str(table), "--tokens", tokens], capture_output=True, text=True
-    )
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert res.returncode == 2 and len(lines) == 1, res.stdout + res.stderr
-    assert lines[0].startswith(f"fgram: error: {path}: not a readable .npy array"), lines
+    for extra, said in (
+        ([], "its bytes are not those written"),  # the open's XXH3 check comes first
+        (["--no-check"], "not a readable .npy array"),  # then the header's parse
+    ):
+        res = subprocess.run(
+            [FGRAM, "lookup", str(table), "--tokens", tokens, *extra],
+            capture_output=True,
+            text=True,
+        )
+        lines = [x for x in res.stderr.splitlines() if x.strip() and "warning" not in x]
+        assert res.returncode == 2 and len(lines) == 1, res.stdout + res.stderr
+        assert lines[0].startswith(f"fgram: error: {path}: {said}"), lines

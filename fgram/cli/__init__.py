@@ -33,6 +33,7 @@ def note_sigint() -> None:
 
     def on_sigint(signum, frame):
         SIGINTS.append(signum)
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # its connections' ends
         signal.default_int_handler(signum, frame)
 
     on_sigint.fgram_sigint = True  # type: ignore[attr-defined]  # kept over Spark's start
@@ -42,8 +43,8 @@ def note_sigint() -> None:
 
 def quiet_after_sigint(record: logging.LogRecord) -> bool:
     """After a Ctrl-C, py4j's own tracebacks of the call it interrupted (logged on the root
-    logger: "KeyboardInterrupt while sending command.") are dropped: the run ends in one
-    line (`main`)."""
+    logger: "KeyboardInterrupt while sending command."; its own loggers' are silenced in
+    `note_sigint`) are dropped: the run ends in one line (`main`)."""
     return not (SIGINTS and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 

@@ -310,8 +310,15 @@ def embed_command(table, **opts):
     help="What encodes --text (as for tokenize: auto takes the fastest installed backend "
     "proven to give the tokenizer's ids exactly).",
 )
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help="Check the index's and the rows' bytes against their XXH3 on open (at memory "
+    "speed); --no-check for a store larger than memory (a warning names it unchecked).",
+)
 @storage_option
-def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, storage):
+def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, check, storage):
     """Print, for each position of a context, its longest f-gram in table TABLE (and the
     start of its embedding row when TABLE has embeddings).
 
@@ -323,7 +330,9 @@ def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, stor
     """
     from fgram.api import lookup
 
-    res = lookup(table, tokens, text, tokenizer, mode, tokenizer_backend, parse_storage(storage))
+    res = lookup(
+        table, tokens, text, tokenizer, mode, tokenizer_backend, parse_storage(storage), check
+    )
     ids, fid, lengths, rows = res["tokens"], res["fgram_ids"], res["match_len"], res["rows"]
     click.echo(
         f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  match"

@@ -42,7 +42,7 @@ from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.cache import file_sha256
+from fgram.pipeline.io.cache import file_sha256, file_xxh3
 from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
@@ -285,7 +285,12 @@ def _embed_here(
     meta["seconds"] = round(time.time() - t0, 3)
     size = os.path.getsize(path)  # with the sha256: what `FgramStore.open` and verify check
     meta["files"] = {
-        "matrix.npy": {"object": "matrix.npy", "sha256": meta["sha256"], "bytes": size}
+        "matrix.npy": {
+            "object": "matrix.npy",
+            "sha256": meta["sha256"],
+            "bytes": size,
+            "xxh3": file_xxh3(path),  # what `FgramStore.open` checks
+        }
     }
     save_json(os.path.join(staging, "embeddings.json"), meta)
     old = final.path + ".old"

@@ -36,6 +36,7 @@ from fgram.pipeline.tables.index import (
     damaged,
     part_arrays,
     read_meta,
+    unchecked,
     verify_whole,
 )
 from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
@@ -123,12 +124,16 @@ class FgramStore:
         mode: str = "ram",
         storage: dict[str, Any] | None = None,
         verify: bool = False,
+        check: bool = True,
     ) -> FgramStore:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
         storage options). ``"ram"`` reads the matrix into memory; ``"mmap"`` reads rows
         from disk on demand (from an object store: from a local copy in the cache,
-        checked against its sha256). ``verify``: every byte of the table, its index and
-        embeddings checked against its sha256 first (`index.verify_whole`)."""
+        checked against its sha256). The matrix and the index's arrays are checked
+        against their XXH3 on open (``check``, as `FgramIndex.open`; ``check=False`` for
+        a store larger than memory, with a warning naming what is unchecked).
+        ``verify``: every byte of the table, its index and embeddings checked against its
+        sha256 first (`index.verify_whole`)."""
         check_mode(mode)
         loc = resolve_table(out, storage)
         if verify:
@@ -145,7 +150,9 @@ class FgramStore:
                 f"{loc.uri}: the embeddings were computed for another f-gram "
                 f"table; rerun `fgram embed`"
             )
-        matrix = part_arrays(folder, meta, mode)("matrix.npy")  # mmap: a plain view
+        matrix = part_arrays(folder, meta, mode, check)("matrix.npy")  # mmap: a plain view
+        if not check:
+            unchecked(folder.uri)
         if matrix.shape != (meta["rows"], meta["dim"]):
             raise FgramError(
                 f"{folder.uri}/matrix.npy: shape {matrix.shape} does not match "
@@ -156,7 +163,7 @@ class FgramStore:
             mapped.madvise(mmap.MADV_RANDOM)  # rows are read one by one at random
         manifest = loc.child("manifest.json").read_json()
         vocab = (manifest.get("tokenizer") or {}).get("vocab_size")
-        return cls(FgramIndex.open(loc, mode=mode), matrix, meta, vocab)
+        return cls(FgramIndex.open(loc, mode=mode, check=check), matrix, meta, vocab)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.io.cache import cached_copy, file_record
+from fgram.pipeline.io.cache import cached_copy, file_record, file_xxh3
 from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
 from fgram.pipeline.io.storage import Location, Place, json_bytes
 from fgram.pipeline.io.workdir import save_array, save_json
@@ -199,16 +199,30 @@ def file_records(folder: str, gen: str | None = None) -> dict[str, dict[str, Any
     }
 
 
-def _open_local(path: str, entry: dict[str, Any] | None) -> np.ndarray:
+# files whose bytes were found as recorded, by identity (device, inode, size, mtime): a
+# second open in this process costs nothing
+_CHECKED: dict[tuple[int, int, int, int], str] = {}
+
+
+def _open_local(path: str, entry: dict[str, Any] | None, check: bool = True) -> np.ndarray:
     """A part's array memory-mapped, its size checked first against its record (a file
-    cut short, or grown, is an error naming it, never a crash or a short read)."""
+    cut short, or grown, is an error naming it, never a crash or a short read), then
+    (``check``) every byte against the record's XXH3: once per file identity and process
+    (`_CHECKED`)."""
     fix = "damaged or changed; `fgram verify` checks every file, and rebuilding it mends it"
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
     except FileNotFoundError:
         raise FgramError(f"{path}: missing; {fix}") from None
+    size = st.st_size
     if entry is not None and size != entry["bytes"]:
         raise FgramError(f"{path}: {size} bytes where its metadata says {entry['bytes']}: {fix}")
+    if check and entry is not None and "xxh3" in entry:
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if _CHECKED.get(identity) != entry["xxh3"]:
+            if file_xxh3(path) != entry["xxh3"]:
+                raise FgramError(f"{path}: its bytes are not those written (XXH3 differs): {fix}")
+            _CHECKED[identity] = entry["xxh3"]
     try:
         arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
         return arr
@@ -227,7 +241,9 @@ def _first(exc: BaseException) -> str:
     return text[:120]
 
 
-def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[str], np.ndarray]:
+def part_arrays(
+    folder: Location, meta: dict[str, Any], mode: str, check: bool = True
+) -> Callable[[str], np.ndarray]:
     """A loader ``name -> array`` for the files of an output part (the index, the
     embeddings). Local: memory-mapped (``mmap``) or read (``ram``). On an object
     store: ``ram`` reads each object into memory; ``mmap`` maps a local copy from
@@ -235,7 +251,9 @@ def part_arrays(folder: Location, meta: dict[str, Any], mode: str) -> Callable[[
 
     def load(name: str) -> np.ndarray:
         if folder.local:
-            arr = _open_local(os.path.join(folder.path, name), meta.get("files", {}).get(name))
+            arr = _open_local(
+                os.path.join(folder.path, name), meta.get("files", {}).get(name), check
+            )
             return np.array(arr) if mode == "ram" else np.asarray(arr)
         entry = meta.get("files", {}).get(name)
         if entry is None:
@@ -272,6 +290,16 @@ def _chain_ids(tables: dict[int, HashTable], toks: np.ndarray) -> np.ndarray:
             nxt[ok] = table.find(chain_key(ids[ok], toks[ok, j]))
         ids = nxt
     return ids
+
+
+def unchecked(where: str) -> None:
+    """The one line an open without checks leaves (`FgramIndex.open`'s ``check``)."""
+    import sys
+
+    sys.stderr.write(
+        f"fgram: warning: {where}: opened without checking its arrays (check=False): "
+        f"damage there would give wrong lookups; `fgram verify --deep` checks them\n"
+    )
 
 
 def verify_whole(loc: Location) -> None:
@@ -333,13 +361,17 @@ class FgramIndex:
         mode: str = "mmap",
         storage: dict[str, Any] | None = None,
         verify: bool = False,
+        check: bool = True,
     ) -> FgramIndex:
         """``out``: a build output or a refresh folder, a path or a URI (``storage``: its
-        storage options). ``mode="mmap"`` maps the arrays (shared through the page cache,
-        opens in milliseconds; from an object store, a local copy in the cache);
-        ``"ram"`` reads them into this process's memory (faster lookups, a private copy).
-        Sizes and shapes are checked always; ``verify``: every byte of the table first
-        (`verify_whole`: seconds a GB)."""
+        storage options). ``mode="mmap"`` maps the arrays (shared through the page cache;
+        from an object store, a local copy in the cache); ``"ram"`` reads them into this
+        process's memory (faster lookups, a private copy). Sizes and shapes are checked
+        always, and (``check``) every byte of the arrays against the XXH3 the index
+        recorded, at memory speed, once per file and process: damage is an error naming
+        the file, never a wrong lookup. ``check=False`` (an index larger than memory,
+        whose pages would all be read): a warning names what is left unchecked.
+        ``verify``: every byte of the table too, against its sha256 (`verify_whole`)."""
         check_mode(mode)
         loc = resolve_table(out, storage)
         if verify:
@@ -350,7 +382,9 @@ class FgramIndex:
         )
         if loc.child("manifest.json").exists() and manifest_fingerprint(loc) != meta["table"]:
             raise FgramError(f"{loc.uri}: the index was built for another f-gram table; rebuild it")
-        load = part_arrays(folder, meta, mode)
+        load = part_arrays(folder, meta, mode, check)
+        if not check:
+            unchecked(folder.uri)
         n, where = int(meta["fgrams"]), folder.uri
         rows = {L: load(f"table-{L}.npy") for L in range(2, meta["max_len"] + 1)}
         suffix = load("suffix.npy")

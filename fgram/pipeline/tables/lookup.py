@@ -32,6 +32,7 @@ def look_up(
     mode: str,
     backend: str,
     storage: dict[str, Any] | None,
+    check: bool = True,
 ) -> dict[str, Any]:
     """See `fgram.api.lookup`."""
     from fgram.pipeline.formats.tokenizer import (
@@ -73,10 +74,10 @@ def look_up(
     from fgram.pipeline.tables.versions import resolve_table
 
     loc = resolve_table(table, storage)  # one version for the index and the rows
-    index = FgramIndex.open(loc, mode=mode, storage=storage)
+    index = FgramIndex.open(loc, mode=mode, storage=storage, check=check)
     store: FgramStore | None = None  # matches only: no embeddings (`fgram embed`)
     if loc.child("embeddings", "embeddings.json").exists():  # damaged ones are an error
-        store = FgramStore.open(loc, mode=mode, storage=storage)
+        store = FgramStore.open(loc, mode=mode, storage=storage, check=check)
     fid, lengths = index.match(ids)
     matches: list[Any] = []
     for i in range(len(ids)):
