@@ -24,6 +24,7 @@ every process on a machine shares one copy through the page cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -34,7 +35,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from fgram.pipeline.errors import FgramError
-from fgram.pipeline.io.cache import cached_copy, file_record, file_xxh3
+from fgram.pipeline.io.cache import cache_dir, cached_copy, file_record, file_xxh3
 from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
 from fgram.pipeline.io.storage import Location, Place, json_bytes
 from fgram.pipeline.io.workdir import save_array, save_json
@@ -200,7 +201,8 @@ def file_records(folder: str, gen: str | None = None) -> dict[str, dict[str, Any
 
 
 # files whose bytes were found as recorded, by identity (device, inode, size, mtime): a
-# second open in this process costs nothing
+# second open costs nothing (in this process; in later ones, a marker in the cache's
+# checked/, named by the identity and the hash)
 _CHECKED: dict[tuple[int, int, int, int], str] = {}
 
 
@@ -219,10 +221,15 @@ def _open_local(path: str, entry: dict[str, Any] | None, check: bool = True) -> 
         raise FgramError(f"{path}: {size} bytes where its metadata says {entry['bytes']}: {fix}")
     if check and entry is not None and "xxh3" in entry:
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if _CHECKED.get(identity) != entry["xxh3"]:
+        marker = os.path.join(
+            cache_dir("checked"), "-".join(map(str, identity)) + f"-{entry['xxh3']}"
+        )
+        if _CHECKED.get(identity) != entry["xxh3"] and not os.path.exists(marker):
             if file_xxh3(path) != entry["xxh3"]:
                 raise FgramError(f"{path}: its bytes are not those written (XXH3 differs): {fix}")
-            _CHECKED[identity] = entry["xxh3"]
+            with contextlib.suppress(OSError):  # a later process's open costs nothing
+                open(marker, "w").close()
+        _CHECKED[identity] = entry["xxh3"]
     try:
         arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
         return arr
