@@ -219,6 +219,21 @@ def test_commands_take_dtype_and_separator_from_the_manifest_and_refuse_others_a
     assert not os.path.exists(tmp_path / "t3")
 
 
+def test_a_record_past_max_record_bytes_is_a_bad_record(tok_path, tmp_path):
+    """A huge record (one JSON line of hundreds of MB held ~77x by a tokenizer) is refused
+    past --max-record-bytes, naming its file and line; --skip-bad-records counts it."""
+    records = [{"text": "the cat sat"}, {"text": "a dog " * 40}, {"text": "on a mat"}]
+    write_jsonl(tmp_path / "a.jsonl", records)
+    with pytest.raises(InputError, match=r"a.jsonl:2: a record of \d+ bytes, over --max-rec"):
+        run(tok_path, [tmp_path / "a.jsonl"], tmp_path / "o", max_record_bytes=100)
+    assert not os.path.exists(tmp_path / "o")
+    m = run(
+        tok_path, [tmp_path / "a.jsonl"], tmp_path / "o", max_record_bytes=100,
+        skip_bad_records=True,
+    )  # fmt: skip
+    assert m["documents"] == 2 and list(m["skipped_records"].values()) == [1]
+
+
 BAD = {
     "json": (b'{"text": "the cat"}\n\n{"text": "a dog"}\n{oops\n', 4, "not JSON"),
     "field": (b'{"text": "the cat"}\n{"body": "x"}\n', 2, "no field 'text'"),

@@ -279,6 +279,15 @@ class TokenizeConfig(Options):
         False,
         "Count a malformed record (per file, in the manifest) and go on, instead of failing.",
     )
+    max_record_bytes: int = option(
+        32 * 2**20,
+        "A record (a JSON line, a .txt document) larger than this is a bad record: a "
+        "tokenizer holds tens of times a document's size while it encodes it (default: 32M).",
+        parse=parse_bytes,
+        minimum=1,
+        metavar="BYTES",
+        show_default=False,
+    )
     dtype: str | None = option(
         None,
         "bin: the token dtype (default: uint16 when the vocabulary fits, else uint32).",
@@ -320,7 +329,12 @@ class TokenizeConfig(Options):
         from fgram.pipeline.formats.text import TextOptions
 
         return TextOptions(
-            self.text_field, self.id_field, self.doc_per_line, self.skip_bad_records, self.storage
+            self.text_field,
+            self.id_field,
+            self.doc_per_line,
+            self.skip_bad_records,
+            self.storage,
+            self.max_record_bytes,
         )
 
     def record(self) -> dict[str, Any]:

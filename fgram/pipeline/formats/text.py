@@ -45,6 +45,9 @@ class TextOptions:
     doc_per_line: bool = False  # .txt: a document per non-blank line, not per file
     skip_bad_records: bool = False  # count a bad record and go on, instead of failing
     storage: dict[str, Any] = field(default_factory=dict)
+    # a record (a JSON line, a .txt document) past this many bytes is a bad record: the
+    # tokenizer holds tens of times a document's size while it encodes it
+    max_record_bytes: int = 32 * 2**20
 
 
 @dataclass
@@ -306,6 +309,9 @@ def documents(
             return
         if f.kind == "txt" and not opts.doc_per_line:
             data = b"".join(_chunks(f, opts.storage))
+            if len(data) > opts.max_record_bytes:
+                skips.bad(f.uri, 1, _too_large(len(data), opts))
+                return
             try:
                 whole = data.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -315,6 +321,9 @@ def documents(
             return
         for place, (n, line) in enumerate(_lines(f, unit, opts.storage)):
             where = first_line + n
+            if len(line) > opts.max_record_bytes:
+                skips.bad(f.uri, where, _too_large(len(line), opts))
+                continue
             if f.kind == "txt":
                 try:
                     text = line.rstrip(b"\r").decode("utf-8")
@@ -343,6 +352,14 @@ def documents(
                 out = Batch(ids=[] if id_path else None)
     if out.texts:
         yield out
+
+
+def _too_large(size: int, opts: TextOptions) -> str:
+    return (
+        f"a record of {size} bytes, over --max-record-bytes {opts.max_record_bytes} (a "
+        f"tokenizer holds tens of times a document's size while it encodes it): raise it, "
+        f"or pass it over with --skip-bad-records"
+    )
 
 
 def _parquet_documents(
