@@ -146,6 +146,51 @@ def test_ctrl_c_of_an_embed_on_spark_is_one_line(tmp_path):
     assert said(err) == ["fgram: interrupted"], err[-3000:]
 
 
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of a process's children (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            cmd = open(f"/proc/{entry}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append((int(entry), cmd))
+    return out
+
+
+@pytest.mark.slow
+def test_a_spark_jvm_killed_is_one_line_saying_so(tmp_path):
+    """The driver's JVM killed (SIGKILL, as the out-of-memory killer does) while Spark runs
+    the chunks: exit 1 and one line that says the JVM was killed and what to do, not
+    "Connection refused"; its crash reports never go to the working directory."""
+    out = small_table(tmp_path)
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    cmd = [sys.executable, "-m", "fgram", "embed", str(out), "--model", "slow_models:slow_echo",
+           "--batch", "1", "--chunk-rows", "2", "--engine", "spark"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=tmp_path, start_new_session=True, text=True, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for_files(str(out / "embeddings.staging" / "done" / "*"), proc, 120, "a chunk")
+        java = [p for p, c in _children(proc.pid) if "java" in c.split(" ")[0]]
+        assert java, _children(proc.pid)
+        os.kill(java[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err[-3000:]
+    lines = said(err)
+    assert lines and lines[-1].startswith("fgram: error: the Spark JVM was killed (SIGKILL"), err
+    assert "spark.driver.memory" in lines[-1] and "Connection refused" not in lines[-1]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith("hs_err")]
+
+
 @settings(max_examples=20, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     docs=st.lists(st.lists(st.integers(0, 4), max_size=30), min_size=1, max_size=6),

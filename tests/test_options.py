@@ -24,7 +24,7 @@ from fgram.pipeline.errors import ConfigError
 # (--json, `as_json`, is every job command's: the result, not a config field)
 COMMANDS = {
     "build": (BuildConfig, ("inputs", "output"), {"table", "inputs", "dry_run", "as_json", "lineage"}),  # noqa: E501
-    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "dry_run", "as_json", "lineage"}),  # noqa: E501
+    "refresh": (BuildConfig, REFRESH_TAKES_NOT, {"table", "inputs", "keep", "rebuild", "model", "dry_run", "as_json", "lineage"}),  # noqa: E501
     "tokenize": (TokenizeConfig, ("inputs",), {"inputs", "as_json", "lineage"}),
     "annotate": (AnnotateConfig, ANNOTATE_TAKES_NOT, {"table", "inputs", "as_json", "lineage"}),
     "coverage": (AnnotateConfig, ("table", "inputs", "output", "overwrite"), {"table", "inputs", "as_json", "lineage"}),  # noqa: E501
@@ -61,7 +61,7 @@ def test_a_function_takes_the_commands_names(name):
     if name == "report":
         params -= set(HELDOUT_READING)  # they go in coverage={...}, as AnnotateConfig's
     assert params <= keywords
-    assert name != "refresh" or {"keep", "rebuild"} <= set(sig.parameters)
+    assert name != "refresh" or {"keep", "rebuild", "model"} <= set(sig.parameters)
 
 
 def test_a_value_parses_alike_from_the_command_line_and_from_python():

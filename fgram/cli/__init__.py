@@ -219,6 +219,11 @@ def main() -> None:
             traceback.print_exc()
         line, _ = task_failure(str(exc)) if str(exc) else (type(exc).__name__, None)
         line = one_line(line)
+        from fgram.spark.session import jvm_ended
+
+        ended = jvm_ended()  # a refused connection after the JVM died: say why it died
+        if ended is not None:
+            line = ended
         if "Too many open files" in line:  # EMFILE: say the limit and what to do
             import resource
 

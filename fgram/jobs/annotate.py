@@ -150,14 +150,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     t0 = time.time()
     cfg.validate()
     cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
-    if cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
-        if cfg.output is not None:  # tags sit beside the token files a trainer reads
-            raise InputError(
-                ", ".join(cfg.inputs),
-                "text: annotate tags token shards, aligned with what a trainer reads; "
-                "tokenize it first (fgram tokenize ... -o shards --tokenizer, the table's "
-                "tokenizer), then annotate the shards",
-            )
+    if cfg.output is None and cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
         cfg = dataclasses.replace(cfg, tokenizer=_table_tokenizer(cfg))
     if cfg.tokenizer:
         return _coverage_of_text(cfg, spark)
@@ -167,7 +160,17 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     index = FgramIndex.open(table, storage=cfg.storage)
     check_tokenizer(_manifest(table), tokenizer, ", ".join(cfg.inputs), table.uri)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
-    shards = plan_shards(cfg.inputs, cfg.read_options())
+    try:
+        shards = plan_shards(cfg.inputs, cfg.read_options())
+    except InputError:
+        if cfg.output is not None and holds_text(cfg.inputs, cfg.storage):
+            raise InputError(  # tags sit beside the token files a trainer reads
+                ", ".join(cfg.inputs),
+                "text: annotate tags token shards, aligned with what a trainer reads; "
+                "tokenize it first (fgram tokenize ... -o shards --tokenizer, the table's "
+                "tokenizer), then annotate the shards",
+            ) from None
+        raise
     units = plan_units(shards, cfg.unit_tokens)
     check_layout(cfg.layout, shards)
     names = [format_of(s).tag_name(s) for s in shards]

@@ -85,6 +85,43 @@ def _spark_conf(chosen: str | None, settings: dict, app_name: str):
     return sconf.setAll(list(settings.items()))
 
 
+def jvm_reports() -> str:
+    """Where a driver JVM fgram launches writes its crash report (not the working
+    directory)."""
+    from fgram.pipeline.io.cache import cache_dir
+
+    return cache_dir("jvm")
+
+
+def jvm_ended() -> str | None:
+    """What ended this process's Spark JVM, in words, when it is gone (a failure after it
+    is the JVM's end, not a refused connection); None while it runs, or without one."""
+    import glob
+
+    if "pyspark" not in sys.modules:  # no JVM in this process
+        return None
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None or proc.poll() is None:
+        return None
+    code = proc.returncode
+    if code == -9:
+        how = "was killed (SIGKILL: most often the kernel's out-of-memory killer)"
+    elif code < 0:
+        how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with status {code}"
+    reports = sorted(
+        glob.glob(os.path.join(jvm_reports(), "hs_err_pid*.log")), key=os.path.getmtime
+    )
+    report = f"; its crash report: {reports[-1]}" if reports and code > 0 else ""
+    return (
+        f"the Spark JVM {how}: give it more memory (--conf spark.driver.memory=4g), or run "
+        f"without it (--engine local){report}"
+    )
+
+
 def _launch_quietly(sconf) -> None:
     """Launch the driver JVM ourselves (when pyspark is about to: not under spark-submit,
     no gateway yet), its stderr through `_forward`, and hand the gateway to pyspark."""
@@ -239,8 +276,9 @@ def spark_settings(master: str | None, conf: dict[str, str] | None) -> tuple[str
     )
     if submitted:  # --py-files reach a worker only after its daemon has started
         settings.pop(DAEMON, None)
-    else:  # a JVM we launch logs through fgram's configuration
-        settings[JAVA_OPTS] = f"{settings.get(JAVA_OPTS, '')} {_log_options()}".strip()
+    else:  # a JVM we launch logs through fgram's configuration, and crashes into the cache
+        crash = f"-XX:ErrorFile={os.path.join(jvm_reports(), 'hs_err_pid%p.log')}"
+        settings[JAVA_OPTS] = f"{settings.get(JAVA_OPTS, '')} {_log_options()} {crash}".strip()
     settings.update(conf or {})
     return chosen, settings
 
