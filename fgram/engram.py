@@ -1,0 +1,266 @@
+"""fgram for Engram models (DeepSeek's hashed n-gram memory, public demo
+`deepseek-ai/Engram`): canonical ("compressed") token ids and Engram's hash ids, exactly
+as the demo computes them, in a compiled kernel for the data loader.
+
+    from fgram.engram import EngramConfig, EngramHashing, canonical_map
+
+    lookup, size = canonical_map("tokenizer/")          # ids -> canonical ids
+    hashing = EngramHashing(EngramConfig.load("engram.toml"), lookup=(lookup, size))
+    ids = hashing.hash(tokens)                          # {layer: int64 [B, T, (N-1)*H]}
+
+The definitions (docs/formats.md, "Engram"): a token id's canonical id groups the ids
+whose text, decoded alone, is equal after normalising; for each layer, ``max_ngram_size``
+odd multipliers drawn from ``default_rng(seed + 10007 * layer)`` in ``[0, half)`` (``half
+= max(1, (2^63 - 1) // canonical_size // 2)``), times 2 plus 1; per order n and head a
+distinct prime table size, the next unused prime above the order's
+``engram_vocab_size - 1`` (then above the head before), layers in turn; the bucket of
+order n at position t is ``(x[t]*m0 ^ x[t-1]*m1 ^ ... ^ x[t-n+1]*m[n-1]) mod p`` in
+wrapping int64 arithmetic, non-negative, with the canonical pad id before a sequence's
+start. Negative ids (a loader's padding) are kept as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.kernels.jit import compiled
+
+LAYER_STRIDE = 10007  # the demo's prime between the layers' seeds
+
+
+@dataclass
+class EngramConfig:
+    """An Engram configuration, by the demo's field names (others in a file are ignored:
+    ``n_embed_per_ngram``, ``kernel_size``, ``tokenizer_name_or_path``)."""
+
+    engram_vocab_size: list[int] = field(default_factory=lambda: [129280 * 5, 129280 * 5])
+    max_ngram_size: int = 3
+    n_head_per_ngram: int = 8
+    layer_ids: list[int] = field(default_factory=lambda: [1, 15])
+    pad_id: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_ngram_size < 2:
+            raise ConfigError(f"max_ngram_size must be >= 2, got {self.max_ngram_size}")
+        if len(self.engram_vocab_size) < self.max_ngram_size - 1:
+            raise ConfigError(
+                f"engram_vocab_size: {len(self.engram_vocab_size)} sizes for orders "
+                f"2..{self.max_ngram_size} (one per order)"
+            )
+        if self.n_head_per_ngram < 1 or any(v < 2 for v in self.engram_vocab_size):
+            raise ConfigError("n_head_per_ngram must be >= 1 and every engram_vocab_size >= 2")
+
+    @classmethod
+    def load(cls, path: str) -> EngramConfig:
+        """A TOML or JSON file with the demo's field names (top-level keys, or an
+        ``[engram]`` table)."""
+        with open(path, "rb") as fh:
+            data = fh.read()
+        if path.endswith(".json"):
+            values = json.loads(data)
+        else:
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # Python 3.10: the same module, from PyPI
+                import tomli as tomllib
+            values = tomllib.loads(data.decode())
+        values = values.get("engram", values)
+        known = {k: v for k, v in values.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    if n % 2 == 0:
+        return n == 2
+    f = 3
+    while f * f <= n:
+        if n % f == 0:
+            return False
+        f += 2
+    return True
+
+
+def table_sizes(config: EngramConfig) -> dict[int, list[list[int]]]:
+    """Each layer's prime table sizes, per order (2..max_n) and head: all distinct, each
+    the next unused prime above the order's ``engram_vocab_size - 1`` or the head's
+    before it, layers in turn."""
+    seen: set[int] = set()
+    out: dict[int, list[list[int]]] = {}
+    for layer in config.layer_ids:
+        orders = []
+        for n in range(2, config.max_ngram_size + 1):
+            start, heads = config.engram_vocab_size[n - 2] - 1, []
+            for _ in range(config.n_head_per_ngram):
+                p = start + 1
+                while p in seen or not _is_prime(p):
+                    p += 1
+                seen.add(p)
+                heads.append(p)
+                start = p
+            orders.append(heads)
+        out[layer] = orders
+    return out
+
+
+def multipliers(config: EngramConfig, size: int) -> dict[int, np.ndarray]:
+    """Each layer's ``max_ngram_size`` odd int64 multipliers for ``size`` canonical ids."""
+    half = max(1, (np.iinfo(np.int64).max // size) // 2)
+    out = {}
+    for layer in config.layer_ids:
+        rng = np.random.default_rng(int(config.seed + LAYER_STRIDE * int(layer)))
+        r = rng.integers(low=0, high=half, size=(config.max_ngram_size,), dtype=np.int64)
+        out[layer] = r * 2 + 1
+    return out
+
+
+@compiled(cache=True, nogil=True)
+def _hash_ids(
+    x: np.ndarray, pad: int, mult: np.ndarray, mods: np.ndarray, heads: int, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """out[b, t, (n-2)*heads + j] = the bucket of order n, head j at (b, t) of the
+    canonical ids ``x`` [B, T]."""
+    nb, nt = x.shape
+    max_n = mult.shape[0]
+    for b in range(nb):
+        for t in range(nt):
+            mix = x[b, t] * mult[0]
+            for k in range(1, max_n):
+                prev = x[b, t - k] if t - k >= 0 else pad
+                mix = mix ^ (prev * mult[k])
+                for j in range(heads):
+                    p = mods[(k - 1) * heads + j]
+                    r = mix % p
+                    if r < 0:
+                        r += p
+                    out[b, t, (k - 1) * heads + j] = r
+
+
+class EngramHashing:
+    """Engram's hash ids of token ids, bit-exact with the demo's `NgramHashMapping.hash`.
+    ``lookup``: ``(canonical ids int64[vocab], size)`` (`canonical_map`), or
+    ``tokenizer`` to make it."""
+
+    def __init__(
+        self,
+        config: EngramConfig,
+        tokenizer: Any = None,
+        lookup: tuple[np.ndarray, int] | None = None,
+    ) -> None:
+        if lookup is None:
+            if tokenizer is None:
+                raise ConfigError("EngramHashing needs the tokenizer, or its canonical lookup")
+            lookup = canonical_map(tokenizer)
+        self.config = config
+        self.lookup, self.size = np.asarray(lookup[0], np.int64), int(lookup[1])
+        self.pad = int(self.lookup[config.pad_id])
+        self.multipliers = multipliers(config, self.size)
+        self.table_sizes = table_sizes(config)
+
+    def canonical(self, ids: Any) -> np.ndarray:
+        """Canonical ids of token ids (negative ones kept as they are)."""
+        x = np.asarray(ids)
+        if x.size and int(x.max()) >= len(self.lookup):
+            raise ConfigError(
+                f"token id {int(x.max())} is past the tokenizer's {len(self.lookup)} ids"
+            )
+        x = x.astype(np.int64)
+        out = x.copy()
+        keep = x >= 0
+        out[keep] = self.lookup[x[keep]]
+        return out
+
+    def hash(self, ids: Any) -> dict[int, np.ndarray]:
+        """``{layer: int64 [B, T, (max_ngram_size - 1) * n_head_per_ngram]}`` of token ids
+        ``[B, T]`` (any integer dtype): orders in turn, heads in turn within one."""
+        x = self.canonical(ids)
+        if x.ndim != 2:
+            raise ConfigError(f"ids of shape {x.shape}: expected [batch, time]")
+        heads = self.config.n_head_per_ngram
+        width = (self.config.max_ngram_size - 1) * heads
+        out = {}
+        for layer in self.config.layer_ids:
+            mods = np.asarray([p for order in self.table_sizes[layer] for p in order], np.int64)
+            res = np.empty((x.shape[0], x.shape[1], width), np.int64)
+            _hash_ids(np.ascontiguousarray(x), self.pad, self.multipliers[layer], mods, heads, res)
+            out[layer] = res
+        return out
+
+
+def canonical_map(tokenizer: Any) -> tuple[np.ndarray, int]:
+    """``(canonical id of each token id int64[vocab], number of canonical ids)`` of a
+    tokenizer: a folder or a ``tokenizer.json`` path, or a loaded ``transformers`` or
+    ``tokenizers`` tokenizer. Each id is decoded alone (``skip_special_tokens=False``);
+    a text holding U+FFFD is keyed by the token's own string, any other by its text
+    normalised (NFKC, NFD, accents stripped, lower case, runs of space/tab/CR/LF one
+    space, a lone space kept, stripped; empty: the text itself); equal keys share an id,
+    numbered in order of first appearance. With ``transformers`` installed a path is read
+    as the demo reads it (``AutoTokenizer``, its ``tokenizer_config.json`` included);
+    without it, by ``tokenizers``, whose decode skips the config's
+    ``clean_up_tokenization_spaces``: a tokenizer that sets it may map differently."""
+    tok = _load(tokenizer)
+    decode, to_token = _decoder(tok)
+    n = len(tok) if hasattr(tok, "convert_ids_to_tokens") else tok.get_vocab_size(True)
+    keys: dict[str, int] = {}
+    lookup = np.empty(n, np.int64)
+    for tid in range(n):
+        text = decode(tid)
+        key = to_token(tid) if "\ufffd" in text else (normalized(text) or text)
+        lookup[tid] = keys.setdefault(key, len(keys))
+    return lookup, len(keys)
+
+
+def _load(tokenizer: Any) -> Any:
+    if not isinstance(tokenizer, str | os.PathLike):
+        return tokenizer
+    path = os.fspath(tokenizer)
+    try:
+        import transformers
+    except ImportError:
+        from tokenizers import Tokenizer
+
+        file = path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
+        return Tokenizer.from_file(file)
+    if os.path.isfile(path):
+        return transformers.PreTrainedTokenizerFast(tokenizer_file=path)
+    return transformers.AutoTokenizer.from_pretrained(path)
+
+
+def _decoder(tok: Any) -> tuple[Any, Any]:
+    if hasattr(tok, "convert_ids_to_tokens"):  # transformers
+        return (
+            lambda i: tok.decode([i], skip_special_tokens=False),
+            tok.convert_ids_to_tokens,
+        )
+    return (lambda i: tok.decode([i], skip_special_tokens=False), tok.id_to_token)
+
+
+# Unicode's White_Space characters: what a strip removes (Python's own ``str.strip`` also
+# takes the information separators U+001C..U+001F)
+WHITE_SPACE = (
+    "\t\n\x0b\x0c\r \x85\xa0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000")
+)
+_RUNS = re.compile(r"[ \t\r\n]+")
+
+
+def normalized(text: str) -> str:
+    """A decoded token's key text (`canonical_map`): NFKC, NFD, nonspacing marks removed
+    (accents), lower case, each run of space/tab/CR/LF one space, then stripped of
+    white space unless it is exactly one space."""
+    text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
+    text = "".join(c for c in text if unicodedata.category(c) != "Mn").lower()
+    text = _RUNS.sub(" ", text)
+    return text if text == " " else text.strip(WHITE_SPACE)

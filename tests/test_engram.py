@@ -1,0 +1,204 @@
+"""fgram.engram against references restated here from Engram's description (the public
+demo's data side, ../shared/ENGRAM.md): hash ids bit-exact over drawn configurations and
+id arrays, the prime table sizes, and canonical token ids over tokenizers trained here
+(byte-level BPE; accents, case, whitespace and byte-fallback tokens)."""
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fgram.engram import EngramConfig, EngramHashing, canonical_map, table_sizes
+
+
+def _prime(n: int) -> bool:
+    return n > 1 and all(n % f for f in range(2, int(n**0.5) + 1))
+
+
+def reference_sizes(cfg: EngramConfig) -> dict:
+    """Per layer, order and head: the next prime above the start not used yet."""
+    used, out = set(), {}
+    for layer in cfg.layer_ids:
+        out[layer] = []
+        for n in range(2, cfg.max_ngram_size + 1):
+            start, heads = cfg.engram_vocab_size[n - 2] - 1, []
+            for _ in range(cfg.n_head_per_ngram):
+                c = start + 1
+                while not (_prime(c) and c not in used):
+                    c += 1
+                used.add(c)
+                heads.append(c)
+                start = c
+            out[layer].append(heads)
+    return out
+
+
+def reference_hash(cfg: EngramConfig, lookup: np.ndarray, size: int, ids) -> dict:
+    """The description, step by step, in numpy's int64 (wrapping) arithmetic."""
+    x = np.asarray(ids).astype(np.int64)
+    x = np.where(x >= 0, lookup[np.maximum(x, 0)], x)
+    pad = int(lookup[cfg.pad_id])
+    half = max(1, int(np.iinfo(np.int64).max // size) // 2)
+    sizes = reference_sizes(cfg)
+    b, t = x.shape
+    out = {}
+    for layer in cfg.layer_ids:
+        g = np.random.default_rng(cfg.seed + 10007 * layer)
+        m = g.integers(0, half, size=cfg.max_ngram_size, dtype=np.int64) * 2 + 1
+        back = [np.concatenate([np.full((b, k), pad, np.int64), x[:, : t - k]], 1)[:, :t]
+                for k in range(cfg.max_ngram_size)]  # fmt: skip
+        cols = []
+        with np.errstate(over="ignore"):
+            for n in range(2, cfg.max_ngram_size + 1):
+                mix = back[0] * m[0]
+                for k in range(1, n):
+                    mix = mix ^ (back[k] * m[k])
+                cols += [np.mod(mix, p) for p in sizes[layer][n - 2]]
+        out[layer] = np.stack(cols, 2) if t else np.zeros((b, 0, len(cols)), np.int64)
+    return out
+
+
+configs = st.builds(
+    lambda sizes, max_n, heads, layers, pad, seed: EngramConfig(
+        engram_vocab_size=sizes[: max_n - 1], max_ngram_size=max_n, n_head_per_ngram=heads,
+        layer_ids=layers, pad_id=pad, seed=seed,
+    ),
+    sizes=st.lists(st.integers(2, 5000), min_size=3, max_size=3),
+    max_n=st.integers(2, 4),
+    heads=st.integers(1, 8),
+    layers=st.lists(st.integers(0, 40), min_size=1, max_size=3, unique=True),
+    pad=st.integers(0, 9),
+    seed=st.integers(0, 2**20),
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cfg=configs,
+    vocab=st.integers(10, 70000),
+    groups=st.integers(1, 400),
+    shape=st.tuples(st.integers(1, 4), st.integers(0, 40)),
+    dtype=st.sampled_from([np.uint16, np.int32, np.int64]),
+    seed=st.integers(0, 1000),
+    padded=st.booleans(),
+)
+def test_hash_ids_are_the_reference_s_bit_for_bit(cfg, vocab, groups, shape, dtype, seed, padded):
+    rng = np.random.default_rng(seed)
+    groups = min(groups, vocab)
+    lookup = rng.integers(0, groups, vocab).astype(np.int64)  # many ids share a canonical
+    size = int(lookup.max()) + 1
+    top = min(vocab, np.iinfo(dtype).max + 1)
+    ids = rng.integers(0, top, shape).astype(dtype)
+    if padded and dtype != np.uint16 and ids.size:  # a loader's -1 padding: kept as it is
+        ids.reshape(-1)[::3] = -1
+    got = EngramHashing(cfg, lookup=(lookup, size)).hash(ids)
+    want = reference_hash(cfg, lookup, size, ids)
+    assert got.keys() == want.keys()
+    for layer in want:
+        assert got[layer].dtype == np.int64 and np.array_equal(got[layer], want[layer])
+
+
+def test_the_demo_configuration_s_table_sizes_and_file():
+    """The demo's defaults (129280 x 5 per order, 8 heads, layers 1 and 15): every table
+    size a distinct prime, each the next one up, layer 15's above layer 1's; a TOML or
+    JSON file with the demo's names (and others it ignores) gives the same config."""
+    cfg = EngramConfig()
+    sizes = table_sizes(cfg)
+    assert sizes == reference_sizes(cfg)
+    flat = [p for layer in cfg.layer_ids for order in sizes[layer] for p in order]
+    assert len(set(flat)) == len(flat) == 2 * 2 * 8 and all(_prime(p) for p in flat)
+    assert min(sizes[15][0]) > max(sizes[1][1]) > 129280 * 5
+    if importlib.util.find_spec("sympy"):
+        from sympy import nextprime
+
+        assert sizes[1][0][0] == nextprime(129280 * 5 - 1)
+
+
+def test_a_config_file_by_the_demo_s_names(tmp_path):
+    doc = {"engram_vocab_size": [1000, 2000], "max_ngram_size": 3, "n_head_per_ngram": 2,
+           "layer_ids": [2], "pad_id": 1, "seed": 7, "n_embed_per_ngram": 512}  # fmt: skip
+    (tmp_path / "e.json").write_text(json.dumps(doc))
+    (tmp_path / "e.toml").write_text(
+        "[engram]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in doc.items())
+    )
+    a, b = EngramConfig.load(str(tmp_path / "e.json")), EngramConfig.load(str(tmp_path / "e.toml"))
+    assert a == b and a.layer_ids == [2] and a.engram_vocab_size == [1000, 2000]
+
+
+def _tokenizer(tmp_path):
+    """A byte-level BPE (GPT-2 style) with accented, cased and whitespace-only tokens, and
+    its folder for transformers (tokenizer_config.json beside it)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = [
+        "Café café CAFÉ naïve NAÏVE  \t\n  Über über ÜBER",
+        "Ǆ ǅ ǆ ﬁ ＡＢＣ ①",
+        "日本語 😀 👍🏽",
+    ] * 50
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|endoftext|>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )  # fmt: skip
+    tok.train_from_iterator(text, trainer)
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"})
+    )
+    return folder
+
+
+def reference_map(folder) -> tuple[np.ndarray, int]:
+    """The description's canonical ids: transformers' decode of each id alone, tokenizers'
+    normalizers in the order given, U+FFFD keyed by the token's string."""
+    from tokenizers import Regex, normalizers
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    steps = normalizers.Sequence([
+        normalizers.NFKC(), normalizers.NFD(), normalizers.StripAccents(),
+        normalizers.Lowercase(), normalizers.Replace(Regex(r"[ \t\r\n]+"), " "),
+    ])  # fmt: skip
+    keys: dict = {}
+    out = []
+    for i in range(len(tok)):
+        text = tok.decode([i], skip_special_tokens=False)
+        if "\ufffd" in text:
+            key = tok.convert_ids_to_tokens(i)
+        else:
+            s = steps.normalize_str(text)
+            s = s if s == " " else normalizers.Strip().normalize_str(s)
+            key = s or text
+        out.append(keys.setdefault(key, len(keys)))
+    return np.asarray(out, np.int64), len(keys)
+
+
+def test_canonical_ids_are_the_reference_s(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is an optional extra")
+    folder = _tokenizer(tmp_path)
+    lookup, size = canonical_map(str(folder))
+    want, want_size = reference_map(folder)
+    assert size == want_size and np.array_equal(lookup, want)
+    assert size < len(lookup)  # case and accents folded: Café, café and CAFÉ share one
+    again, _ = canonical_map(str(folder / "tokenizer.json"))  # the file alone: the same
+    assert np.array_equal(again, lookup)
+
+
+def test_hashing_from_a_tokenizer_maps_its_ids_first(tmp_path):
+    pytest.importorskip("transformers", reason="transformers is an optional extra")
+    folder = _tokenizer(tmp_path)
+    lookup, size = canonical_map(str(folder))
+    cfg = EngramConfig(engram_vocab_size=[500, 700], max_ngram_size=3, n_head_per_ngram=4,
+                       layer_ids=[1], pad_id=1)  # fmt: skip
+    ids = np.random.default_rng(0).integers(0, len(lookup), (3, 50))
+    got = EngramHashing(cfg, str(folder)).hash(ids)
+    assert np.array_equal(got[1], reference_hash(cfg, lookup, size, ids)[1])
+    with pytest.raises(Exception, match="past the tokenizer's"):
+        EngramHashing(cfg, lookup=(lookup, size)).hash([[len(lookup)]])
