@@ -9,6 +9,10 @@
         ...
     state = ds.state_dict(samples_seen)   # later: ds.load_state_dict(state)
 
+With ``engram`` (an `fgram.engram.EngramHashing`, or a config with ``tokenizer``), each
+sample also holds Engram's hash ids of its window, ``engram_<layer>`` [T, (N-1)*H]
+(stacked by `collate`), so the trainer hashes nothing in its step.
+
 Sample i is the i-th window of ``seq_len`` positions of the tags' stream (their
 matches cut at the window's start, as `training_sequences` cuts them), in a seeded
 permutation per epoch when ``seed`` is given; a rank takes every ``world_size``-th
@@ -37,9 +41,12 @@ class FgramDataset(torch.utils.data.Dataset):
         rank: int = 0,
         world_size: int = 1,
         storage: dict[str, Any] | None = None,
+        engram: Any = None,
+        tokenizer: str | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+        self.engram = _engram(engram, tokenizer)
         self.tags, self.seq_len, self.seed = str(tags), seq_len, seed
         self.rank, self.world_size, self.storage = rank, world_size, storage
         self.epoch, self.start = 0, 0
@@ -79,11 +86,15 @@ class FgramDataset(torch.utils.data.Dataset):
             raise IndexError(i)
         w = int(self.order()[self.start + i])
         t, f, m = self.reader.window(w * self.seq_len, self.seq_len)
-        return {
+        sample = {
             "tokens": torch.from_numpy(t),
             "fgram_ids": torch.from_numpy(f),
             "match_len": torch.from_numpy(m.astype(np.int64)),
         }
+        if self.engram is not None:  # the window is Engram's sequence: padded at its start
+            for layer, ids in self.engram.hash(t[None, :]).items():
+                sample[f"engram_{layer}"] = torch.from_numpy(ids[0])
+        return sample
 
     def state_dict(self, samples_seen: int) -> dict[str, Any]:
         """Where to resume: this epoch, after ``samples_seen`` of its samples here."""
@@ -93,6 +104,21 @@ class FgramDataset(torch.utils.data.Dataset):
         if state.get("seed") != self.seed:
             raise ValueError(f"a state of seed {state.get('seed')}, this dataset's is {self.seed}")
         self.epoch, self.start = int(state["epoch"]), int(state["start"])
+
+
+def _engram(engram: Any, tokenizer: str | None) -> Any:
+    """An `fgram.engram.EngramHashing`, from one, or from a config (an `EngramConfig` or
+    its file) and the tokenizer whose ids the tags hold."""
+    if engram is None:
+        return None
+    from fgram.engram import EngramConfig, EngramHashing
+
+    if isinstance(engram, EngramHashing):
+        return engram
+    config = engram if isinstance(engram, EngramConfig) else EngramConfig.load(str(engram))
+    if tokenizer is None:
+        raise ValueError("engram= a config needs tokenizer= (the tags' tokenizer)")
+    return EngramHashing(config, tokenizer)
 
 
 def collate(samples: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

@@ -77,3 +77,28 @@ def test_collate_gives_each_batch_its_distinct_fgrams(tags):
     index, F = batch["fgram_index"], batch["fgram_ids"]
     hit = index >= 0
     assert (ids[index[hit]] == F[hit]).all() and (F[~hit] < 0).all()
+
+
+def test_engram_hash_ids_come_with_each_window(tags):
+    """engram=: each sample holds Engram's hash ids of its window (the window is the
+    sequence: padded at its start), equal to hashing the window's tokens; collate stacks
+    them with two DataLoader workers."""
+    from torch.utils.data import DataLoader
+
+    from fgram.engram import EngramConfig, EngramHashing
+    from fgram.torch import FgramDataset, collate
+
+    lookup = np.arange(64, dtype=np.int64) // 2  # pairs of ids share a canonical id
+    cfg = EngramConfig(engram_vocab_size=[97, 101], max_ngram_size=3, n_head_per_ngram=2,
+                       layer_ids=[1, 3], pad_id=0)  # fmt: skip
+    hashing = EngramHashing(cfg, lookup=(lookup, 32))
+    ds = FgramDataset(tags / "tags", seq_len=16, seed=1, engram=hashing)
+    sample = ds[0]
+    want = hashing.hash(sample["tokens"].numpy()[None, :])
+    for layer in (1, 3):
+        assert sample[f"engram_{layer}"].shape == (16, 4)
+        assert np.array_equal(sample[f"engram_{layer}"].numpy(), want[layer][0])
+    loader = DataLoader(ds, batch_size=4, num_workers=2, collate_fn=collate)
+    batch = next(iter(loader))
+    assert batch["engram_3"].shape == (4, 16, 4)
+    assert np.array_equal(batch["engram_3"].numpy(), hashing.hash(batch["tokens"].numpy())[3])
