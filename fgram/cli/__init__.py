@@ -34,6 +34,9 @@ def note_sigint() -> None:
     def on_sigint(signum, frame):
         SIGINTS.append(signum)
         logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # its connections' ends
+        session = sys.modules.get("fgram.spark.session")
+        if session is not None:  # the JVM's own lines while it shuts down
+            session.MUTED.append(True)
         signal.default_int_handler(signum, frame)
 
     on_sigint.fgram_sigint = True  # type: ignore[attr-defined]  # kept over Spark's start

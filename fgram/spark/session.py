@@ -62,11 +62,19 @@ def _log_options() -> str:
     )
 
 
+# set by the command's Ctrl-C handler: what the JVM says while it is shut down after it
+# (a scheduler's accumulator error, its stack) is not the run's end, which is one line
+MUTED: list[bool] = []
+
+
 def _forward(stream, out) -> None:
-    """Copy the JVM's stderr lines to ``out``, without the start-up `NOISE` and blank lines."""
+    """Copy the JVM's stderr lines to ``out``, without the start-up `NOISE` and blank lines
+    (nor anything after a Ctrl-C, `MUTED`, unless debugging)."""
     keep_all = log_level() == "debug"
     for raw in iter(stream.readline, b""):
         line = raw.decode(errors="replace")
+        if MUTED and not keep_all:
+            continue
         if keep_all or (line.strip() and not any(n in line for n in NOISE)):
             try:
                 out.write(line)
@@ -86,11 +94,11 @@ def _spark_conf(chosen: str | None, settings: dict, app_name: str):
 
 
 def jvm_reports() -> str:
-    """Where a driver JVM fgram launches writes its crash report (not the working
-    directory)."""
+    """Where a driver JVM fgram launches writes its crash report, ``hs_err_pid*.log``: the
+    cache (`fgram clean` lists them), not the working directory."""
     from fgram.pipeline.io.cache import cache_dir
 
-    return cache_dir("jvm")
+    return cache_dir()
 
 
 def jvm_ended() -> str | None:

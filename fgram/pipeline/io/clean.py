@@ -60,6 +60,8 @@ def cache_entries() -> list[Entry]:
             out.append(
                 Entry(path, f"copies of object-store files ({len(os.listdir(path))})", _size(path))
             )
+        elif name.startswith("hs_err_pid") and name.endswith(".log"):
+            out.append(Entry(path, "Spark JVM's crash report", _size(path)))
         elif name == "checked" and os.listdir(path):
             n = len(os.listdir(path))
             out.append(Entry(path, f"marks of files checked on open ({n})", _size(path)))
