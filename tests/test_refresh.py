@@ -335,3 +335,51 @@ def test_a_reader_reads_one_version_while_current_switches(tmp_path, monkeypatch
     assert opened.meta == want.meta and vs.current(root) == second
     ids = opened.ids([[1, 2], [2, 3, 4], [5, 6]])
     assert ids.tolist() == want.ids([[1, 2], [2, 3, 4], [5, 6]]).tolist()
+
+
+READER_LOOP = """
+import os, sys
+from fgram import FgramStore
+root, stop = sys.argv[1], sys.argv[2]
+opens = failures = 0
+first = None
+while not os.path.exists(stop):
+    try:
+        store = FgramStore.open(root, mode="mmap")
+        assert store.index.meta["table"] == store.meta["table"]  # one version's both
+        opens += 1
+    except Exception as exc:  # noqa: BLE001 - counted: the test wants none
+        failures += 1
+        first = first or repr(exc)
+print(opens, failures, first)
+"""
+
+
+@pytest.mark.slow
+def test_readers_never_fail_while_refreshes_switch_current(tmp_path):
+    """A process opening the store through `current` in a loop while eight refreshes
+    build, carry the index and embeddings, and switch it: every open succeeds, and its
+    index and rows are of one version."""
+    import subprocess
+    import sys
+
+    root, stop = str(tmp_path / "t"), tmp_path / "stop"
+    opts = dict(dtype="uint16", doc_sep=0, min_count=2, engine="local")
+    shards = [write_bin(str(tmp_path / "s0.bin"), [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4]] * 9, sep=0)]
+    fgram.refresh(root, shards, **opts)
+    fgram.index(root)
+    fgram.embed(root, model="fgram.pipeline.models:hashed", engine="local")
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER_LOOP, root, str(stop)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        for i in range(1, 9):
+            rng = np.random.default_rng(i)
+            docs = [list(rng.integers(1, 9, 12)) for _ in range(30)]
+            shards.append(write_bin(str(tmp_path / f"s{i}.bin"), docs, sep=0))
+            fgram.refresh(root, shards, keep=3, model="fgram.pipeline.models:hashed", **opts)
+    finally:
+        stop.touch()
+    opens, failures, first = reader.communicate(timeout=120)[0].split(maxsplit=2)
+    assert int(failures) == 0, first
+    assert int(opens) > 100  # the loop ran through the refreshes
