@@ -41,7 +41,13 @@ def blocks(doc: str, *sections: str, lang: str = "python") -> list[str]:
 
 OWN = "Your own corpus, end to end"
 (COMMANDS,) = blocks("README.md", OWN, lang="bash")
-SNIPPETS = blocks("README.md", OWN, "Training with fgram's tags", "Serving a SCONE model")
+SNIPPETS = blocks(
+    "README.md",
+    OWN,
+    "Training with fgram's tags",
+    "Serving a SCONE model",
+    "fgram for Engram models",
+)
 
 
 def _tokenizer(words: str, out: str) -> None:
@@ -92,7 +98,7 @@ def test_the_own_corpus_commands_run_as_written_and_say_what_they_chose(outputs)
 
 def _needs(code: str) -> None:
     for package in ("torch", "transformers"):
-        imported = re.search(rf"^\s*(from|import) {package}\b", code, re.M)
+        imported = re.search(rf"^\s*(from|import) (fgram\.)?{package}\b", code, re.M)
         if imported and importlib.util.find_spec(package) is None:
             pytest.skip(f"the snippet needs {package} (an optional extra)")
 
