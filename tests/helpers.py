@@ -105,6 +105,28 @@ def wait_for_files(pattern: str, proc, seconds: float, what: str) -> None:
         time.sleep(0.01)
 
 
+def interrupted_run(cmd, env, pattern: str, what: str, act, seconds: float = 240, **kw):
+    """Run ``cmd`` in a process group of its own, wait for a file matching ``pattern``
+    (`wait_for_files`), then ``act(proc)`` (a signal to it or to one of its processes);
+    returns (the process, ended, and its stderr). The group is killed if it is still
+    there."""
+    import os
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(
+        cmd, env=env, start_new_session=True, text=True, stderr=subprocess.PIPE, **kw
+    )
+    try:
+        wait_for_files(pattern, proc, seconds, what)
+        act(proc)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc, err
+
+
 def said(stderr: str) -> list[str]:
     """The lines of a command's stderr that are not progress lines (`progress.PREFIX`)."""
     from fgram.jobs.progress import PREFIX

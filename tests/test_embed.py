@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import build, result, said, wait_for_files, write_parquet
+from helpers import build, interrupted_run, result, said, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_index import oracle_match
@@ -134,14 +134,10 @@ def test_ctrl_c_of_an_embed_on_spark_is_one_line(tmp_path):
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     cmd = [sys.executable, "-m", "fgram", "embed", str(out), "--model", "slow_models:slow_echo",
            "--batch", "1", "--chunk-rows", "2", "--engine", "spark"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, text=True, stderr=subprocess.PIPE)
-    try:
-        wait_for_files(str(out / "embeddings.staging" / "done" / "*"), proc, 120, "a chunk")
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    done = str(out / "embeddings.staging" / "done" / "*")
+    proc, err = interrupted_run(
+        cmd, env, done, "a chunk", lambda proc: os.killpg(proc.pid, signal.SIGINT)
+    )
     assert proc.returncode == 130, err[-3000:]
     assert said(err) == ["fgram: interrupted"], err[-3000:]
 
@@ -172,18 +168,14 @@ def test_a_spark_jvm_killed_is_one_line_saying_so(tmp_path):
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     cmd = [sys.executable, "-m", "fgram", "embed", str(out), "--model", "slow_models:slow_echo",
            "--batch", "1", "--chunk-rows", "2", "--engine", "spark"]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=tmp_path, start_new_session=True, text=True, stderr=subprocess.PIPE
-    )
-    try:
-        wait_for_files(str(out / "embeddings.staging" / "done" / "*"), proc, 120, "a chunk")
+
+    def kill_the_jvm(proc):
         java = [p for p, c in _children(proc.pid) if "java" in c.split(" ")[0]]
         assert java, _children(proc.pid)
         os.kill(java[0], signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+
+    done = str(out / "embeddings.staging" / "done" / "*")
+    proc, err = interrupted_run(cmd, env, done, "a chunk", kill_the_jvm, cwd=tmp_path)
     assert proc.returncode == 1, err[-3000:]
     lines = said(err)
     assert lines and lines[-1].startswith("fgram: error: the Spark JVM was killed (SIGKILL"), err

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import build, result, said, wait_for_files, write_bin
+from helpers import build, interrupted_run, result, said, wait_for_files, write_bin
 from oracle import select, split_flat
 
 from fgram.pipeline.errors import LockedError, OutputError
@@ -223,22 +223,15 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
     src, docs = _corpus(tmp_path)
     out = tmp_path / "o"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    proc = subprocess.Popen(
-        _cmd(src, out),
-        env=env,
-        start_new_session=True,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
     pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
-    try:
-        wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 240, "pass 3")
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    proc, err = interrupted_run(
+        _cmd(src, out),
+        env,
+        os.path.join(pass3, "unit-*.done.json"),
+        "pass 3",
+        lambda proc: os.killpg(proc.pid, signal.SIGINT),
+        stdout=subprocess.PIPE,
+    )
     assert proc.returncode == 130, err[-2000:]
     assert said(err) == [
         f"fgram: interrupted; the completed passes are kept in "
