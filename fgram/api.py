@@ -204,9 +204,21 @@ def show(table, top: int = 10, tokenizer: str | None = None, storage: dict | Non
     rows = table_dataset(loc, manifest).head(top).to_pylist() if top > 0 else []
     tok = table_tokenizer(tokenizer, manifest)
     if tok is not None:
-        for row in rows:
-            row["text"] = tok.decode(row["tokens"])
+        first = _first_of_canonical(manifest) if manifest.get("canonical") else None
+        for row in rows:  # a canonical id as the text of its first original token
+            ids = row["tokens"] if first is None else [int(first[t]) for t in row["tokens"]]
+            row["text"] = tok.decode(ids)
     return {**manifest, "top_fgrams": rows}
+
+
+def _first_of_canonical(manifest: dict) -> Any:
+    """The first original token id of each canonical id of a ``--canonical`` table."""
+    import numpy as np
+
+    from fgram.engram import canonical_map
+
+    lookup, _ = canonical_map(manifest["canonical"]["tokenizer"])
+    return np.unique(lookup, return_index=True)[1]  # ids 0..size-1 each: its first token
 
 
 def lookup(

@@ -202,3 +202,50 @@ def test_hashing_from_a_tokenizer_maps_its_ids_first(tmp_path):
     assert np.array_equal(got[1], reference_hash(cfg, lookup, size, ids)[1])
     with pytest.raises(Exception, match="past the tokenizer's"):
         EngramHashing(cfg, lookup=(lookup, size)).hash([[len(lookup)]])
+
+
+def test_a_canonical_build_counts_the_mapped_tokens_exactly(tmp_path):
+    """build --canonical over `fgram tokenize` shards: the table of the documents' tokens
+    mapped to canonical ids (a brute-force count), its manifest naming the map; show gives
+    each canonical n-gram as the text of its ids' first tokens; readers that would match
+    tokens as they are refuse it, and so does refresh."""
+    from helpers import result
+    from oracle import select, split_flat
+
+    import fgram
+    from fgram.pipeline.errors import ConfigError
+
+    folder = _tokenizer(tmp_path)
+    words = ["Café", "café", "CAFÉ", "naïve", "NAÏVE", "Über", "über", "ÜBER", "ﬁ", "①"]
+    rng = np.random.default_rng(3)
+    lines = [json.dumps({"text": " ".join(rng.choice(words, 12))}) for _ in range(150)]
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    tok = str(folder / "tokenizer.json")
+    fgram.tokenize([tmp_path / "a.jsonl"], tmp_path / "shards", tok, format="bin", engine="local")
+    m = fgram.build(tmp_path / "t", [tmp_path / "shards"], canonical=True, min_count=3,
+                    max_len=4, engine="local")  # fmt: skip
+    lookup, size = canonical_map(tok)
+    assert m["canonical"]["size"] == size < len(lookup)
+    shards = json.load(open(tmp_path / "shards" / "manifest.json"))
+    flat = np.concatenate(
+        [np.fromfile(tmp_path / "shards" / s["name"], np.uint16) for s in shards["shards"]]
+    )
+    docs = [[int(lookup[t]) for t in d] for d in split_flat(flat.tolist(), shards["doc_sep"])]
+    assert result(tmp_path / "t") == select(docs, 4, 3, None)
+    mapped = {tuple(g) for g, _ in result(tmp_path / "t")}
+    assert any(len({lookup[t] for t in d}) < len(set(d)) for d in split_flat(flat.tolist(), 0))
+    assert mapped  # (Café and café: one canonical id, one n-gram's count)
+    top = fgram.show(tmp_path / "t", top=5)["top_fgrams"]
+    first = np.unique(lookup, return_index=True)[1]
+    from tokenizers import Tokenizer
+
+    decode = Tokenizer.from_file(tok).decode
+    assert [r["text"] for r in top] == [decode([int(first[t]) for t in r["tokens"]]) for r in top]
+    fgram.index(tmp_path / "t")
+    for refused in (
+        lambda: fgram.annotate(tmp_path / "t", [tmp_path / "shards"], tmp_path / "tags"),
+        lambda: fgram.lookup(tmp_path / "t", tokens=[1, 2, 3]),
+        lambda: fgram.refresh(tmp_path / "r", [tmp_path / "shards"], canonical=True),
+    ):
+        with pytest.raises(ConfigError, match="canonical"):
+            refused()

@@ -27,6 +27,7 @@ REFRESH_TAKES_NOT = (
     "tokenizer",
     "text_field",
     "doc_per_line",
+    "canonical",
 )
 
 

@@ -60,7 +60,7 @@ from fgram.pipeline.tables.coverage import (
     coverage_table,
 )
 from fgram.pipeline.tables.index import FgramIndex
-from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
+from fgram.pipeline.tables.versions import manifest_fingerprint, not_canonical, resolve_table
 from fgram.version import __version__
 
 _INDEX: dict[tuple, FgramIndex] = {}
@@ -158,6 +158,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     table = resolve_table(cfg.table, cfg.storage)
     cfg = _sizes_checked(cfg, table, None)  # a bad size is said before a missing index
     index = FgramIndex.open(table, storage=cfg.storage)
+    not_canonical(_manifest(table), table.uri, "annotate (and coverage)")
     check_tokenizer(_manifest(table), tokenizer, ", ".join(cfg.inputs), table.uri)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     try:

@@ -134,6 +134,8 @@ class TableManifest(JsonRecord):
     generation: str | None = optional()  # on an object store: the files' generation
     tokenizer: dict[str, Any] | None = optional()  # inputs made by `fgram tokenize`: its tokenizer
     text: dict[str, Any] | None = optional()  # a build from text: its inputs, documents, seconds
+    # --canonical: counted over Engram's canonical ids (the map's sha256, size, tokenizer)
+    canonical: dict[str, Any] | None = optional()
 
     @classmethod
     def restore(cls, values: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,8 @@ def run_refresh(
     (`remembered.settle_options`)."""
     t_start = time.time()
     cfg.validate()
+    if cfg.canonical:
+        raise ConfigError("refresh counts token ids as they are: --canonical is for build")
     cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     vs.check_keep(keep)  # before building, not after

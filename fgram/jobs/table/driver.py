@@ -32,7 +32,7 @@ from fgram.jobs.table.passes import (
 from fgram.jobs.table.select import write_table
 from fgram.jobs.table.state import BuildState, prepare_staging, resume_record, save_state
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import RESUMABLE, FgramError, keeps_work
+from fgram.pipeline.errors import RESUMABLE, ConfigError, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock, working_in
@@ -105,8 +105,37 @@ def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
 def _run_locked(
     cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer=None, text=None
 ) -> dict:
+    cfg, canonical = canonical_run(cfg, tokenizer)
     with contextlib.ExitStack() as live:  # the staging marked as this run's (`working_in`)
-        return _run_marked(cfg, spark, out, t_start, tokenizer, text, live)
+        return _run_marked(cfg, spark, out, t_start, tokenizer, text, live, canonical)
+
+
+def canonical_run(cfg: BuildConfig, tokenizer: dict | None) -> tuple[BuildConfig, dict | None]:
+    """A --canonical run's config with its map (``token_map``: Engram's canonical id of
+    each token id, from the shards' tokenizer), and the manifest's record of the map
+    (its sha256, its size, the tokenizer); (cfg, None) without --canonical."""
+    if not cfg.canonical:
+        return cfg, None
+    import hashlib
+
+    from fgram.engram import canonical_map
+    from fgram.pipeline.formats.tokenizer import known_tokenizer
+
+    path = known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None
+    if path is None:
+        raise ConfigError(
+            "--canonical needs the shards' tokenizer at hand: shards made by `fgram "
+            "tokenize` (their manifest names it, and its file is on this machine), or text "
+            "with --tokenizer"
+        )
+    lookup, size = canonical_map(path)
+    record = {
+        "sha256": hashlib.sha256(lookup.astype("<i8").tobytes()).hexdigest(),
+        "size": int(size),
+        "vocab_size": len(lookup),
+        "tokenizer": path,
+    }
+    return dataclasses.replace(cfg, token_map=lookup.astype(np.uint32)), record
 
 
 def kernels_ready() -> float | None:
@@ -123,7 +152,7 @@ def kernels_ready() -> float | None:
 
 
 def _run_marked(
-    cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer, text, live
+    cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer, text, live, canonical
 ) -> dict:
     # Spark's JVM starts (seconds, about one core) while the driver plans, loads
     # the kernels and counts pass-2 units itself on the other core
@@ -153,6 +182,7 @@ def _run_marked(
         manifest.resumed = resumed
         manifest.tokenizer = tokenizer
         manifest.text = text
+        manifest.canonical = canonical
         record = manifest.to_json()
         finish(staging, out, record, checksums=True)
         starting.wait()  # a warm-up job still running would be cut off at exit, noisily

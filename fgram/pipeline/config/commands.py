@@ -114,6 +114,7 @@ class ReadsShards:
             storage=self.storage,
             strict=self.strict,
             samples_are_documents=self.samples_are_documents,
+            token_map=getattr(self, "token_map", None),
         )
 
 
@@ -189,6 +190,15 @@ class BuildConfig(ReadsShards, Options):
     text_field: str = text_field_option()
     doc_per_line: bool = doc_per_line_option()
     tokenizer_backend: str = tokenizer_backend_option()
+    canonical: bool = option(
+        False,
+        "Count over Engram's canonical token ids (ids whose text, decoded alone, is equal "
+        "after normalising share one: fgram.engram.canonical_map of the shards' tokenizer, "
+        "which a `fgram tokenize` manifest or --tokenizer names).",
+    )
+    # the canonical map of a --canonical run (uint32 [vocab]), set by the driver: the
+    # manifest records its sha256, not the array
+    token_map: Any = field(default=None, repr=False, compare=False)
 
     def check(self) -> None:
         if not self.inputs:
@@ -199,6 +209,7 @@ class BuildConfig(ReadsShards, Options):
     def record(self) -> dict[str, Any]:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""
         rec = asdict(self)
+        rec.pop("token_map", None)
         from fgram.pipeline.io.failures import public_options
         from fgram.pipeline.io.storage import is_remote
 

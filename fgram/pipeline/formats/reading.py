@@ -34,6 +34,8 @@ class ReadOptions:
     storage: dict[str, Any] = field(default_factory=dict)  # storage options (`storage.filesystem`)
     strict: bool = False  # a flat file's sample that looks wrong fails (`guards`)
     samples_are_documents: bool = False  # MDS, LitData: a sample ends a document
+    # every token read replaced by token_map[token] (uint32): Engram's canonical ids
+    token_map: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from fgram.pipeline.errors import InputError
 from fgram.pipeline.formats.arrow import ArrowFormat
 from fgram.pipeline.formats.base import Exists, ShardFormat
 from fgram.pipeline.formats.datatrove import DatatroveFormat
@@ -14,6 +15,7 @@ from fgram.pipeline.formats.megatron import MegatronFormat
 from fgram.pipeline.formats.parquet import ParquetFormat
 from fgram.pipeline.formats.reading import ReadOptions, Shard, Stream, Unit
 from fgram.pipeline.kernels.scratch import Scratch
+from fgram.pipeline.kernels.streams import map_tokens
 
 FORMATS: tuple[ShardFormat, ...] = (
     ParquetFormat(),
@@ -81,4 +83,14 @@ def read_unit(
     """Read one unit as a token stream; ``overlap`` tokens past its end where its format
     continues documents across units. With a ``scratch`` (`scratch.Scratch`), the
     stream's tokens may live in its buffers (valid until the next read with it)."""
-    return format_of(shard).read(shard, unit, opts, overlap, scratch)
+    stream = format_of(shard).read(shard, unit, opts, overlap, scratch)
+    if opts.token_map is not None:  # Engram's canonical ids: counted over the map's ids
+        if not stream.tokens.flags.writeable:
+            stream.tokens = stream.tokens.copy()
+        top = map_tokens(stream.tokens, opts.token_map)
+        if top == -2:
+            raise InputError(
+                shard.uri, f"a token id past the canonical map's {len(opts.token_map)} ids"
+            )
+        stream.max_token = int(top)
+    return stream

@@ -129,3 +129,22 @@ def segments(buf: U8s, starts: I64s, sizes: I64s, out: U8s) -> int:
         out[at : at + sizes[s]] = buf[a : a + sizes[s]]
         at += sizes[s]
     return at
+
+
+@compiled(cache=True, nogil=True)
+def map_tokens(tokens: U32s, table: U32s) -> int:
+    """Replace each token of a stream by ``table[token]`` in place (a canonical map),
+    document boundaries (2**32-1) kept. Returns the largest id written (-1: none), or -2
+    when a token has no entry in the table (ids of another vocabulary)."""
+    n = table.shape[0]
+    top = -1
+    for i in range(tokens.shape[0]):
+        t = tokens[i]
+        if t == np.uint32(0xFFFFFFFF):
+            continue
+        if t >= n:
+            return -2
+        v = table[t]
+        tokens[i] = v
+        top = max(top, int(v))
+    return top

@@ -48,7 +48,10 @@ def look_up(
 
     if (tokens is None) == (text is None):
         raise ConfigError("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
+    from fgram.pipeline.tables.versions import not_canonical
+
     manifest = open_table(table, storage)[1]
+    not_canonical(manifest, table, "lookup")
     tok = table_tokenizer(tokenizer, manifest)
     if text is not None:
         if tok is None:
