@@ -357,7 +357,7 @@ print(opens, failures, first)
 
 @pytest.mark.slow
 def test_readers_never_fail_while_refreshes_switch_current(tmp_path):
-    """A process opening the store through `current` in a loop while eight refreshes
+    """A process opening the store through `current` in a loop while five refreshes
     build, carry the index and embeddings, and switch it: every open succeeds, and its
     index and rows are of one version."""
     import subprocess
@@ -373,7 +373,7 @@ def test_readers_never_fail_while_refreshes_switch_current(tmp_path):
         [sys.executable, "-c", READER_LOOP, root, str(stop)], stdout=subprocess.PIPE, text=True
     )
     try:
-        for i in range(1, 9):
+        for i in range(1, 6):
             rng = np.random.default_rng(i)
             docs = [list(rng.integers(1, 9, 12)) for _ in range(30)]
             shards.append(write_bin(str(tmp_path / f"s{i}.bin"), docs, sep=0))
