@@ -42,7 +42,7 @@ from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.cache import file_sha256, file_xxh3
+from fgram.pipeline.io.cache import file_record
 from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
@@ -276,22 +276,16 @@ def _embed_here(
     shutil.rmtree(os.path.join(staging, "done"))
     shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)
     os.remove(params_path)
-    meta["sha256"] = file_sha256(path)
+    record = file_record(path)  # bytes, sha256 and xxh3, in one read of the matrix
+    meta["sha256"] = record["sha256"]
     if not table.local:
         meta["seconds"] = round(time.time() - t0, 3)
         publish_parts(staging, final, meta, "embeddings.json")
         shutil.rmtree(staging, ignore_errors=True)
         return meta
     meta["seconds"] = round(time.time() - t0, 3)
-    size = os.path.getsize(path)  # with the sha256: what `FgramStore.open` and verify check
-    meta["files"] = {
-        "matrix.npy": {
-            "object": "matrix.npy",
-            "sha256": meta["sha256"],
-            "bytes": size,
-            "xxh3": file_xxh3(path),  # what `FgramStore.open` checks
-        }
-    }
+    # what `FgramStore.open` (size, xxh3) and `fgram verify` (sha256) check
+    meta["files"] = {"matrix.npy": {"object": "matrix.npy", **record}}
     save_json(os.path.join(staging, "embeddings.json"), meta)
     old = final.path + ".old"
     shutil.rmtree(old, ignore_errors=True)

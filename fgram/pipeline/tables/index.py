@@ -36,6 +36,7 @@ from numpy.typing import ArrayLike
 
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io.cache import cache_dir, cached_copy, file_record, file_xxh3
+from fgram.pipeline.io.failures import first_line
 from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
 from fgram.pipeline.io.storage import Location, Place, json_bytes
 from fgram.pipeline.io.workdir import save_array, save_json
@@ -230,22 +231,23 @@ def _open_local(path: str, entry: dict[str, Any] | None, check: bool = True) -> 
             with contextlib.suppress(OSError):  # a later process's open costs nothing
                 open(marker, "w").close()
         _CHECKED[identity] = entry["xxh3"]
-    try:
-        arr: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
-        return arr
-    except BAD_NPY as exc:  # numpy parses a header with `ast`: a damaged one is a SyntaxError
-        raise FgramError(f"{path}: not a readable .npy array ({_first(exc)}): {fix}") from None
+    return _load_npy(path, path, f": {fix}", mmap_mode="r")
 
 
-# what np.load raises for a damaged file: a header that does not parse or describe an
-# array, a size that does not match it
+# what np.load raises for a damaged file: a header that does not parse (numpy reads it
+# with `ast`: a SyntaxError) or describe an array, a size that does not match it
 BAD_NPY = (ValueError, OSError, EOFError, SyntaxError, TypeError, KeyError)
 
 
-def _first(exc: BaseException) -> str:
-    """An exception as a few words on one line."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:120]
+def _load_npy(src: Any, where: str, fix: str = "", **kw: Any) -> np.ndarray:
+    """``np.load`` of ``src`` (no pickles); a damaged file is one line naming ``where``."""
+    try:
+        arr: np.ndarray = np.load(src, allow_pickle=False, **kw)
+        return arr
+    except BAD_NPY as exc:
+        raise FgramError(
+            f"{where}: not a readable .npy array ({first_line(exc, limit=120)}){fix}"
+        ) from None
 
 
 def part_arrays(
@@ -272,16 +274,9 @@ def part_arrays(
             data = obj.read_bytes()
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                 raise FgramError(f"{obj.uri}: checksum mismatch (corrupt or changed)")
-            try:
-                read: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
-            except BAD_NPY as exc:
-                raise FgramError(f"{obj.uri}: not a readable .npy array ({_first(exc)})") from None
-            return read
+            return _load_npy(io.BytesIO(data), obj.uri)
         copy = cached_copy(obj, entry["sha256"], entry["bytes"])
-        try:
-            return np.asarray(np.load(copy, mmap_mode="r"))
-        except BAD_NPY as exc:
-            raise FgramError(f"{obj.uri}: not a readable .npy array ({_first(exc)})") from None
+        return np.asarray(_load_npy(copy, obj.uri, mmap_mode="r"))
 
     return load
 

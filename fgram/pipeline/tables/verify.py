@@ -51,15 +51,14 @@ class _Check:
         self.problems: list[str] = []
         self.unrecorded: list[str] = []
 
-    def named(self, folder: Location, rel: str) -> bool:
-        """Whether a name a data file gives stays inside ``folder`` (else a problem, and
-        the file it points at is never read)."""
+    def inside(self, folder: Location, rel: str) -> Location | None:
+        """The file a name a data file gives, where it stays inside ``folder``; else None
+        and a problem (the file it points at is never read)."""
         try:
-            folder.inside(rel)
+            return folder.inside(rel)
         except FgramError as exc:
             self.problems.append(str(exc))
-            return False
-        return True
+            return None
 
     def unnamed(self, loc: Location, sub: str, named: set[str]) -> None:
         """A table's own files that its manifest does not name (a manifest whose entries
@@ -129,9 +128,9 @@ def _store_objects(version: Location, check: _Check) -> None:
         root = version.parent().parent()
     folder = root.child("store").child("objects")
     for name in sorted(wf.npy_names(version.child("store.json").read_json())):
-        if not check.named(folder, name):
+        obj, rec = check.inside(folder, name), wf.object_record(name)
+        if obj is None:
             continue
-        obj, rec = folder.inside(name), wf.object_record(name)
         if not obj.is_file():
             check.problems.append(f"{obj.uri}: missing")
             continue
@@ -156,9 +155,10 @@ def verify(
     sums = manifest.get("checksums") or {}
     named = set()
     for rel in manifest.get("files", []):
-        if check.named(loc, rel):
+        obj = check.inside(loc, rel)
+        if obj is not None:
             named.add(rel)
-            check.file(loc.inside(rel), sums.get(rel))
+            check.file(obj, sums.get(rel))
     if loc.local and manifest.get("kind", "fgram-table") == "fgram-table":
         check.unnamed(loc, "fgrams", named)
     for part, meta_name in PARTS:
@@ -169,11 +169,10 @@ def verify(
         if meta.get("table") != manifest_fingerprint(loc):
             check.problems.append(f"{folder.uri}: made for another f-gram table; rebuild it")
             continue
-        whole = [
-            check.named(folder, r.get("object", n))
-            and check.file(folder.inside(r.get("object", n)), r)
-            for n, r in _part_files(meta).items()
+        objects = [
+            (check.inside(folder, r.get("object", n)), r) for n, r in _part_files(meta).items()
         ]
+        whole = [obj is not None and check.file(obj, r) for obj, r in objects]
         if deep and part == "index" and all(whole):
             _index_arrays(folder, meta, check)
     if loc.child("store.json").exists():  # a refresh version: the store objects it uses
