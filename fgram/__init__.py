@@ -24,6 +24,7 @@ __all__ = [
     "coverage",
     "diff",
     "embed",
+    "engram_audit",
     "index",
     "lookup",
     "open_table",

@@ -243,6 +243,24 @@ def lookup(
     return look_up(str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage, check)
 
 
+def engram_audit(
+    table, engram: str, sizes=None, storage: dict | None = None, progress: Progress = None
+) -> dict:
+    """`fgram engram-audit TABLE --engram CONFIG [--sizes ...]`: the collision audit of an
+    Engram configuration (a TOML or JSON file, or a `fgram.engram.EngramConfig`) over a
+    table built with --canonical (`fgram.audit`); returns its numbers (what
+    ``--json`` prints). ``sizes``: the curve's table sizes ("100K,1M" or numbers;
+    default: ten around the configuration's)."""
+    from fgram.audit import run_audit
+    from fgram.engram import EngramConfig
+    from fgram.pipeline.config.audit import EngramAuditConfig
+
+    given = engram if isinstance(engram, EngramConfig) else str(engram)
+    cfg = EngramAuditConfig(table=str(table), engram="-", sizes=sizes, storage=storage or {})
+    with stage_lines(progress):
+        return run_audit(cfg.table, given, cfg.validate().sizes, cfg.storage)
+
+
 def synth(
     output,
     tokens: int = 1_000_000,

@@ -22,6 +22,7 @@ start. Negative ids (a loader's padding) are kept as they are.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -125,26 +126,92 @@ def multipliers(config: EngramConfig, size: int) -> dict[int, np.ndarray]:
     return out
 
 
+# a bucket by a multiply with the prime's reciprocal where its quotient is off by at most
+# one (|mix| / p < 2^51: p above 4096), corrected by one add or subtract; by division below
+RECIPROCAL_ABOVE = 4096
+_TILE = 64  # positions hashed per order before they are written out, heads interleaved
+
+
+@compiled(cache=True, nogil=True, inline="always")
+def near_bucket(v: int, p: int, inverse: float) -> int:  # pragma: no cover - compiled
+    """``v mod p`` (non-negative) for p > `RECIPROCAL_ABOVE`, ``inverse`` = 1 / p: the
+    quotient by a multiply (off by at most one), then one correction."""
+    r = v - np.int64(math.floor(np.float64(v) * inverse)) * p
+    r = r + p if r < 0 else r
+    return r - p if r >= p else r
+
+
+@compiled(cache=True, nogil=True, inline="always")
+def _transpose_out(
+    tile: np.ndarray, m: int, out: np.ndarray, t0: int
+) -> None:  # pragma: no cover - compiled
+    """out[t0 + i, c] = tile[c, i] for i < m: in 8 x 8 blocks (which the compiler turns
+    into vector shuffles), the edges one by one."""
+    width = tile.shape[0]
+    mm, ww = m - m % 8, width - width % 8
+    for i0 in range(0, mm, 8):
+        for c0 in range(0, ww, 8):
+            for ii in range(8):
+                for cc in range(8):
+                    out[t0 + i0 + ii, c0 + cc] = tile[c0 + cc, i0 + ii]
+    for i in range(m):
+        for c in range(ww, width):
+            out[t0 + i, c] = tile[c, i]
+    for i in range(mm, m):
+        for c in range(ww):
+            out[t0 + i, c] = tile[c, i]
+
+
 @compiled(cache=True, nogil=True)
 def _hash_ids(
-    x: np.ndarray, pad: int, mult: np.ndarray, mods: np.ndarray, heads: int, out: np.ndarray
+    ids: np.ndarray,
+    lookup: np.ndarray,
+    pad: int,
+    mult: np.ndarray,
+    mods: np.ndarray,
+    inverse: np.ndarray,
+    heads: int,
+    out: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """out[b, t, (n-2)*heads + j] = the bucket of order n, head j at (b, t) of the
-    canonical ids ``x`` [B, T]."""
-    nb, nt = x.shape
-    max_n = mult.shape[0]
+    """out[l, b, t, (n-2)*heads + j] = the bucket of layer l, order n, head j at (b, t)
+    of token ids ``ids`` [B, T] (canonical by ``lookup``, negative ones kept):
+    ``mix mod p`` non-negative; ``mult`` [L, max_n], ``mods`` and ``inverse`` = 1 / mods
+    [L, (max_n - 1) * heads]."""
+    nb, nt = ids.shape
+    layers, max_n = mult.shape
+    width = mods.shape[1]
+    back = max_n - 1
+    canon = np.empty(_TILE + back, np.int64)  # canonical ids from t0 - back
+    mix = np.empty(_TILE, np.int64)
+    tile = np.empty((width, _TILE), np.int64)
     for b in range(nb):
-        for t in range(nt):
-            mix = x[b, t] * mult[0]
-            for k in range(1, max_n):
-                prev = x[b, t - k] if t - k >= 0 else pad
-                mix = mix ^ (prev * mult[k])
-                for j in range(heads):
-                    p = mods[(k - 1) * heads + j]
-                    r = mix % p
-                    if r < 0:
-                        r += p
-                    out[b, t, (k - 1) * heads + j] = r
+        for t0 in range(0, nt, _TILE):
+            m = min(nt, t0 + _TILE) - t0
+            for i in range(m + back):
+                t = t0 - back + i
+                if t < 0:
+                    canon[i] = pad
+                else:
+                    v = np.int64(ids[b, t])
+                    canon[i] = lookup[v] if v >= 0 else v
+            for layer in range(layers):
+                for i in range(m):
+                    mix[i] = canon[back + i] * mult[layer, 0]
+                for k in range(1, max_n):
+                    mk = mult[layer, k]
+                    for i in range(m):
+                        mix[i] = mix[i] ^ (canon[back - k + i] * mk)
+                    for j in range(heads):
+                        c = (k - 1) * heads + j
+                        p = mods[layer, c]
+                        if p > RECIPROCAL_ABOVE:
+                            ip = inverse[layer, c]
+                            for i in range(m):
+                                tile[c, i] = near_bucket(mix[i], p, ip)
+                        else:
+                            for i in range(m):
+                                tile[c, i] = mix[i] % p
+                _transpose_out(tile, m, out[layer, b], t0)
 
 
 class EngramHashing:
@@ -167,34 +234,47 @@ class EngramHashing:
         self.pad = int(self.lookup[config.pad_id])
         self.multipliers = multipliers(config, self.size)
         self.table_sizes = table_sizes(config)
+        layers = config.layer_ids
+        self._mult = np.stack([self.multipliers[layer] for layer in layers])
+        self._mods = np.asarray(
+            [[p for order in self.table_sizes[layer] for p in order] for layer in layers],
+            np.int64,
+        )
+        self._inverse = 1.0 / self._mods
 
-    def canonical(self, ids: Any) -> np.ndarray:
-        """Canonical ids of token ids (negative ones kept as they are)."""
+    def _checked(self, ids: Any) -> np.ndarray:
         x = np.asarray(ids)
+        if x.dtype.kind not in "iu":
+            raise ConfigError(f"token ids of dtype {x.dtype}: expected integers")
         if x.size and int(x.max()) >= len(self.lookup):
             raise ConfigError(
                 f"token id {int(x.max())} is past the tokenizer's {len(self.lookup)} ids"
             )
-        x = x.astype(np.int64)
-        out = x.copy()
-        keep = x >= 0
-        out[keep] = self.lookup[x[keep]]
+        return x
+
+    def canonical(self, ids: Any) -> np.ndarray:
+        """Canonical ids of token ids (negative ones kept as they are)."""
+        out = np.array(self._checked(ids), dtype=np.int64, order="C")
+        keep = out >= 0
+        out[keep] = self.lookup[out[keep]]
         return out
 
     def hash(self, ids: Any) -> dict[int, np.ndarray]:
         """``{layer: int64 [B, T, (max_ngram_size - 1) * n_head_per_ngram]}`` of token ids
         ``[B, T]`` (any integer dtype): orders in turn, heads in turn within one."""
-        x = self.canonical(ids)
+        x = self._checked(ids)
         if x.ndim != 2:
             raise ConfigError(f"ids of shape {x.shape}: expected [batch, time]")
-        heads = self.config.n_head_per_ngram
-        width = (self.config.max_ngram_size - 1) * heads
+        layers = self.config.layer_ids
+        # a block per layer: smaller blocks stay under the allocator's mapping threshold
+        # longer, and a fresh mapping's first touch costs more than the hash
+        mult, heads = self._mult, self.config.n_head_per_ngram
         out = {}
-        for layer in self.config.layer_ids:
-            mods = np.asarray([p for order in self.table_sizes[layer] for p in order], np.int64)
-            res = np.empty((x.shape[0], x.shape[1], width), np.int64)
-            _hash_ids(np.ascontiguousarray(x), self.pad, self.multipliers[layer], mods, heads, res)
-            out[layer] = res
+        for i, layer in enumerate(layers):
+            block = np.empty((1, x.shape[0], x.shape[1], self._mods.shape[1]), np.int64)
+            _hash_ids(x, self.lookup, self.pad, mult[i : i + 1], self._mods[i : i + 1],
+                      self._inverse[i : i + 1], heads, block)  # fmt: skip
+            out[layer] = block[0]
         return out
 
 

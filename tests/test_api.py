@@ -80,12 +80,12 @@ def test_a_function_for_every_command_with_its_defaults():
 
     from fgram.cli import cli
 
-    names = set(cli.commands)
+    names = {name.replace("-", "_") for name in cli.commands}
     assert names <= set(fgram.__all__), names - set(fgram.__all__)
     renamed = {"fmt": "format", "as_json": None, "config_file": None}
     checked = 0
     for name, command in cli.commands.items():
-        sig = inspect.signature(getattr(fgram, name))
+        sig = inspect.signature(getattr(fgram, name.replace("-", "_")))
         ctx = click.Context(command)
         for param in command.params:
             key = renamed.get(param.name, param.name)

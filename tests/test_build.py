@@ -254,6 +254,9 @@ def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit,
     expect = select(docs, k, min_count, size)
     assert result(out) == expect
     assert m["fgrams"] == len(expect) and m["engine"] == "local"
+    # the corpus's n-gram positions per length (what a table's occurrences are out of)
+    assert m["positions"] == {str(n): sum(max(0, len(d) - n + 1) for d in docs)
+                              for n in range(2, k + 1)}  # fmt: skip
 
 
 def test_extreme_token_ids_and_file_uri(tmp_path):

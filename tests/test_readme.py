@@ -96,6 +96,27 @@ def test_the_own_corpus_commands_run_as_written_and_say_what_they_chose(outputs)
     assert json.load(open(d / "fgrams" / "embeddings" / "embeddings.json"))["engine"] == "local"
 
 
+ENGRAM = "fgram for Engram models"
+(ENGRAM_COMMANDS,) = blocks("README.md", ENGRAM, lang="bash")
+
+
+def test_the_engram_commands_run_as_written(outputs):
+    """The canonical build, the audit (its size curve) and the report page with it, over
+    what the own-corpus commands made."""
+    d, _ = outputs
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    res = subprocess.run(["bash", "-euo", "pipefail", "-c", ENGRAM_COMMANDS], cwd=d, env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    assert "warning" not in res.stderr, res.stderr
+    assert json.load(open(d / "fgrams-canonical" / "manifest.json"))["canonical"]["size"] > 0
+    assert "collided share" in res.stdout and "under 1%" in res.stdout
+    page = (d / "engram.html").read_text()
+    assert "Engram collision audit" in page
+    if importlib.util.find_spec("matplotlib"):
+        assert 'alt="collided share by table size"' in page
+
+
 def _needs(code: str) -> None:
     for package in ("torch", "transformers"):
         imported = re.search(rf"^\s*(from|import) (fgram\.)?{package}\b", code, re.M)

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 import click
 
-from fgram.cli import make, report, use
+from fgram.cli import engram, make, report, use
 from fgram.cli.options import Interrupted, fail, one_line
 from fgram.cli.results import RUN, failed
 from fgram.pipeline.errors import FgramError, StorageUnavailable
@@ -178,6 +178,7 @@ for command in (
     use.embed_command,
     use.lookup_command,
     use.verify_command,
+    engram.engram_audit_command,
 ):
     cli.add_command(command)
 

@@ -35,14 +35,16 @@ def report_command(table, **opts):
     and its numbers as JSON beside it: f-grams per length, rank-frequency per length,
     the pass funnel with its thresholds, time per pass and stage, the cutoff count and
     the top f-grams per length (as text when a tokenizer is known); with --heldout, the
-    coverage-vs-S curve that picks S. TABLE may be a refresh folder (its versions and
-    their diffs too) or an annotate output (its match-length histogram). Plots need
-    matplotlib: pip install 'fgram[report]'.
+    coverage-vs-S curve that picks S; with --engram, the collision audit of an Engram
+    configuration (`fgram engram-audit`) of a table built with --canonical. TABLE may
+    be a refresh folder (its versions and their diffs too) or an annotate output (its
+    match-length histogram). Plots need matplotlib: pip install 'fgram[report]'.
 
     \b
     fgram report fgrams -o fgrams.html
     fgram report fgrams --heldout heldout/ --dtype uint16 --doc-sep 0 --sizes 100K,1M,10M
     fgram report fgrams --heldout heldout.jsonl.zst --tokenizer tokenizer.json
+    fgram report fgrams-canonical --engram engram.toml -o engram.html  # --canonical
     """
     from fgram.cli.options import shown
     from fgram.jobs.report import run_report

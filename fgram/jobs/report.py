@@ -100,6 +100,10 @@ def build_report(cfg: ReportConfig) -> dict[str, Any]:
         out["versions"] = rp.versions_report(root, cfg.diffs)
     if cfg.heldout:
         out["coverage"] = _coverage(cfg, manifest)
+    if cfg.engram:
+        from fgram.audit import run_audit
+
+        out["engram"] = run_audit(cfg.table, cfg.engram, None, cfg.storage)
     return out
 
 

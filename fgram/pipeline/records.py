@@ -121,6 +121,7 @@ class TableManifest(JsonRecord):
     kind: str = "fgram-table"
     fgram_version: str = __version__
     units: int | None = optional()  # a build's units of work
+    positions: dict[str, int] | None = optional()  # a build's n-gram positions per length
     head_start_tasks: int | None = optional()  # tasks run by the driver itself
     executor_start_seconds: dict[str, float] | None = optional()
     compile_seconds: float | None = optional()  # the first run of an install: its kernels

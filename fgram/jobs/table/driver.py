@@ -232,6 +232,7 @@ class BuildPasses(PassSteps):
         count = counting.summary(results)
         if k == 2:
             st.totals = {"documents": count["documents"], "tokens": count["tokens"]}
+            st.positions = by_length(plan.cfg.max_len, count["positions"])
             check_tokens(plan.cfg, st.totals)
             st.top_token = count["max_token"]
         return count, code
@@ -317,7 +318,16 @@ def _build(ex, plan: Plan, staging, t_start: float, st: BuildState) -> TableMani
         select_record,
         units=len(plan.units),
         seconds=round(time.time() - t_start, 3),
+        positions=st.positions,
     )
+
+
+def by_length(max_len: int, summed: list[int] | None) -> dict[str, int] | None:
+    """The corpus's n-gram positions per length 2..K (None: a unit counted by a version
+    that did not record them)."""
+    if summed is None:
+        return None
+    return {str(n): int(summed[n - 2]) if summed else 0 for n in range(2, max_len + 1)}
 
 
 def _decode_width(groups: Groups, offsets_by_len: dict[int, list[int]]) -> int:

@@ -34,6 +34,7 @@ from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.merging import ids_in, key_slice, merge_counts_bucketed, part_range
 from fgram.pipeline.kernels.selection import histogram
+from fgram.pipeline.kernels.streams import positions_by_length
 from fgram.pipeline.records import JsonRecord, int_keys
 
 MERGE_BYTES = 64 * 2**20  # target volume of one merge task
@@ -66,6 +67,7 @@ class UnitCount(JsonRecord):
     distinct: int  # distinct keys
     max_token: int  # the largest token id read (-1: none)
     files: dict[str, dict[str, int]] = field(default_factory=dict)  # what -> `save_array`'s
+    positions: list[int] | None = None  # pass 2's: n-gram positions per length 2..K
     note: str | None = None  # said by the driver: why the unit was counted again
 
 
@@ -194,6 +196,9 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
         distinct=len(uniq),
         max_token=stream.max_token,
         files=files,
+        positions=(
+            positions_by_length(tokens, stream.limit, cfg.max_len)[2:].tolist() if k == 2 else None
+        ),
     )
     save_json(wd.unit_done(k, u), stats.to_json(), durable=False)  # the completion marker, last
     if k > 2:
@@ -328,6 +333,11 @@ class CountStage(Stage, name="count", call=count_task, index="u"):
             "counted": sum(s.counted for s in results),
             "distinct": sum(s.distinct for s in results),
             "max_token": max((s.max_token for s in results), default=-1),
+            "positions": (
+                [sum(v) for v in zip(*(s.positions for s in results), strict=True)]
+                if all(s.positions is not None for s in results)
+                else None
+            ),
         }
 
 

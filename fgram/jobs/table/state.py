@@ -100,6 +100,7 @@ class BuildState(JsonRecord):
     offsets: dict[int, list[int]] = field(default_factory=dict)  # length -> first id per range
     codes: dict[int, list[int]] = field(default_factory=dict)  # length -> its key code's bits
     totals: dict[str, int] = field(default_factory=lambda: {"documents": 0, "tokens": 0})
+    positions: dict[str, int] | None = None  # n-gram positions per length (after pass 2)
     top_token: int | None = None  # the largest token id read (after pass 2)
     kept: int | None = None  # frequent n-grams of the last pass
     files: dict[int, dict[str, dict[str, int]]] = field(default_factory=dict)  # pass -> its

@@ -423,6 +423,10 @@ class ReportConfig(Options):
         "held-out text (default: the one the table's manifest names, when found here).",
     )
     top: int = option(10, "F-grams listed per length.", minimum=0)
+    engram: str | None = option(
+        None, "An Engram configuration (TOML or JSON): the page adds its collision audit "
+        "(`fgram engram-audit`) of TABLE, a table built with --canonical.", metavar="CONFIG",
+    )  # fmt: skip
     points: int = 64  # ranks per length on the rank-frequency curves
     diffs: bool = option(
         True,

@@ -148,3 +148,25 @@ def map_tokens(tokens: U32s, table: U32s) -> int:
         tokens[i] = v
         top = max(top, int(v))
     return top
+
+
+@compiled(cache=True, nogil=True)
+def positions_by_length(tokens: U32s, limit: int, max_len: int) -> I64s:
+    """``out[n]`` = the positions before ``limit`` where an n-gram of a stream lies inside
+    one document (its n tokens free of separators and in the stream), n = 1..max_len:
+    the occurrences of all the stream's n-grams."""
+    out = np.zeros(max_len + 1, np.int64)
+    n = len(tokens)
+    i = 0
+    while i < n and i < limit:
+        if tokens[i] == INVALID:
+            i += 1
+            continue
+        s = i
+        while i < n and tokens[i] != INVALID:
+            i += 1
+        for length in range(1, max_len + 1):
+            hi = min(i - length + 1, limit)
+            if hi > s:
+                out[length] += hi - s
+    return out

@@ -144,6 +144,52 @@ def _coverage(cov: dict[str, Any], plots: dict[str, bytes]) -> str:
     )
 
 
+def _at(size: int | None) -> str:
+    return f"{_n(size)} buckets per head" if size else "none of the sizes"
+
+
+def _engram(audit: dict[str, Any], plots: dict[str, bytes]) -> str:
+    cfg = audit["config"]
+    body = [
+        [_e(layer), _e(n), _n(o["heads"][0]["size"]), _n(len(o["heads"]))]
+        + [_pct(sum(h["collided_share"] for h in o["heads"]) / len(o["heads"]))]
+        + [_pct(max(h["collided_share"] for h in o["heads"]))]
+        + [_pct(o["all_heads"]["collided_share"])]
+        for layer, per in audit["layers"].items()
+        for n, o in per.items()
+    ]
+    cover = ", ".join(
+        f"order {n}: {_pct(o['coverage'])}" for n, o in audit["orders"].items() if o["coverage"]
+    )
+    under = "; ".join(
+        f"order {n}: under 1% at {_at(u['0.01'])}, under 0.1% at {_at(u['0.001'])}"
+        for n, u in audit["under"].items()
+    )
+    return (
+        '<section id="engram"><h2>Engram collision audit</h2>'
+        f'<p class="muted">The configuration\'s orders 2..{cfg["max_ngram_size"]}, '
+        f"{cfg['n_head_per_ngram']} heads, layers {_e(cfg['layer_ids'])}, hashed over this "
+        "table's canonical n-grams. Collided: the share of an order's occurrences whose "
+        "bucket holds a more frequent n-gram. Exact for the table's n-grams"
+        + (f" (of the corpus's positions they cover {cover})" if cover else "")
+        + f". {under}.</p>"
+        + _img(plots, "engram", "collided share by table size")
+        + _table(
+            [
+                "layer",
+                "order",
+                "buckets (first head)",
+                "heads",
+                "collided (mean)",
+                "collided (worst head)",
+                "every head",
+            ],
+            body,
+        )  # fmt: skip
+        + "</section>"
+    )
+
+
 def _fgram_text(row: dict[str, Any]) -> str:
     tokens = " ".join(map(str, row["tokens"]))
     text = f"<code>{_e(repr(row['text']))}</code>" if "text" in row else ""
@@ -289,6 +335,8 @@ def render(report: dict[str, Any], plots: dict[str, bytes], json_name: str) -> s
         body.append(_summary(report["table"]))
     if (report.get("coverage") or {}).get("by_size"):
         body.append(_coverage(report["coverage"], plots))
+    if report.get("engram"):
+        body.append(_engram(report["engram"], plots))
     if "tags" in report:
         body.append(_tags(report, plots))
     if report.get("versions"):

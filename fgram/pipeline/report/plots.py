@@ -174,6 +174,29 @@ def _coverage_plot(rows: list[dict[str, Any]], table_rows: int | None) -> bytes:
     return _png(draw, (9, 3.6))
 
 
+def _engram_plot(rows: list[dict[str, Any]]) -> bytes:
+    def draw(fig: Any) -> None:
+        ax = fig.subplots()
+        sizes = [r["size"] for r in rows]
+        for i, n in enumerate(rows[0]["orders"] if rows else []):
+            color = f"C{i}"
+            share = [100 * r["orders"][n]["collided_share"] for r in rows]
+            every = [100 * r["orders"][n]["all_heads_share"] for r in rows]
+            ax.plot(sizes, share, "o-", color=color, ms=4, label=f"order {n}: a head (mean)")
+            ax.plot(sizes, every, "s--", color=color, ms=3, lw=1, label=f"order {n}: every head")
+        for mark in (1, 0.1):
+            ax.axhline(mark, color="grey", ls=":", lw=1)
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("buckets per head (table size)")
+        ax.set_ylabel("% of occurrences collided")
+        ax.set_title("collided share by table size")
+        _legend(fig, 7)
+
+    return _png(draw, (7.5, 3.6))
+
+
 def _versions_plot(versions: list[dict[str, Any]]) -> bytes:
     def draw(fig: Any) -> None:
         left, right = fig.subplots(1, 2)
@@ -225,6 +248,8 @@ def make_plots(report: dict[str, Any]) -> dict[str, bytes]:
         out["coverage"] = _coverage_plot(cov["by_size"], (table or {}).get("fgrams"))
     if report.get("versions"):
         out["versions"] = _versions_plot(report["versions"])
+    if (report.get("engram") or {}).get("sizes"):
+        out["engram"] = _engram_plot(report["engram"]["sizes"])
     if report.get("match_lengths"):
         out["match_lengths"] = _match_plot(report["match_lengths"])
     return out
