@@ -230,6 +230,7 @@ def lookup(
     tokenizer_backend: str = "auto",
     storage: dict | None = None,
     check: bool = True,
+    canonical: bool = False,
 ) -> dict:
     """`fgram lookup TABLE --tokens IDS | --text TEXT`: the longest f-gram at each position
     of one context. Returns ``tokens`` (the context's ids), ``fgram_ids`` and
@@ -237,10 +238,13 @@ def lookup(
     as text where a tokenizer is known, else its ids; None where unmatched) and ``rows``
     (the embedding rows, [n, d] float32, zeros where unmatched; None without
     embeddings). ``check``: the index's and rows' bytes against their XXH3 on open
-    (`FgramIndex.open`)."""
+    (`FgramIndex.open`). ``canonical``: the table was built with --canonical; the
+    context's ids are mapped to canonical ids (the table's map) before matching."""
     from fgram.pipeline.tables.lookup import look_up
 
-    return look_up(str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage, check)
+    return look_up(
+        str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage, check, canonical
+    )
 
 
 def engram_audit(

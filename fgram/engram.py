@@ -23,17 +23,24 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
 import sys
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.formats.canonical import canonical_map, normalized
 from fgram.pipeline.kernels.jit import compiled
+
+__all__ = [
+    "EngramConfig",
+    "EngramHashing",
+    "canonical_map",
+    "multipliers",
+    "normalized",
+    "table_sizes",
+]
 
 LAYER_STRIDE = 10007  # the demo's prime between the layers' seeds
 
@@ -276,71 +283,3 @@ class EngramHashing:
                       self._inverse[i : i + 1], heads, block)  # fmt: skip
             out[layer] = block[0]
         return out
-
-
-def canonical_map(tokenizer: Any) -> tuple[np.ndarray, int]:
-    """``(canonical id of each token id int64[vocab], number of canonical ids)`` of a
-    tokenizer: a folder or a ``tokenizer.json`` path, or a loaded ``transformers`` or
-    ``tokenizers`` tokenizer. Each id is decoded alone (``skip_special_tokens=False``);
-    a text holding U+FFFD is keyed by the token's own string, any other by its text
-    normalised (NFKC, NFD, accents stripped, lower case, runs of space/tab/CR/LF one
-    space, a lone space kept, stripped; empty: the text itself); equal keys share an id,
-    numbered in order of first appearance. With ``transformers`` installed a path is read
-    as the demo reads it (``AutoTokenizer``, its ``tokenizer_config.json`` included);
-    without it, by ``tokenizers``, whose decode skips the config's
-    ``clean_up_tokenization_spaces``: a tokenizer that sets it may map differently."""
-    tok = _load(tokenizer)
-    decode, to_token = _decoder(tok)
-    n = len(tok) if hasattr(tok, "convert_ids_to_tokens") else tok.get_vocab_size(True)
-    keys: dict[str, int] = {}
-    lookup = np.empty(n, np.int64)
-    for tid in range(n):
-        text = decode(tid)
-        key = to_token(tid) if "\ufffd" in text else (normalized(text) or text)
-        lookup[tid] = keys.setdefault(key, len(keys))
-    return lookup, len(keys)
-
-
-def _load(tokenizer: Any) -> Any:
-    if not isinstance(tokenizer, str | os.PathLike):
-        return tokenizer
-    path = os.fspath(tokenizer)
-    try:
-        import transformers
-    except ImportError:
-        from tokenizers import Tokenizer
-
-        file = path if os.path.isfile(path) else os.path.join(path, "tokenizer.json")
-        return Tokenizer.from_file(file)
-    if os.path.isfile(path):
-        return transformers.PreTrainedTokenizerFast(tokenizer_file=path)
-    return transformers.AutoTokenizer.from_pretrained(path)
-
-
-def _decoder(tok: Any) -> tuple[Any, Any]:
-    if hasattr(tok, "convert_ids_to_tokens"):  # transformers
-        return (
-            lambda i: tok.decode([i], skip_special_tokens=False),
-            tok.convert_ids_to_tokens,
-        )
-    return (lambda i: tok.decode([i], skip_special_tokens=False), tok.id_to_token)
-
-
-# Unicode's White_Space characters: what a strip removes (Python's own ``str.strip`` also
-# takes the information separators U+001C..U+001F)
-WHITE_SPACE = (
-    "\t\n\x0b\x0c\r \x85\xa0\u1680"
-    + "".join(map(chr, range(0x2000, 0x200B)))
-    + ("\u2028\u2029\u202f\u205f\u3000")
-)
-_RUNS = re.compile(r"[ \t\r\n]+")
-
-
-def normalized(text: str) -> str:
-    """A decoded token's key text (`canonical_map`): NFKC, NFD, nonspacing marks removed
-    (accents), lower case, each run of space/tab/CR/LF one space, then stripped of
-    white space unless it is exactly one space."""
-    text = unicodedata.normalize("NFD", unicodedata.normalize("NFKC", text))
-    text = "".join(c for c in text if unicodedata.category(c) != "Mn").lower()
-    text = _RUNS.sub(" ", text)
-    return text if text == " " else text.strip(WHITE_SPACE)

@@ -5,6 +5,7 @@ id arrays, the prime table sizes, and canonical token ids over tokenizers traine
 
 import importlib.util
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -207,8 +208,10 @@ def test_hashing_from_a_tokenizer_maps_its_ids_first(tmp_path):
 def test_a_canonical_build_counts_the_mapped_tokens_exactly(tmp_path):
     """build --canonical over `fgram tokenize` shards: the table of the documents' tokens
     mapped to canonical ids (a brute-force count), its manifest naming the map; show gives
-    each canonical n-gram as the text of its ids' first tokens; readers that would match
-    tokens as they are refuse it, and so does refresh."""
+    each canonical n-gram as the text of its ids' first tokens. With --canonical, lookup
+    and coverage match the tokens' canonical ids (each position's longest f-gram by brute
+    force over the table's rows), annotate tags them and refresh counts them as build
+    does; without it, or tokens under another map, or a plain table, are refused."""
     from helpers import result
     from oracle import select, split_flat
 
@@ -242,10 +245,51 @@ def test_a_canonical_build_counts_the_mapped_tokens_exactly(tmp_path):
     decode = Tokenizer.from_file(tok).decode
     assert [r["text"] for r in top] == [decode([int(first[t]) for t in r["tokens"]]) for r in top]
     fgram.index(tmp_path / "t")
-    for refused in (
-        lambda: fgram.annotate(tmp_path / "t", [tmp_path / "shards"], tmp_path / "tags"),
-        lambda: fgram.lookup(tmp_path / "t", tokens=[1, 2, 3]),
-        lambda: fgram.refresh(tmp_path / "r", [tmp_path / "shards"], canonical=True),
+    rows = {tuple(g): i for i, (g, _) in enumerate(result(tmp_path / "t"))}
+    raw = split_flat(flat.tolist(), shards["doc_sep"])
+    hist = [0] * 5
+    for doc, mapped_doc in zip(raw, docs, strict=True):
+        want_ids, want_len = [], []
+        for i in range(len(doc)):  # the longest f-gram ending at i, by brute force
+            length = max([n for n in range(2, 5) if i + 1 >= n
+                          and tuple(mapped_doc[i + 1 - n : i + 1]) in rows] or [1])  # fmt: skip
+            want_len.append(length)
+            want_ids.append(rows[tuple(mapped_doc[i + 1 - length : i + 1])] if length > 1 else -1)
+            hist[length] += 1
+        if doc:
+            got = fgram.lookup(tmp_path / "t", tokens=doc, canonical=True)
+            assert got["match_len"].tolist() == want_len
+            assert got["fgram_ids"].tolist() == want_ids
+    cov = fgram.coverage(tmp_path / "t", [tmp_path / "shards"], canonical=True, engine="local")
+    assert cov["matched_by_length"] == {str(n): hist[n] for n in (2, 3, 4)}
+    assert cov["unmatched"] == hist[1] and sum(hist[2:]) > 0
+    tags = fgram.annotate(tmp_path / "t", [tmp_path / "shards"], tmp_path / "tags",
+                          canonical=True, engine="local")  # fmt: skip
+    assert tags["table"]["canonical"]["sha256"] == m["canonical"]["sha256"]
+    assert tags["coverage"]["matched_by_length"] == cov["matched_by_length"]
+    r = fgram.refresh(tmp_path / "r", [tmp_path / "shards"], canonical=True, min_count=3,
+                      max_len=4, engine="local")  # fmt: skip
+    assert result(tmp_path / "r" / "current") == result(tmp_path / "t")
+    assert r["manifest"]["canonical"]["sha256"] == m["canonical"]["sha256"]
+    fgram.build(tmp_path / "plain", [tmp_path / "shards"], min_count=3, engine="local")
+    fgram.index(tmp_path / "plain")
+    other = tmp_path / "other"  # the same table, its map recorded as another's
+    shutil.copytree(tmp_path / "t", other)
+    doc = json.load(open(other / "manifest.json"))
+    doc["canonical"]["sha256"] = "0" * 64
+    json.dump(doc, open(other / "manifest.json", "w"))
+    fgram.index(other, overwrite=True)  # of the manifest as it now reads
+    for refused, says in (
+        (lambda: fgram.lookup(tmp_path / "t", tokens=[1, 2, 3]), "with --canonical"),
+        (lambda: fgram.coverage(tmp_path / "t", [tmp_path / "shards"]), "with --canonical"),
+        (lambda: fgram.lookup(tmp_path / "plain", tokens=[1, 2], canonical=True), "without"),
+        (lambda: fgram.lookup(other, tokens=[1, 2], canonical=True), "another map"),
+        (
+            lambda: fgram.annotate(
+                other, [tmp_path / "shards"], tmp_path / "tags2", canonical=True
+            ),
+            "another map",
+        ),  # fmt: skip
     ):
-        with pytest.raises(ConfigError, match="canonical"):
+        with pytest.raises(ConfigError, match=says):
             refused()

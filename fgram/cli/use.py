@@ -317,8 +317,16 @@ def embed_command(table, **opts):
     help="Check the index's and the rows' bytes against their XXH3 on open (at memory "
     "speed); --no-check for a store larger than memory (a warning names it unchecked).",
 )
+@click.option(
+    "--canonical",
+    is_flag=True,
+    help="TABLE was built with --canonical: match the context's Engram canonical ids (by "
+    "the table's map).",
+)
 @storage_option
-def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, check, storage):
+def lookup_command(
+    table, tokens, text, tokenizer, mode, tokenizer_backend, check, canonical, storage
+):
     """Print, for each position of a context, its longest f-gram in table TABLE (and the
     start of its embedding row when TABLE has embeddings).
 
@@ -331,7 +339,15 @@ def lookup_command(table, tokens, text, tokenizer, mode, tokenizer_backend, chec
     from fgram.api import lookup
 
     res = lookup(
-        table, tokens, text, tokenizer, mode, tokenizer_backend, parse_storage(storage), check
+        table,
+        tokens,
+        text,
+        tokenizer,
+        mode,
+        tokenizer_backend,
+        parse_storage(storage),
+        check,
+        canonical,
     )
     ids, fid, lengths, rows = res["tokens"], res["fgram_ids"], res["match_len"], res["rows"]
     click.echo(

@@ -38,6 +38,7 @@ from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError, InputError
 from fgram.pipeline.formats import registry
 from fgram.pipeline.formats.base import LAYOUTS
+from fgram.pipeline.formats.canonical import mapped, meet_canonical
 from fgram.pipeline.formats.inputs import (
     holds_text,
     plan_shards,
@@ -47,7 +48,7 @@ from fgram.pipeline.formats.inputs import (
 )
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
-from fgram.pipeline.formats.tokenizer import check_tokenizer, load_spec
+from fgram.pipeline.formats.tokenizer import check_tokenizer, known_tokenizer, load_spec
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
 from fgram.pipeline.io.locks import OutputLock
@@ -60,7 +61,7 @@ from fgram.pipeline.tables.coverage import (
     coverage_table,
 )
 from fgram.pipeline.tables.index import FgramIndex
-from fgram.pipeline.tables.versions import manifest_fingerprint, not_canonical, resolve_table
+from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
 from fgram.version import __version__
 
 _INDEX: dict[tuple, FgramIndex] = {}
@@ -99,7 +100,13 @@ def annotate_task(
     unit, shard = units[u], shards[units[u].shard]
     k = index.max_len
     fmt = format_of(shard)
-    tagged = fmt.tag(shard, unit, cfg.read_options(), k - 1, index.match)
+    match: Any = index.match
+    if cfg.token_map is not None:  # a table of canonical ids: the tokens' canonical ids
+
+        def match(tokens: np.ndarray, **kw: Any) -> tuple[np.ndarray, np.ndarray]:
+            return index.match(mapped(cfg.token_map, tokens, shard.uri), **kw)
+
+    tagged = fmt.tag(shard, unit, cfg.read_options(), k - 1, match)
     if staging is not None:
         fmt.write_tags(tagged, shard, unit, staging, _id_type(index), cfg.layout)
     fid, mlen = tagged.fid, tagged.mlen
@@ -158,8 +165,16 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     table = resolve_table(cfg.table, cfg.storage)
     cfg = _sizes_checked(cfg, table, None)  # a bad size is said before a missing index
     index = FgramIndex.open(table, storage=cfg.storage)
-    not_canonical(_manifest(table), table.uri, "annotate (and coverage)")
     check_tokenizer(_manifest(table), tokenizer, ", ".join(cfg.inputs), table.uri)
+    token_map = meet_canonical(
+        _manifest(table),
+        cfg.canonical,
+        known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None,
+        table.uri,
+        "annotate (and coverage)",
+    )
+    if token_map is not None:  # matched over canonical ids, as the table was counted
+        cfg = dataclasses.replace(cfg, token_map=token_map.astype(np.uint32))
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     try:
         shards = plan_shards(cfg.inputs, cfg.read_options())
@@ -323,9 +338,11 @@ def _annotate(
             "fingerprint": manifest_fingerprint(table),
             "fgrams": index.meta["fgrams"],
             "max_len": k,
+            # matched over canonical ids: the table's map (its sha256, size, tokenizer)
+            **({"canonical": _manifest(table)["canonical"]} if cfg.canonical else {}),
         },
         "config": {
-            **asdict(cfg),
+            **{k: v for k, v in asdict(cfg).items() if k != "token_map"},
             "output": out.uri if out else None,
             "storage": public_options(cfg.storage),
         },

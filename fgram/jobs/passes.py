@@ -11,14 +11,17 @@ writes the manifest fields both jobs fill alike.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import FgramError
+from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.formats.inputs import shard_record
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.table import table_record
@@ -158,3 +161,23 @@ def table_manifest(
         table=table_record(),
         **more,
     )
+
+
+def canonical_run(cfg: BuildConfig, tokenizer: dict | None) -> tuple[BuildConfig, dict | None]:
+    """A --canonical run's config with its map (``token_map``: Engram's canonical id of
+    each token id, from the shards' tokenizer), and the manifest's record of the map
+    (its sha256, its size, the tokenizer); (cfg, None) without --canonical."""
+    if not cfg.canonical:
+        return cfg, None
+    from fgram.pipeline.formats.canonical import canonical_record
+    from fgram.pipeline.formats.tokenizer import known_tokenizer
+
+    path = known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None
+    if path is None:
+        raise ConfigError(
+            "--canonical needs the shards' tokenizer at hand: shards made by `fgram "
+            "tokenize` (their manifest names it, and its file is on this machine), or text "
+            "with --tokenizer"
+        )
+    lookup, record = canonical_record(path)
+    return dataclasses.replace(cfg, token_map=lookup.astype(np.uint32)), record

@@ -16,7 +16,7 @@ from fgram.jobs.executors import chosen_engine, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
-from fgram.jobs.refresh.remembered import settle_options
+from fgram.jobs.refresh.remembered import same_map, settle_options
 from fgram.jobs.refresh.serve import carry_serving, check_model
 from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
@@ -69,8 +69,6 @@ def run_refresh(
     (`remembered.settle_options`)."""
     t_start = time.time()
     cfg.validate()
-    if cfg.canonical:
-        raise ConfigError("refresh counts token ids as they are: --canonical is for build")
     cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     vs.check_keep(keep)  # before building, not after
@@ -148,6 +146,7 @@ def _run_locked(
     model: str | None = None,
 ) -> dict:
     cfg, previous, old = current.cfg, current.previous, current.manifest or {}
+    cfg, canonical = same_map(current.cfg, old, current.rebuilt, tokenizer)
     shards = plan_shards(cfg.inputs, cfg.read_options())
     digest = fingerprint_digest(run_fingerprint(cfg, shards))
     code = store_code(shards)
@@ -185,6 +184,7 @@ def _run_locked(
             manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
             manifest.run_fingerprint = digest
             manifest.tokenizer = tokenizer
+            manifest.canonical = canonical
             assert manifest.refresh is not None
             manifest.refresh["previous"] = previous
             save_json(wf.join(staging, "store.json"), store.to_json())

@@ -32,7 +32,7 @@ def settle_options(
     of them, as a config made by hand says every value)."""
     defaults = {f.name: f.default for f in dataclasses.fields(BuildConfig)}
     taken, differ = {}, []
-    for name in STORE_OPTIONS:
+    for name in (*STORE_OPTIONS, "canonical"):
         if name not in recorded:
             continue
         now, then = getattr(cfg, name), recorded[name]
@@ -49,3 +49,23 @@ def settle_options(
             f"--rebuild to start it afresh with these (older versions are kept)"
         )
     return dataclasses.replace(cfg, **taken), bool(differ)
+
+
+def same_map(
+    cfg: BuildConfig, old: dict[str, Any], rebuilt: bool, tokenizer: dict | None
+) -> tuple[BuildConfig, dict | None]:
+    """The run's config with its canonical map (`canonical_run`) and the map's record,
+    which must be the current version's (manifest ``old``; none for the first) unless
+    the run rebuilds."""
+    from fgram.jobs.passes import canonical_run
+
+    cfg, canonical = canonical_run(cfg, tokenizer)
+    if old and not rebuilt:
+        then = (old.get("canonical") or {}).get("sha256")
+        if then != (canonical or {}).get("sha256"):
+            raise ConfigError(
+                f"{cfg.output}: its current version was counted under another canonical "
+                f"map (sha256 {str(then)[:12]}); pass --rebuild to start it afresh under "
+                "this one"
+            )
+    return cfg, canonical

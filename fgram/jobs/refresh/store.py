@@ -157,6 +157,8 @@ def store_options(cfg: BuildConfig, code: KeyCode) -> dict:
         "format": STORE_FORMAT,
         **{k: rec[k] for k in STORE_OPTIONS},
         "key_bits": [code.prefix_bits, code.last_bits],
+        # counted over canonical ids: the map's sha256 (a store of another map starts afresh)
+        **({"canonical": rec["token_map"]} if rec.get("token_map") else {}),
     }
 
 

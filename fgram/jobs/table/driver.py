@@ -16,7 +16,15 @@ import numpy as np
 
 from fgram.jobs.executors import chosen_engine, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
-from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
+from fgram.jobs.passes import (
+    Merged,
+    PassSteps,
+    canonical_run,
+    check_tokens,
+    run_passes,
+    select,
+    table_manifest,
+)
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import SCRATCH, check_work_reach, fingerprint_digest, run_fingerprint
 from fgram.jobs.table.passes import (
@@ -32,7 +40,7 @@ from fgram.jobs.table.passes import (
 from fgram.jobs.table.select import write_table
 from fgram.jobs.table.state import BuildState, prepare_staging, resume_record, save_state
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import RESUMABLE, ConfigError, FgramError, keeps_work
+from fgram.pipeline.errors import RESUMABLE, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock, working_in
@@ -108,34 +116,6 @@ def _run_locked(
     cfg, canonical = canonical_run(cfg, tokenizer)
     with contextlib.ExitStack() as live:  # the staging marked as this run's (`working_in`)
         return _run_marked(cfg, spark, out, t_start, tokenizer, text, live, canonical)
-
-
-def canonical_run(cfg: BuildConfig, tokenizer: dict | None) -> tuple[BuildConfig, dict | None]:
-    """A --canonical run's config with its map (``token_map``: Engram's canonical id of
-    each token id, from the shards' tokenizer), and the manifest's record of the map
-    (its sha256, its size, the tokenizer); (cfg, None) without --canonical."""
-    if not cfg.canonical:
-        return cfg, None
-    import hashlib
-
-    from fgram.engram import canonical_map
-    from fgram.pipeline.formats.tokenizer import known_tokenizer
-
-    path = known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None
-    if path is None:
-        raise ConfigError(
-            "--canonical needs the shards' tokenizer at hand: shards made by `fgram "
-            "tokenize` (their manifest names it, and its file is on this machine), or text "
-            "with --tokenizer"
-        )
-    lookup, size = canonical_map(path)
-    record = {
-        "sha256": hashlib.sha256(lookup.astype("<i8").tobytes()).hexdigest(),
-        "size": int(size),
-        "vocab_size": len(lookup),
-        "tokenizer": path,
-    }
-    return dataclasses.replace(cfg, token_map=lookup.astype(np.uint32)), record
 
 
 def kernels_ready() -> float | None:

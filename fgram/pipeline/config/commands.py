@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fgram.pipeline.config.options import (
     Options,
+    canonical_option,
     column_option,
     conf_option,
     doc_per_line_option,
@@ -190,12 +191,7 @@ class BuildConfig(ReadsShards, Options):
     text_field: str = text_field_option()
     doc_per_line: bool = doc_per_line_option()
     tokenizer_backend: str = tokenizer_backend_option()
-    canonical: bool = option(
-        False,
-        "Count over Engram's canonical token ids (ids whose text, decoded alone, is equal "
-        "after normalising share one: fgram.engram.canonical_map of the shards' tokenizer, "
-        "which a `fgram tokenize` manifest or --tokenizer names).",
-    )
+    canonical: bool = canonical_option("Count")
     # the canonical map of a --canonical run (uint32 [vocab]), set by the driver: the
     # manifest records its sha256, not the array
     token_map: Any = field(default=None, repr=False, compare=False)
@@ -209,8 +205,10 @@ class BuildConfig(ReadsShards, Options):
     def record(self) -> dict[str, Any]:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""
         rec = asdict(self)
-        rec.pop("token_map", None)
+        from fgram.pipeline.formats.canonical import map_sha256
         from fgram.pipeline.io.failures import public_options
+
+        rec["token_map"] = None if self.token_map is None else map_sha256(self.token_map)
         from fgram.pipeline.io.storage import is_remote
 
         rec["output"] = self.output if is_remote(self.output) else os.path.abspath(self.output)
@@ -261,6 +259,8 @@ class AnnotateConfig(ReadsShards, Options):
         + " (docs/formats.md).",
         choices=tuple(LAYOUTS),
     )
+    canonical: bool = canonical_option("Match")
+    token_map: Any = field(default=None, repr=False, compare=False)  # set by the job
 
 
 @dataclass

@@ -269,3 +269,12 @@ def unit_tokens_option() -> Any:
         minimum=1,
         metavar="N",
     )
+
+
+def canonical_option(doing: str) -> Any:
+    return option(
+        False,
+        f"{doing} over Engram's canonical token ids (ids whose text, decoded alone, is equal "
+        "after normalising share one: fgram.engram.canonical_map of the shards' tokenizer, "
+        "which a `fgram tokenize` manifest or --tokenizer names).",
+    )

@@ -33,6 +33,7 @@ def look_up(
     backend: str,
     storage: dict[str, Any] | None,
     check: bool = True,
+    canonical: bool = False,
 ) -> dict[str, Any]:
     """See `fgram.api.lookup`."""
     from fgram.pipeline.formats.tokenizer import (
@@ -48,10 +49,10 @@ def look_up(
 
     if (tokens is None) == (text is None):
         raise ConfigError("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
-    from fgram.pipeline.tables.versions import not_canonical
+    from fgram.pipeline.formats.canonical import meet_canonical
 
     manifest = open_table(table, storage)[1]
-    not_canonical(manifest, table, "lookup")
+    token_map = meet_canonical(manifest, canonical, tokenizer, table, "lookup")
     tok = table_tokenizer(tokenizer, manifest)
     if text is not None:
         if tok is None:
@@ -81,7 +82,8 @@ def look_up(
     store: FgramStore | None = None  # matches only: no embeddings (`fgram embed`)
     if loc.child("embeddings", "embeddings.json").exists():  # damaged ones are an error
         store = FgramStore.open(loc, mode=mode, storage=storage, check=check)
-    fid, lengths = index.match(ids)
+    # a table of canonical ids is matched by the context's canonical ids
+    fid, lengths = index.match(ids if token_map is None else token_map[np.asarray(ids, np.int64)])
     matches: list[Any] = []
     for i in range(len(ids)):
         gram = ids[i - int(lengths[i]) + 1 : i + 1]

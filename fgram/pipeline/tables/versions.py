@@ -242,16 +242,6 @@ def open_table(
     return loc, manifest
 
 
-def not_canonical(manifest: dict[str, Any], where: str, what: str) -> None:
-    """Refuse a table counted over Engram's canonical ids (``build --canonical``) where
-    tokens would meet it as they are."""
-    if manifest.get("canonical"):
-        raise ConfigError(
-            f"{where}: a table of Engram's canonical token ids (build --canonical); {what} "
-            f"matches tokens as they are, which would meet it under another map"
-        )
-
-
 def table_dataset(loc: Location, manifest: dict[str, Any]) -> Any:
     """The table's Parquet dataset: exactly the files its manifest names (an object
     store may hold another generation's beside them), or, for outputs written before
