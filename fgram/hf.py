@@ -117,9 +117,10 @@ class SconeEmbedding(nn.Module):
         return out
 
 
-def _before_forward(module: nn.Module, args: tuple, kwargs: dict) -> None:
-    """The model's forward is about to run: tell its SconeEmbedding the attention mask
-    and how many positions the cache holds (0: a forward from the start)."""
+def _before_forward(module: Any, args: tuple, kwargs: dict) -> None:
+    """The model's forward is about to run (``module``: a transformers model): tell its
+    SconeEmbedding the attention mask and how many positions the cache holds (0: a
+    forward from the start)."""
     emb = module.get_input_embeddings()
     if not isinstance(emb, SconeEmbedding):
         return

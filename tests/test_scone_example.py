@@ -101,24 +101,46 @@ def test_decoding_a_token_at_a_time_agrees_with_the_whole_sequence(made):
     assert any((w[1] > 1).any() for w in whole)
 
 
-def test_the_example_smoke_run(tmp_path):
-    """examples/scone_tiny --smoke: every step on a tiny corpus; the validation loss
-    from the store equals the training path's within float16 rounding of the rows."""
-    pytest.importorskip("torch")
-    pytest.importorskip("tokenizers")
-    out = subprocess.run(
+def _example(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, os.path.join(REPO, "examples", "scone_tiny", "run.py"), "--smoke",
-         "--out", str(tmp_path / "out"), "--threads", "1"],
+         "--threads", "1", *args],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
+
+
+def test_the_example_smoke_run(tmp_path):
+    """examples/scone_tiny --smoke: every arm (baseline, baseline x2, SCONE, Engram) and
+    seed on a tiny corpus. SCONE's validation loss from the store equals the training
+    path's within float16 rounding of the rows; the arms' FLOPs, parameters and tables
+    are as described; a run stopped after a checkpoint continues to the same result."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    out = _example("--out", str(tmp_path / "out"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     res = json.load(open(tmp_path / "out" / "results.json"))
-    assert set(res["models"]) == {"baseline", "scone"}
-    scone = res["models"]["scone"]
+    assert set(res["models"]) == {"baseline", "baseline_x2", "scone", "engram"}
+    m = res["models"]
+    assert all(len(row["ppl"]) == 3 for row in m.values())  # three seeds each
+    scone = m["scone"]
     for ppl, store in zip(scone["ppl"], scone["store_ppl"], strict=True):
         assert store == pytest.approx(ppl, rel=2e-3)
     assert 0 < res["val_coverage"] <= 1 and res["val_mean_match_length"] > 1
-    base = res["models"]["baseline"]
+    base, x2, engram = m["baseline"], m["baseline_x2"], m["engram"]
     assert base["inference_flops_per_token"] == scone["inference_flops_per_token"]
+    assert x2["inference_flops_per_token"] > 1.5 * base["inference_flops_per_token"]
     assert base["params_main"] == scone["params_main"] and scone["params_fgram_model"] > 0
-    assert os.path.exists(tmp_path / "out" / "loss.png")
+    assert engram["inference_flops_per_token"] > base["inference_flops_per_token"]
+    # the tables' values (rows x width) alike: Engram's primes a little above SCONE's rows
+    assert scone["values_off"] <= engram["values_off"] <= 1.1 * scone["values_off"]
+    assert engram["ppl"] != base["ppl"]  # the module is in the network
+    assert len(res["verdict"]) == 3 and os.path.exists(tmp_path / "out" / "loss.png")
+    assert "| Engram |" in open(tmp_path / "out" / "results.md").read()
+    # stopped after its checkpoint at step 8 (of 12), then run again: the same model
+    one = ("--kinds", "engram", "--seeds", "0", "--out", str(tmp_path / "resumed"))
+    stopped = _example(*one, "--stop-at", "8")
+    assert stopped.returncode != 0 and "stopped at step 8" in stopped.stderr
+    again = _example(*one)
+    assert again.returncode == 0 and "continues at step 8" in again.stdout, again.stderr
+    resumed = json.load(open(tmp_path / "resumed" / "results.json"))["models"]["engram"]
+    assert resumed["ppl"][0] == pytest.approx(engram["ppl"][0], rel=1e-6)

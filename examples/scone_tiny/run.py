@@ -1,9 +1,12 @@
 """SCONE at a small scale, end to end, on a CPU: fgram's outputs train a GPT with f-gram
-embeddings and serve it from the f-gram store; a baseline GPT without them is trained
-the same way. See README.md beside this file.
+embeddings and serve it from the f-gram store; the same GPT without them (baseline), a
+deeper GPT of about twice its inference FLOPs (baseline_x2) and the same GPT with an
+Engram module of as many table values as SCONE's store (engram) are trained the same
+way. See README.md beside this file.
 
-    python examples/scone_tiny/run.py                # the measured run (about 2 hours here)
-    python examples/scone_tiny/run.py --smoke        # every step on a tiny corpus, seconds
+    python examples/scone_tiny/run.py                # the measured run (hours here)
+    python examples/scone_tiny/run.py --smoke        # every arm on a tiny corpus, seconds
+    python examples/scone_tiny/run.py --device cuda  # the same, on a GPU
 
 Every step writes under --out and is skipped when its output is there (delete a step's
 folder to redo it): data, tokenizer, shards, the choice of S, the table, tags, then per
@@ -13,6 +16,7 @@ model and seed a run folder, the embeddings, the evaluations and results.json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -27,6 +31,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CORPUS = os.path.join(REPO, "..", "shared", "corpora", "english-dev")
 EOS = "<|endoftext|>"
 GRID = "1K,2K,5K,10K,20K,50K,100K,200K,500K,1M,2M"
+KINDS = ("baseline", "baseline_x2", "scone", "engram")
+X2_LAYERS = 10  # baseline_x2: deeper, the same width (its FLOPs computed, ~1.95x)
 
 
 def read_json(path: str):
@@ -278,28 +284,71 @@ def fgram_arrays(table: str, max_len: int):
     return out, lengths
 
 
-def model_config(args, vocab: int):
+def model_config(args, vocab: int, kind: str = "baseline", engram=None):
+    """The main model of an arm: baseline_x2 is deeper (layers x 2.5 at full size, x 2 in
+    the smoke run); engram carries its table sizes (`engram_setup`)."""
     from scone_model import Config
 
     if args.smoke:
-        return Config(
-            vocab=vocab,
-            seq_len=args.seq_len,
-            layers=1,
-            dim=64,
-            heads=2,
-            fgram_layers=1,
-            max_len=args.max_len,
-        )
-    return Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len)
+        size = {"layers": 1, "dim": 64, "heads": 2, "fgram_layers": 1}
+        deeper = 2
+    else:
+        size = {"layers": 4, "dim": 256, "heads": 4, "fgram_layers": 2}
+        deeper = X2_LAYERS
+    if kind == "baseline_x2":
+        size["layers"] = deeper
+    if kind == "engram" and engram is not None:
+        size.update(engram["model"])
+    return Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len, **size)
 
 
-def make_model(kind: str, cfg, fg):
+def engram_setup(args, tok_path: str, table_rows: int) -> dict:
+    """The Engram arm's configuration, in the demo's terms: orders 2..K, ``--engram-heads``
+    heads, each order's concatenated width the model's d, before block 1 (the demo's
+    first Engram layer: early, where a memory of local n-grams spares the blocks the
+    work of composing them), pad id the end of text; the per-head table size chosen so
+    that every table's rows x width together hold as many values as SCONE's store (its
+    f-grams x d). Returns the config, its hashing and the model's fields."""
+    from tokenizers import Tokenizer
+
+    from fgram.engram import EngramConfig, EngramHashing, table_sizes
+
+    main = model_config(args, 1)
+    d, block = main.dim, min(1, main.layers - 1)
+    orders, heads = args.max_len - 1, args.engram_heads
+    per_head = max(2, table_rows // orders)  # orders x heads x per_head rows of d / heads
+    cfg = EngramConfig(
+        engram_vocab_size=[per_head] * orders,
+        max_ngram_size=args.max_len,
+        n_head_per_ngram=heads,
+        layer_ids=[1],
+        pad_id=Tokenizer.from_file(tok_path).token_to_id(EOS),
+        seed=0,
+    )
+    sizes = tuple(p for order in table_sizes(cfg)[1] for p in order)
+    return {
+        "config": cfg,
+        "hashing": EngramHashing(cfg, tok_path),
+        "model": {
+            "engram_layer": block,
+            "engram_sizes": sizes,
+            "engram_heads": heads,
+            "engram_dim": d,
+            "engram_max_n": args.max_len,
+        },  # fmt: skip
+        "values": sum(sizes) * (d // heads),
+        "rows": sum(sizes),
+    }
+
+
+def make_model(kind: str, cfg, fg, engram=None):
     import torch
-    from scone_model import GPT, Scone
+    from scone_model import GPT, EngramGPT, Scone
 
-    if kind == "baseline":
+    if kind in ("baseline", "baseline_x2"):
         return GPT(cfg)
+    if kind == "engram":
+        return EngramGPT(cfg, engram["hashing"])
     return Scone(cfg, torch.from_numpy(fg[0]), torch.from_numpy(fg[1]))
 
 
@@ -308,12 +357,13 @@ def loss_of(model, toks: np.ndarray, fids: np.ndarray, batch: int = 32) -> float
     import torch
     import torch.nn.functional as F
 
+    device = next(model.parameters()).device
     total, n = 0.0, 0
     model.eval()
     with torch.inference_mode():
         for s in range(0, len(toks), batch):
-            t = torch.from_numpy(toks[s : s + batch]).long()
-            f = torch.from_numpy(fids[s : s + batch]).long()
+            t = torch.from_numpy(toks[s : s + batch]).long().to(device)
+            f = torch.from_numpy(fids[s : s + batch]).long().to(device)
             logits = model(t[:, :-1], f[:, :-1])
             total += F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), t[:, 1:].reshape(-1), reduction="sum"
@@ -323,8 +373,30 @@ def loss_of(model, toks: np.ndarray, fids: np.ndarray, batch: int = 32) -> float
     return total / n
 
 
-def train(args, kind: str, seed: int, data: dict, fg, folder: str) -> dict:
-    """Train one model; its checkpoint, curve and time in ``folder``."""
+def optimizers(model, lr: float) -> list:
+    """AdamW for the dense parameters; an Engram table's sparse rows by SparseAdam (only
+    the rows a batch touched move, as a table held off the accelerator would)."""
+    import torch
+
+    sparse = [p for n, p in model.named_parameters() if n == "engram.table.weight"]
+    dense = [p for n, p in model.named_parameters() if n != "engram.table.weight"]
+    opts = [torch.optim.AdamW(dense, lr=lr, betas=(0.9, 0.95), weight_decay=0.1)]
+    if sparse:
+        opts.append(torch.optim.SparseAdam(sparse, lr=lr, betas=(0.9, 0.95)))
+    return opts
+
+
+def save_atomically(obj, path: str) -> None:
+    import torch
+
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def train(args, kind: str, seed: int, data: dict, fg, folder: str, engram=None) -> dict:
+    """Train one model; its checkpoint, curve and time in ``folder``. A killed run
+    continues from its last checkpoint (every --eval-every steps): the batches are the
+    seed's, step by step, so the run is the one it would have been."""
     import torch
     import torch.nn.functional as F
     from scone_model import save
@@ -333,10 +405,11 @@ def train(args, kind: str, seed: int, data: dict, fg, folder: str) -> dict:
     if os.path.exists(done):
         return read_json(done)
     os.makedirs(folder, exist_ok=True)
-    torch.manual_seed(seed)  # the same initial main model for both kinds at a seed
-    cfg = model_config(args, data["vocab"])
-    model = make_model(kind, cfg, fg)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    torch.manual_seed(seed)  # the same initial main model for every kind at a seed
+    cfg = model_config(args, data["vocab"], kind, engram)
+    model = make_model(kind, cfg, fg, engram).to(args.device)
+    opts = optimizers(model, args.lr)
+    dense = [p for n, p in model.named_parameters() if n != "engram.table.weight"]
     warm = max(1, args.steps // 20)
 
     def lr_at(step: int) -> float:
@@ -344,46 +417,85 @@ def train(args, kind: str, seed: int, data: dict, fg, folder: str) -> dict:
             return args.lr * (step + 1) / warm
         return args.lr * 0.5 * (1 + np.cos(np.pi * (step - warm) / max(args.steps - warm, 1)))
 
-    order = np.random.default_rng(seed).permutation(len(data["train"][0]))  # same for both kinds
+    order = np.random.default_rng(seed).permutation(len(data["train"][0]))  # same for all
     tr_t, tr_f = data["train"]
-    curve, t_train = [], 0.0
+    curve, t_train, first = [], 0.0, 0
+    ckpt = os.path.join(folder, "checkpoint.pt")
+    if os.path.exists(ckpt):  # a killed run: where it was
+        state = torch.load(ckpt, map_location=args.device, weights_only=False)
+        model.load_state_dict(state["model"])
+        for o, s in zip(opts, state["opts"], strict=True):
+            o.load_state_dict(s)
+        curve, t_train, first = state["curve"], state["train_seconds"], state["step"]
+        log(f"{kind} seed {seed}: continues at step {first}")
     probe = (data["val"][0][: args.probe], data["val"][1][: args.probe])
-    for step in range(args.steps):
+    for step in range(first, args.steps):
+        if step % args.checkpoint_every == 0 and step > first:
+            state = {"model": model.state_dict(), "opts": [o.state_dict() for o in opts]}
+            state.update(curve=curve, train_seconds=t_train, step=step)
+            save_atomically(state, ckpt)
+            if step == args.stop_at:  # as a kill would, right after a checkpoint
+                raise SystemExit(f"{kind} seed {seed}: stopped at step {step}")
         if step % args.eval_every == 0:
             curve.append({"step": step, "val_loss": loss_of(model, *probe)})
         t0 = time.time()
         pick = order[(step * args.batch + np.arange(args.batch)) % len(order)]
-        t = torch.from_numpy(tr_t[pick]).long()
-        f = torch.from_numpy(tr_f[pick]).long()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+        t = torch.from_numpy(tr_t[pick]).long().to(args.device)
+        f = torch.from_numpy(tr_f[pick]).long().to(args.device)
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = lr_at(step)
         logits = model(t[:, :-1], f[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
+        for o in opts:
+            o.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        torch.nn.utils.clip_grad_norm_(dense, 1.0)
+        for o in opts:
+            o.step()
         t_train += time.time() - t0
         if step % 50 == 0:
             log(f"{kind} seed {seed}: step {step} train loss {loss.item():.3f}")
     curve.append({"step": args.steps, "val_loss": loss_of(model, *probe)})
-    save(model, os.path.join(folder, "model.pt"))
-    main_params = sum(p.numel() for n, p in model.named_parameters() if not n.startswith("fgram."))
+    save(model.cpu(), os.path.join(folder, "model.pt"))
     rec = {
         "kind": kind,
         "seed": seed,
         "steps": args.steps,
         "tokens": args.steps * args.batch * args.seq_len,
         "train_seconds": round(t_train, 1),
+        "device": args.device,
         "curve": curve,
-        "params_main": main_params,
-        "params_fgram_model": sum(p.numel() for p in model.parameters()) - main_params,
+        **model_sizes(model, kind, engram, len(fg[1])),
         "inference_flops_per_token": model.flops_per_token(),
     }
     with open(done, "w") as f:
         json.dump(rec, f, indent=2)
+    if os.path.exists(ckpt):
+        os.remove(ckpt)
     log(f"{kind} seed {seed}: trained in {t_train:.0f} s")
     return rec
+
+
+def model_sizes(model, kind: str, engram, fgrams: int) -> dict:
+    """Parameters held on the accelerator at inference (the main model; Engram's
+    projections, norms and convolution), those used in training only (SCONE's f-gram
+    model), and the table held off it: rows and values (rows x width)."""
+    names = dict(model.named_parameters())
+    training_only = sum(p.numel() for n, p in names.items() if n.startswith("fgram."))
+    table = sum(p.numel() for n, p in names.items() if n == "engram.table.weight")
+    on = sum(p.numel() for p in names.values()) - training_only - table
+    rows, values = 0, 0
+    if kind == "scone":
+        rows, values = fgrams, fgrams * model.cfg.dim
+    elif kind == "engram":
+        rows, values = engram["rows"], table
+    return {
+        "params_main": on,
+        "params_fgram_model": training_only,
+        "rows_off": rows,
+        "values_off": values,
+    }
 
 
 # ---- 5. inference from the store ----------------------------------------------------
@@ -448,7 +560,9 @@ def greedy(model, store, prompt: np.ndarray, new: int) -> tuple[list[int], float
     return out, t_lookup, time.time() - t0
 
 
-def evaluate(args, out: str, fg_info: dict, data: dict, rec: dict, folder: str, tok) -> dict:
+def evaluate(
+    args, out: str, fg_info: dict, data: dict, rec: dict, folder: str, tok, engram=None
+) -> dict:
     """Validation loss on every window: by the f-gram model (the training path), and for
     SCONE from the store that `fgram embed` fills with the trained f-gram model."""
     import torch
@@ -458,7 +572,12 @@ def evaluate(args, out: str, fg_info: dict, data: dict, rec: dict, folder: str, 
     if os.path.exists(done):
         return read_json(done)
     fg = data["fgrams"]
-    model = load(os.path.join(folder, "model.pt"), torch.from_numpy(fg[0]), torch.from_numpy(fg[1]))
+    model = load(
+        os.path.join(folder, "model.pt"),
+        torch.from_numpy(fg[0]),
+        torch.from_numpy(fg[1]),
+        hashing=engram["hashing"] if engram else None,
+    )
     val_t, val_f = data["val"]
     res = {"val_loss": loss_of(model, val_t, val_f), "val_windows": len(val_t)}
     if rec["kind"] == "scone":
@@ -521,7 +640,7 @@ def evaluate(args, out: str, fg_info: dict, data: dict, rec: dict, folder: str, 
 # ---- 6. results ---------------------------------------------------------------------
 
 
-def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict]) -> dict:
+def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict], engram=None) -> dict:
     import math
 
     tags = read_json(os.path.join(fg_info["tags"]["val"], "manifest.json"))["coverage"]
@@ -532,14 +651,16 @@ def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict]) -> di
     for kind, rs in by_kind.items():
         ppl = [math.exp(r["eval"]["val_loss"]) for r in rs]
         row = {
+            "seeds": [r["seed"] for r in rs],
             "ppl": ppl,
             "ppl_mean": float(np.mean(ppl)),
+            "ppl_min": float(np.min(ppl)),
+            "ppl_max": float(np.max(ppl)),
             "ppl_spread": float(np.ptp(ppl)),
             "train_seconds": [r["train_seconds"] for r in rs],
-            "params_main": rs[0]["params_main"],
-            "params_fgram_model": rs[0]["params_fgram_model"],
-            "inference_flops_per_token": rs[0]["inference_flops_per_token"],
-        }
+            **{k: rs[0][k] for k in ("params_main", "params_fgram_model", "rows_off",
+                                     "values_off", "inference_flops_per_token", "tokens")},
+        }  # fmt: skip
         if kind == "scone":
             row["store_ppl"] = [math.exp(r["eval"]["store_val_loss"]) for r in rs]
             row["lookup_share"] = [r["eval"]["decode"]["lookup_share"] for r in rs]
@@ -551,69 +672,92 @@ def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict]) -> di
         "table_rows": int(len(data["fgrams"][1])),
         "max_len": args.max_len,
         "seq_len": args.seq_len,
+        "steps": args.steps,
+        "device": args.device,
         "train_tokens_per_run": args.steps * args.batch * args.seq_len,
         "val_coverage": 1 - tags["share_unmatched"],
         "val_mean_match_length": tags["mean_match_length"],
+        "engram": None
+        if engram is None
+        else {
+            "config": dataclasses.asdict(engram["config"]),
+            "rows": engram["rows"],
+            "values": engram["values"],
+        },  # fmt: skip
         "models": table,
+        "verdict": verdict(table),
         "runs": runs,
     }
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(res, f, indent=2)
     plot(runs, os.path.join(out, "loss.png"))
-    if set(table) == {"baseline", "scone"}:
-        with open(os.path.join(out, "results.md"), "w") as f:
-            f.write(markdown(res))
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(markdown(res))
     return res
 
 
-def markdown(res: dict) -> str:
-    """The results as the README shows them."""
-    import math
+def verdict(m: dict) -> list[str]:
+    """The comparisons the example is for, in words: SCONE against the baseline of about
+    twice its inference FLOPs, and exact f-grams against hashed buckets of the same
+    memory; a lead counts only when the arms' seeds do not overlap."""
 
+    def compare(a: str, b: str, what: str) -> str:
+        x, y = m[a], m[b]
+        gap = float(np.log(y["ppl_mean"] / x["ppl_mean"]))
+        apart = x["ppl_max"] < y["ppl_min"] or y["ppl_max"] < x["ppl_min"]
+        better = a if gap > 0 else b
+        how = "every seed of one below every seed of the other" if apart else "seeds overlap"
+        return (f"{what}: {better} by {abs(gap):.4f} nats of mean validation loss "
+                f"(perplexity {x['ppl_mean']:.2f} against {y['ppl_mean']:.2f}; {how})"
+                + ("" if apart else ": not a difference these seeds can tell"))  # fmt: skip
+
+    out = []
+    if "scone" in m and "baseline_x2" in m:
+        out.append(compare("scone", "baseline_x2", "SCONE against the baseline x2"))
+    if "scone" in m and "engram" in m:
+        out.append(compare("scone", "engram", "exact f-grams (SCONE) against hashed (Engram)"))
+    if "scone" in m and "baseline" in m:
+        out.append(compare("scone", "baseline", "SCONE against the same-size baseline"))
+    return out
+
+
+NAMES = {"baseline": "baseline", "baseline_x2": "baseline x2", "scone": "SCONE",
+         "engram": "Engram"}  # fmt: skip
+
+
+def markdown(res: dict) -> str:
+    """The results as the README shows them: a row per arm, then the verdict."""
     m = res["models"]
+    kinds = [k for k in KINDS if k in m]
     lines = [
-        "| | baseline | SCONE |",
-        "|---|---|---|",
-        "| validation perplexity, per seed | "
-        + " | ".join(", ".join(f"{p:.2f}" for p in m[k]["ppl"]) for k in ("baseline", "scone"))
-        + " |",
-        "| mean (spread: max - min) | "
-        + " | ".join(
-            f"{m[k]['ppl_mean']:.2f} ({m[k]['ppl_spread']:.2f})" for k in ("baseline", "scone")
-        )
-        + " |",
-        "| SCONE from the store (`FgramStore.embed_sequence`), per seed | | "
-        + ", ".join(f"{p:.4f}" for p in m["scone"]["store_ppl"])
-        + " (training path: "
-        + ", ".join(f"{p:.4f}" for p in m["scone"]["ppl"])
-        + ") |",
-        f"| main model parameters | {m['baseline']['params_main']:,} | "
-        f"{m['scone']['params_main']:,} |",
-        f"| f-gram model parameters (training only) | 0 | {m['scone']['params_fgram_model']:,} |",
-        f"| f-gram table rows (inference: stored, float16) | 0 | {res['table_rows']:,} |",
-        f"| inference FLOPs per token (main model, context {res.get('seq_len', 256)}) | "
-        f"{m['baseline']['inference_flops_per_token'] / 1e6:.2f}M | "
-        f"{m['scone']['inference_flops_per_token'] / 1e6:.2f}M |",
-        "| training time per run (s) | "
-        + " | ".join(
-            ", ".join(f"{t:.0f}" for t in m[k]["train_seconds"]) for k in ("baseline", "scone")
-        )
-        + " |",
-        f"| training tokens per run | {res['train_tokens_per_run']:,} | "
-        f"{res['train_tokens_per_run']:,} |",
-        f"| validation positions matched, mean match length (1: none) | | "
-        f"{100 * res['val_coverage']:.1f}%, {res['val_mean_match_length']:.2f} |",
-        "| greedy decoding: ms per token, the lookup's share | | "
-        + ", ".join(
-            f"{1000 * s:.2f} ms, {100 * share:.1f}%"
-            for s, share in zip(
-                m["scone"]["seconds_per_token"], m["scone"]["lookup_share"], strict=True
-            )
-        )
-        + " |",
+        "| arm | validation perplexity: mean (min, max) | per seed | inference FLOPs per "
+        "token | parameters on the accelerator | rows (values) held off it | training "
+        "tokens | training s per run |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    gap = math.log(m["baseline"]["ppl_mean"] / m["scone"]["ppl_mean"])
-    lines.append(f"\nMean validation loss gap (baseline - SCONE): {gap:.4f} nats.\n")
+    for k in kinds:
+        r = m[k]
+        off = f"{r['rows_off']:,} ({r['values_off']:,})" if r["rows_off"] else "0"
+        lines.append(
+            f"| {NAMES[k]} | {r['ppl_mean']:.2f} ({r['ppl_min']:.2f}, {r['ppl_max']:.2f}) | "
+            + ", ".join(f"{p:.2f}" for p in r["ppl"])
+            + f" | {r['inference_flops_per_token'] / 1e6:.2f}M | {r['params_main']:,} | {off} "
+            f"| {r['tokens']:,} | " + ", ".join(f"{t:.0f}" for t in r["train_seconds"]) + " |"
+        )
+    if "scone" in m:
+        s = m["scone"]
+        lines.append(
+            "\nSCONE from the store (`FgramStore.embed_sequence`), per seed: "
+            + ", ".join(f"{p:.4f}" for p in s["store_ppl"])
+            + " (training path: "
+            + ", ".join(f"{p:.4f}" for p in s["ppl"])
+            + "); its "
+            f"f-gram model ({s['params_fgram_model']:,} parameters) runs in training only. "
+            f"Validation positions matched: {100 * res['val_coverage']:.1f}%, mean match "
+            f"length {res['val_mean_match_length']:.2f}."
+        )
+    lines.append("")
+    lines += [f"- {v}" for v in res["verdict"]]
     return "\n".join(lines) + "\n"
 
 
@@ -622,22 +766,26 @@ def plot(runs: list[dict], path: str) -> None:
         from matplotlib.figure import Figure
     except ImportError:
         return
-    fig = Figure(figsize=(7, 4), dpi=110, layout="constrained")
+    fig = Figure(figsize=(8, 4.2), dpi=110, layout="constrained")
     ax = fig.subplots()
-    colors = {"baseline": "#4c72b0", "scone": "#c44e52"}
+    colors = {"baseline": "#4c72b0", "baseline_x2": "#55a868", "scone": "#c44e52",
+              "engram": "#8172b2"}  # fmt: skip
+    seeds = sorted({r["seed"] for r in runs})
+    styles = ["-", "--", ":", "-."]
     for r in runs:
         steps = [c["step"] for c in r["curve"]]
         ax.plot(
             steps,
             [c["val_loss"] for c in r["curve"]],
             color=colors[r["kind"]],
-            ls="-" if r["seed"] == runs[0]["seed"] else "--",
-            label=f"{r['kind']} seed {r['seed']}",
+            ls=styles[seeds.index(r["seed"]) % len(styles)],
+            lw=1.2,
+            label=f"{NAMES[r['kind']]} seed {r['seed']}",
         )
     ax.set_xlabel("step")
     ax.set_ylabel("validation loss (probe windows)")
-    ax.set_title("baseline GPT vs SCONE (same main model)")
-    ax.legend()
+    ax.set_title("baseline, baseline x2, SCONE and Engram")
+    fig.legend(loc="outside right upper", fontsize=7)
     fig.savefig(path)
 
 
@@ -650,8 +798,10 @@ def main() -> None:
         "--corpus", default=CORPUS, help="english-dev (tokens.bin; its tokenizer beside)"
     )
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
-    ap.add_argument("--seeds", default="0,1")
-    ap.add_argument("--kinds", default="baseline,scone")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="the arms, of " + ", ".join(KINDS))
+    ap.add_argument("--engram-heads", type=int, default=4, help="Engram's heads per order")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda where a GPU is at hand")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--max-len", type=int, default=4, help="K")
     ap.add_argument("--size", type=int, default=None, help="S (default: chosen by the rule)")
@@ -664,21 +814,28 @@ def main() -> None:
     )
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument(
+        "--checkpoint-every", type=int, default=200, help="steps between a run's checkpoints"
+    )
     ap.add_argument("--probe", type=int, default=64, help="validation windows of the curve")
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
     ap.add_argument("--prepare-only", action="store_true", help="stop once the tags are made")
+    ap.add_argument(
+        "--stop-at", type=int, default=None, help="end the run after its checkpoint at this "
+        "step, as a kill would (to try resuming)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.smoke:
         args.out = (
             args.out if args.out != os.path.join(HERE, "out") else os.path.join(HERE, "out-smoke")
         )
         args.vocab, args.max_len, args.seq_len, args.batch = 400, 3, 32, 8
-        args.steps, args.eval_every, args.probe = 12, 4, 8
+        args.steps, args.eval_every, args.checkpoint_every, args.probe = 12, 4, 4, 8
         args.grid, args.samples, args.new_tokens = "10,20,50,100,200,500,1K", 1, 8
     import torch
     from tokenizers import Tokenizer
@@ -704,19 +861,27 @@ def main() -> None:
         f"{args.seq_len + 1} tokens; {len(data['fgrams'][1])} f-grams"
     )
     tok = Tokenizer.from_file(tok_path)
+    kinds = args.kinds.split(",")
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        ap.error(f"--kinds: {', '.join(sorted(unknown))}: not one of {', '.join(KINDS)}")
+    engram = engram_setup(args, tok_path, len(data["fgrams"][1])) if "engram" in kinds else None
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
-        for kind in args.kinds.split(","):
+        for kind in kinds:
             folder = os.path.join(out, "runs", f"{kind}-seed{seed}")
-            rec = train(args, kind, seed, data, data["fgrams"], folder)
-            rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok)
+            rec = train(args, kind, seed, data, data["fgrams"], folder, engram)
+            rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok, engram)
             runs.append(rec)
-    res = summarize(args, out, fg_info, data, runs)
+    res = summarize(args, out, fg_info, data, runs, engram)
     for kind, row in res["models"].items():
         log(
-            f"{kind}: validation perplexity {row['ppl_mean']:.2f} (spread {row['ppl_spread']:.2f})"
+            f"{kind}: validation perplexity {row['ppl_mean']:.2f} (min {row['ppl_min']:.2f}, "
+            f"max {row['ppl_max']:.2f})"
             + (f", from the store {np.mean(row['store_ppl']):.2f}" if "store_ppl" in row else "")
         )
+    for line in res["verdict"]:
+        log(line)
     log(f"results: {os.path.join(out, 'results.json')}")
 
 

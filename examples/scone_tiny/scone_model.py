@@ -1,6 +1,7 @@
-"""The models of the example: a small GPT (the baseline), the same GPT fed by an f-gram
-model where a position has an f-gram (SCONE), and the factory `fgram embed` calls to
-precompute the f-gram model's rows.
+"""The models of the example: a small GPT (the baseline, and a deeper one of about twice
+its inference FLOPs), the same GPT fed by an f-gram model where a position has an f-gram
+(SCONE), the same GPT with an Engram module (hashed n-gram embeddings), and the factory
+`fgram embed` calls to precompute the f-gram model's rows.
 
 - `GPT`: token and learned position embeddings, pre-norm blocks (causal attention, a
   GELU MLP), the output layer tied to the token embeddings. `logits(inputs)` takes the
@@ -12,6 +13,15 @@ precompute the f-gram model's rows.
   position's longest f-gram (replacing the token embedding, as in the paper), computed
   once per distinct f-gram of the batch; elsewhere the token embedding. At inference
   the rows come from `fgram.FgramStore` instead, so the f-gram model is not run.
+- `EngramGPT`: the GPT with an Engram module added to the residual stream before one
+  block, built as DeepSeek's public demo describes it (restated, not copied): per order
+  2..N and head, a bucket of the canonical n-gram ending at each position
+  (`fgram.engram.EngramHashing`, exact to the demo's hash) indexes one table of
+  ``n_embed / heads`` wide rows; the concatenated rows give a key and a value; a gate,
+  the signed square root of the key's and the hidden state's scaled dot product (each
+  RMS-normalised) through a sigmoid, scales the value; a causal depthwise convolution
+  (kernel 4, dilation N, RMS-normalised input, SiLU) of the gated value is added to it.
+  The demo's hyper-connections (4 streams) are left out: the GPT has one stream.
 - `fgram_model()`: ``fgram embed TABLE --model scone_model:fgram_model`` with
   ``SCONE_TINY_CHECKPOINT`` naming a trained `Scone` checkpoint.
 """
@@ -36,6 +46,15 @@ class Config:
     heads: int = 4
     fgram_layers: int = 2  # the f-gram model's blocks (SCONE only)
     max_len: int = 4  # K: the longest f-gram
+    # Engram only: the block it comes before, its table sizes (a prime per order and
+    # head, orders in turn), heads per order, the concatenated width per order, the
+    # longest n-gram (N), the convolution's kernel
+    engram_layer: int = 1
+    engram_sizes: tuple[int, ...] = ()
+    engram_heads: int = 4
+    engram_dim: int = 256
+    engram_max_n: int = 4
+    engram_kernel: int = 4
 
 
 class Block(nn.Module):
@@ -74,12 +93,19 @@ class GPT(nn.Module):
         self.apply(_init)
 
     def logits(
-        self, inputs: torch.Tensor, start: int = 0, caches: list[dict] | None = None
+        self,
+        inputs: torch.Tensor,
+        start: int = 0,
+        caches: list[dict] | None = None,
+        before: dict | None = None,
     ) -> torch.Tensor:
-        """Next-token logits from input embeddings [b, t, d] at positions start.."""
+        """Next-token logits from input embeddings [b, t, d] at positions start..;
+        ``before``: {block index: a function of the hidden states added before it}."""
         pos = torch.arange(start, start + inputs.shape[1], device=inputs.device)
         x = inputs + self.pos(pos)[None]
         for i, block in enumerate(self.blocks):
+            if before and i in before:
+                x = x + before[i](x)
             x = block(x, None if caches is None else caches[i])
         return self.ln(x) @ self.tok.weight.T
 
@@ -141,6 +167,80 @@ class Scone(GPT):
         return self.logits(self.inputs(tokens, fgram_ids))
 
 
+class ShortConv(nn.Module):
+    """A causal depthwise convolution over time of RMS-normalised states, then SiLU."""
+
+    def __init__(self, dim: int, kernel: int, dilation: int):
+        super().__init__()
+        self.norm = nn.RMSNorm(dim)
+        self.conv = nn.Conv1d(dim, dim, kernel, groups=dim, bias=False,
+                              padding=(kernel - 1) * dilation, dilation=dilation)  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        y = self.conv(self.norm(x).transpose(1, 2))[..., :t]
+        return F.silu(y).transpose(1, 2)
+
+
+class Engram(nn.Module):
+    """(hidden states [b, t, d], hash ids [b, t, (N-1) * heads]) -> [b, t, d]."""
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        sizes = list(cfg.engram_sizes)
+        self.register_buffer("offsets", torch.tensor([0, *sizes[:-1]]).cumsum(0), persistent=False)
+        width = cfg.engram_dim // cfg.engram_heads  # a head's row
+        self.table = nn.Embedding(sum(sizes), width, sparse=True)  # held off the accelerator
+        concat = (cfg.engram_max_n - 1) * cfg.engram_dim
+        self.key = nn.Linear(concat, cfg.dim)
+        self.value = nn.Linear(concat, cfg.dim)
+        self.key_norm, self.query_norm = nn.RMSNorm(cfg.dim), nn.RMSNorm(cfg.dim)
+        self.conv = ShortConv(cfg.dim, cfg.engram_kernel, cfg.engram_max_n)
+        self.dim = cfg.dim
+
+    def forward(self, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        e = self.table(ids + self.offsets).flatten(-2)  # the heads' rows, side by side
+        dot = (self.key_norm(self.key(e)) * self.query_norm(h)).sum(-1, keepdim=True)
+        dot = dot / math.sqrt(self.dim)
+        gate = torch.sigmoid(dot.sign() * dot.abs().clamp_min(1e-6).sqrt())
+        v = gate * self.value(e)
+        return v + self.conv(v)
+
+    def flops_per_token(self) -> int:
+        """The projections' multiply-adds x 2, the gate's dot product, the convolution."""
+        concat = self.key.in_features
+        return (
+            2 * 2 * concat * self.dim + 2 * self.dim + 2 * self.dim * self.conv.conv.kernel_size[0]
+        )
+
+
+class EngramGPT(GPT):
+    """The GPT with an Engram module before block ``cfg.engram_layer``; ``hashing``
+    (`fgram.engram.EngramHashing` of a configuration of one layer) gives the hash ids of
+    the tokens of each window (the window as the demo's sequence)."""
+
+    def __init__(self, cfg: Config, hashing=None):
+        super().__init__(cfg)
+        self.engram = Engram(cfg)
+        for m in (self.engram.key, self.engram.value, self.engram.table):
+            _init(m)
+        self.hashing = hashing
+
+    def hash_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        (layer,) = self.hashing.config.layer_ids  # the configuration's one layer
+        ids = self.hashing.hash(tokens.cpu().numpy())[layer]
+        return torch.from_numpy(ids).to(tokens.device)
+
+    def forward(self, tokens: torch.Tensor, *_: object) -> torch.Tensor:
+        ids = self.hash_ids(tokens)
+        return self.logits(
+            self.tok(tokens), before={self.cfg.engram_layer: lambda x: self.engram(x, ids)}
+        )
+
+    def flops_per_token(self) -> int:
+        return super().flops_per_token() + self.engram.flops_per_token()
+
+
 def _init(m: nn.Module) -> None:
     if isinstance(m, nn.Linear):
         nn.init.normal_(m.weight, std=0.02)
@@ -153,16 +253,19 @@ def save(model: GPT, path: str) -> None:
     torch.save({"config": asdict(model.cfg), "state": model.state_dict()}, path)
 
 
-def load(path: str, fgram_tokens=None, fgram_lengths=None) -> GPT:
+def load(path: str, fgram_tokens=None, fgram_lengths=None, hashing=None) -> GPT:
     """A checkpoint of `save`: a `Scone` when it has an f-gram model (its table's tokens
-    then come from ``fgram_tokens``/``fgram_lengths``, or stay empty), else a `GPT`."""
+    then come from ``fgram_tokens``/``fgram_lengths``, or stay empty), an `EngramGPT`
+    when it has an Engram module (its hash ids from ``hashing``), else a `GPT`."""
     ck = torch.load(path, map_location="cpu", weights_only=True)
-    cfg = Config(**ck["config"])
+    cfg = Config(**{**ck["config"], "engram_sizes": tuple(ck["config"]["engram_sizes"])})
     if any(k.startswith("fgram.") for k in ck["state"]):
         if fgram_tokens is None:
             fgram_tokens = torch.zeros((0, cfg.max_len), dtype=torch.long)
             fgram_lengths = torch.zeros(0, dtype=torch.long)
         model: GPT = Scone(cfg, fgram_tokens, fgram_lengths)
+    elif any(k.startswith("engram.") for k in ck["state"]):
+        model = EngramGPT(cfg, hashing)
     else:
         model = GPT(cfg)
     model.load_state_dict(ck["state"])

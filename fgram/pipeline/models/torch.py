@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -46,7 +48,8 @@ class FgramTransformer(nn.Module):
     ):
         super().__init__()
         vocab, dim = token_embeddings.shape
-        self.tokens = nn.Embedding.from_pretrained(token_embeddings, freeze=freeze_tokens)
+        pretrained: Any = nn.Embedding.from_pretrained  # untyped where torch is installed
+        self.tokens = pretrained(token_embeddings, freeze=freeze_tokens)
         self.positions = nn.Embedding(max_len, dim)
         layer = nn.TransformerEncoderLayer(
             dim, heads, dim_feedforward=4 * dim, batch_first=True, norm_first=True, dropout=0.0
@@ -64,9 +67,11 @@ class FgramTransformer(nn.Module):
         pos = torch.arange(width, device=tokens.device)
         x = self.tokens(tokens) + self.positions(pos)[None]
         pad = pos[None] >= lengths[:, None]
-        h = self.encoder(x, mask=self.causal[:width, :width], src_key_padding_mask=pad)
+        causal: Any = self.causal  # a registered buffer: a Tensor
+        h = self.encoder(x, mask=causal[:width, :width], src_key_padding_mask=pad)
         last = h[torch.arange(len(tokens), device=tokens.device), (lengths - 1).clamp(min=0)]
-        return self.norm(last)
+        out: torch.Tensor = self.norm(last)
+        return out
 
 
 def reference(device: str = "cpu", vocab: int = 65536, dim: int = 256, seed: int = 0) -> TorchModel:
