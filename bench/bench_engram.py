@@ -3,14 +3,15 @@ numpy implementation written as the demo computes them (a shifted copy per order
 product and XOR per token back, a modulo per head: numpy temporaries), on the same
 windows, side by side in one run; the ids compared equal.
 
-    python bench/bench_engram.py [--tokens 2000000] [--seq 4096] [--batch 8]
+    python bench/bench_engram.py [--tokens 2000000] [--seq 4096] [--batch 1]
         [--rounds 3] [--vocab 50280] [--config CONFIG.toml]
 
 The configuration is the demo's default (129280 x 5 buckets per order, orders 2..3,
 8 heads, layers 1 and 15) unless --config names another; token ids are drawn uniformly
 from the vocabulary and canonical ids by a random many-to-one map (the kernel's cost does
-not depend on them). Both hash a loader's batches of ``--batch`` windows of ``--seq``
-tokens in turn. Tokens/s are per core (one thread each).
+not depend on them). Both hash ``--batch`` windows of ``--seq`` tokens a call, in turn
+(1: as `fgram.torch.FgramDataset` hashes each window). Tokens/s are per core (one thread
+each).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=2_000_000)
     ap.add_argument("--seq", type=int, default=4096)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--vocab", type=int, default=50280)
     ap.add_argument("--config", default=None)
