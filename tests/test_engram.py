@@ -156,6 +156,33 @@ def _tokenizer(tmp_path):
     return folder
 
 
+def _byte_fallback_tokenizer(tmp_path):
+    """A Llama-style BPE: a metaspace pre-tokenizer and byte-fallback tokens <0x00>..<0xFF>
+    for what its vocabulary lacks, decoded byte by byte (a lone byte of a multi-byte
+    character decodes to U+FFFD)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Sequence([
+        decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Strip(" ", 1, 0),
+    ])  # fmt: skip
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(
+        vocab_size=700, special_tokens=["<unk>", "<s>", "</s>", *bytes_], show_progress=False
+    )
+    text = ["Café café CAFÉ naïve NAÏVE Über über ÜBER   spaced  out", "Ǆ ǅ ǆ ﬁ ＡＢＣ ①"] * 50
+    tok.train_from_iterator(text, trainer)
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"})
+    )
+    return folder
+
+
 def reference_map(folder) -> tuple[np.ndarray, int]:
     """The description's canonical ids: transformers' decode of each id alone, tokenizers'
     normalizers in the order given, U+FFFD keyed by the token's string."""
@@ -181,15 +208,24 @@ def reference_map(folder) -> tuple[np.ndarray, int]:
     return np.asarray(out, np.int64), len(keys)
 
 
-def test_canonical_ids_are_the_reference_s(tmp_path):
+@pytest.mark.parametrize("make", [_tokenizer, _byte_fallback_tokenizer])
+def test_canonical_ids_are_the_reference_s(tmp_path, make):
+    """A GPT-2-style byte-level BPE and a Llama-style byte-fallback one: the map equals
+    the description's, case and accents fold ids together, and tokens whose text alone is
+    a partial character (U+FFFD) keep ids of their own."""
     pytest.importorskip("transformers", reason="transformers is an optional extra")
-    folder = _tokenizer(tmp_path)
+    from transformers import AutoTokenizer
+
+    folder = make(tmp_path)
     lookup, size = canonical_map(str(folder))
     want, want_size = reference_map(folder)
     assert size == want_size and np.array_equal(lookup, want)
     assert size < len(lookup)  # case and accents folded: Café, café and CAFÉ share one
     again, _ = canonical_map(str(folder / "tokenizer.json"))  # the file alone: the same
     assert np.array_equal(again, lookup)
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    partial = [i for i in range(len(tok)) if "\ufffd" in tok.decode([i])]
+    assert partial and len({int(lookup[i]) for i in partial}) == len(partial)
 
 
 def test_hashing_from_a_tokenizer_maps_its_ids_first(tmp_path):
