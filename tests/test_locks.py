@@ -98,20 +98,24 @@ def test_an_empty_or_torn_lock_file_is_taken(tmp_path):
         assert not os.path.exists(lock_path(out))
 
 
-@pytest.mark.parametrize("from_text", [False, True])
-def test_a_table_published_while_a_build_waited_is_not_replaced(tmp_path, monkeypatch, from_text):
-    """Another run publishes TABLE between a build's first look at it and its lock (for
-    a build from text, before any token): under the lock the build looks again and
-    stops, the other table untouched and nothing tokenized."""
+@pytest.mark.parametrize("job", ["build", "build from text", "tokenize", "annotate"])
+def test_an_output_published_while_a_job_waited_is_not_replaced(tmp_path, monkeypatch, job):
+    """Another run publishes the output between a job's first look at it and its lock
+    (for a build from text, before any token): under the lock the job looks again and
+    stops, the other output untouched and nothing written beside it."""
     import fgram
-    import fgram.jobs.table.driver as driver
+    import fgram.pipeline.io.locks as locks
     from fgram.pipeline.errors import OutputError
     from fgram.pipeline.formats.synth import generate
 
+    text = job in ("build from text", "tokenize")
     src = tmp_path / "corpus"
-    generate(str(src), 3000, vocab=200, fmt="text" if from_text else "bin", files=1)
+    generate(str(src), 3000, vocab=200, fmt="text" if text else "bin", files=1)
+    if job == "annotate":  # its table, made before the race
+        fgram.build(tmp_path / "table", [src], engine="local", min_count=2, doc_sep=0)
+        fgram.index(tmp_path / "table")
     out = tmp_path / "t"
-    real = driver.OutputLock
+    real = locks.OutputLock
 
     class PublishedMeanwhile:
         def __init__(self, where):
@@ -126,9 +130,19 @@ def test_a_table_published_while_a_build_waited_is_not_replaced(tmp_path, monkey
         def __exit__(self, *exc):
             return self.lock.__exit__(*exc)
 
-    monkeypatch.setattr(driver, "OutputLock", PublishedMeanwhile)
-    opts = {"tokenizer": str(src / "tokenizer.json")} if from_text else {"doc_sep": 0}
+    monkeypatch.setattr(locks, "OutputLock", PublishedMeanwhile)
+    tok = str(src / "tokenizer.json")
+    runs = {
+        "build": lambda: fgram.build(out, [src], engine="local", min_count=2, doc_sep=0),
+        "build from text": lambda: fgram.build(
+            out, [src], engine="local", min_count=2, tokenizer=tok
+        ),
+        "tokenize": lambda: fgram.tokenize([src], out, tok, format="bin", engine="local"),
+        "annotate": lambda: fgram.annotate(
+            tmp_path / "table", [src], out, engine="local", doc_sep=0
+        ),
+    }
     with pytest.raises(OutputError, match="output exists; pass --overwrite"):
-        fgram.build(out, [src], engine="local", min_count=2, **opts)
+        runs[job]()
     assert sorted(os.listdir(out)) == ["_SUCCESS", "manifest.json"]
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".t")]  # nothing tokenized
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".t")]  # nothing beside it

@@ -51,7 +51,7 @@ from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.formats.tokenizer import check_tokenizer, known_tokenizer, load_spec
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
-from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.locks import held_output
 from fgram.pipeline.io.publish import check_output, finish, staging_for
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.tables.coverage import (
@@ -197,7 +197,7 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
     if out is None:
         return _annotate(cfg, ex, table, index, shards, units, None, None, t0)
-    with OutputLock(out):
+    with held_output(out, cfg.overwrite, cfg.storage) as out:
         staging = staging_for(out, runs_here(cfg), unique=True)
         try:
             return _annotate(cfg, ex, table, index, shards, units, out, staging, t0)

@@ -55,8 +55,8 @@ from fgram.pipeline.formats.text import (
 from fgram.pipeline.formats.token_shards import ShardWriter
 from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, encoder, load_spec, prove
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import OutputLock, working_in
-from fgram.pipeline.io.publish import check_output, finish, staging_for
+from fgram.pipeline.io.locks import held_output, working_in
+from fgram.pipeline.io.publish import finish, staging_for
 from fgram.pipeline.io.storage import Place
 from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord
@@ -309,8 +309,7 @@ def run_tokenize(cfg: TokenizeConfig, spark=None, checksums: bool = True) -> dic
         if doc_sep >= 2 ** (8 * np.dtype(dtype).itemsize):
             raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
     check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
-    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
-    with OutputLock(out):
+    with held_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume) as out:
         # the JVM starts (seconds) while the driver plans, proves the backend, and then
         # counts and tokenizes units itself
         starting = Starting(cfg, spark)

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,8 +42,8 @@ from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import RESUMABLE, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import OutputLock, working_in
-from fgram.pipeline.io.publish import check_output, finish, staging_for
+from fgram.pipeline.io.locks import held_output, working_in
+from fgram.pipeline.io.publish import finish, staging_for
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import Sweeper
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
@@ -74,18 +73,8 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
 
 def _build_table(cfg: BuildConfig, spark, t_start: float) -> dict:
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
-    with _output_held(cfg) as out:
+    with held_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume) as out:
         return _run_locked(cfg, spark, out, t_start, tokenizer)
-
-
-@contextlib.contextmanager
-def _output_held(cfg: BuildConfig) -> Iterator[Location]:
-    """The output, checked (a bad path is one line before anything starts), then its
-    lock taken and the output checked again under it: a run that published there
-    between the two is never replaced without --overwrite."""
-    out = check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
-    with OutputLock(out):
-        yield check_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume)
 
 
 def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
@@ -96,7 +85,7 @@ def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
     from fgram.jobs.tokenize import tokenize_inputs
 
     assert cfg.tokenizer is not None
-    with _output_held(cfg) as out:
+    with held_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume) as out:
         folder = staging_for(out, runs_here(cfg), what="text")
         where = folder if isinstance(folder, str) else folder.uri
         tokens = tokenize_inputs(cfg, where, cfg.resume)

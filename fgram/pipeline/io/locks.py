@@ -15,7 +15,7 @@ from typing import Any
 
 from fgram.pipeline.errors import LockedError
 from fgram.pipeline.io.lease import LeaseLock, process_alive
-from fgram.pipeline.io.publish import as_location, lock_path
+from fgram.pipeline.io.publish import as_location, check_output, lock_path
 from fgram.pipeline.io.storage import Location, Place
 
 __all__ = ["FileLock", "LeaseLock", "OutputLock", "is_live", "process_alive", "working_in"]
@@ -187,3 +187,16 @@ def is_live(staging: str) -> bool:
         finally:
             os.close(fd)
     return False
+
+
+@contextlib.contextmanager
+def held_output(
+    out: Place, overwrite: bool, storage: dict[str, Any] | None = None, resume: bool = False
+) -> Iterator[Location]:
+    """An output checked (`publish.check_output`: a bad path is one line before anything
+    starts), then its lock taken and the output checked again under it, so that one
+    another run published while this one waited is never replaced without --overwrite.
+    Yields the output's location, the lock held."""
+    loc = check_output(out, overwrite, storage, resume)
+    with OutputLock(loc):
+        yield check_output(loc, overwrite, storage, resume)
