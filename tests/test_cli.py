@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -660,3 +662,22 @@ def test_annotate_of_text_says_to_tokenize_it_first(runner, tmp_path):
     res = runner.invoke(cli, ["annotate", str(tmp_path / "t"), str(tmp_path / "text"), "-o", "x"])
     line = _err(res)
     assert "tokenize it first" in line and "build with" not in line, line
+
+
+def test_help_imports_nothing_heavy():
+    """`fgram --help` (and a command's) answers without importing numba, Spark, pyarrow's
+    datasets, matplotlib or torch: the command table and its options are light."""
+    code = (
+        "import sys\n"
+        "from fgram.cli import main\n"
+        "for argv in (['fgram', '--help'], ['fgram', 'build', '--help']):\n"
+        "    sys.argv = argv\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('numba', 'pyspark', 'pyarrow.dataset', 'matplotlib', 'torch')\n"
+        "print(','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stderr.strip() == "", res.stderr

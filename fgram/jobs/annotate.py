@@ -37,7 +37,6 @@ from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError, InputError
 from fgram.pipeline.formats import registry
-from fgram.pipeline.formats.base import LAYOUTS
 from fgram.pipeline.formats.canonical import mapped, meet_canonical
 from fgram.pipeline.formats.inputs import (
     holds_text,
@@ -46,6 +45,7 @@ from fgram.pipeline.formats.inputs import (
     shard_record,
     tokens_of,
 )
+from fgram.pipeline.formats.layouts import LAYOUTS
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.formats.tokenizer import check_tokenizer, known_tokenizer, load_spec

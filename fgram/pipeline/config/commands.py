@@ -32,7 +32,7 @@ from fgram.pipeline.config.options import (
     unit_tokens_option,
 )
 from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.formats.base import LAYOUTS
+from fgram.pipeline.formats.layouts import LAYOUTS
 
 if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
     from fgram.pipeline.formats.reading import ReadOptions

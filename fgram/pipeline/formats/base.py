@@ -31,17 +31,6 @@ Match = Callable[..., tuple[np.ndarray, np.ndarray]]  # `FgramIndex.match(tokens
 TagFile = Callable[[str], Location]  # a tags output's file ``tags/...`` -> where it is
 Exists = Callable[[str], bool]  # whether a file (a path on the shard's filesystem) is there
 
-# how a tags output lays out its files (`fgram annotate --layout`), for the trainer that reads them
-LAYOUTS: dict[str, str] = {
-    "fgram": "fgram's own: .npy sidecars of flat files, a Parquet file per unit of row formats",
-    "olmo": "raw headerless <stem>.fgid.bin (int32) and <stem>.mlen.bin (uint8) beside each "
-    "flat token file, of its length (OLMo-core's memmaps; flat, Megatron, datatrove inputs)",
-    "megatron": "a sibling IndexedDataset per Megatron input: <prefix>.fgid.bin/.idx (int32) "
-    "and <prefix>.mlen.bin/.idx (uint8), the input's sequence lengths and documents",
-    "hf": "Parquet a Hugging Face `datasets` loads: input_ids, fgram_ids and match_len "
-    "lists per row, the input's other columns kept (Parquet, Arrow, MDS, LitData inputs)",
-}
-
 
 @dataclass
 class Tagged:
@@ -64,7 +53,7 @@ class ShardFormat(ABC):
     tag_layout: ClassVar[str]
     assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
     tags_by_range: ClassVar[bool] = False  # `read_tags_range` reads part of a unit's tags
-    layouts: ClassVar[tuple[str, ...]] = ("fgram",)  # the `LAYOUTS` its tags can be written in
+    layouts: ClassVar[tuple[str, ...]] = ("fgram",)  # `layouts.LAYOUTS` its tags are written in
 
     def reads_doc_sep(self, opts: ReadOptions) -> bool:
         """Whether ``--doc-sep`` splits this format's documents (not where the format

@@ -383,7 +383,7 @@ def match_values(
 
 def sidecar(folder: Any, shard: Shard, what: str, layout: str = "fgram") -> Any:
     """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder: ``<name>.<what>.npy``
-    in fgram's layout, raw ``<stem>.<what>.bin`` in the others (`base.LAYOUTS`)."""
+    in fgram's layout, raw ``<stem>.<what>.bin`` in the others (`layouts.LAYOUTS`)."""
     name = os.path.basename(shard.uri)
     if layout == "fgram":
         return wf.join(folder, f"{name}.{what}.npy")

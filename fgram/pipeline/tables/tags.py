@@ -83,7 +83,7 @@ class FgramTags:
     ) -> None:
         self.loc, self.manifest, self.index, self.storage = loc, manifest, index, storage
         self.column = manifest["config"]["column"]
-        self.layout = manifest["config"].get("layout", "fgram")  # `base.LAYOUTS`
+        self.layout = manifest["config"].get("layout", "fgram")  # `layouts.LAYOUTS`
         self.shards = [Shard(**rec) for rec in manifest["inputs"]]
         self.units = [Unit(u["shard"], u["start"], u["stop"]) for u in manifest["units"]]
         sizes = [u.get("tokens") for u in manifest["units"]]
