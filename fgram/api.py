@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 # the readers, re-exported (the names `fgram/__init__.py` lists)
+from fgram.pipeline.config.options import KEEP_VERSIONS, OPEN_MODE, TOP
 from fgram.pipeline.tables.embed import FgramStore as FgramStore
 from fgram.pipeline.tables.index import FgramIndex as FgramIndex
 from fgram.pipeline.tables.index import write_index
@@ -100,7 +101,7 @@ def build(table, inputs, spark=None, progress: Progress = None, **options) -> di
 def refresh(
     table,
     inputs,
-    keep: int = 3,
+    keep: int = KEEP_VERSIONS,
     spark=None,
     rebuild: bool = False,
     model: str | None = None,
@@ -193,7 +194,7 @@ def tokenize(inputs, output, tokenizer, spark=None, progress: Progress = None, *
         return run_tokenize(cfg, spark)
 
 
-def show(table, top: int = 10, tokenizer: str | None = None, storage: dict | None = None) -> dict:
+def show(table, top: int = TOP, tokenizer: str | None = None, storage: dict | None = None) -> dict:
     """`fgram show TABLE`: the table's manifest, with its ``top`` f-grams (``top_fgrams``:
     fgram_id, length, tokens, count, and ``text`` where the table's tokenizer, or
     ``tokenizer``, is at hand: what the command prints)."""
@@ -226,7 +227,7 @@ def lookup(
     tokens: Iterable[int] | str | None = None,
     text: str | None = None,
     tokenizer: str | None = None,
-    mode: str = "mmap",
+    mode: str = OPEN_MODE,
     tokenizer_backend: str = "auto",
     storage: dict | None = None,
     check: bool = True,
@@ -309,7 +310,7 @@ def verify(table, deep: bool = False, storage: dict | None = None) -> dict:
     return check(str(table), deep=deep, storage=storage)
 
 
-def diff(old, new, top: int = 10, storage: dict | None = None) -> dict:
+def diff(old, new, top: int = TOP, storage: dict | None = None) -> dict:
     """`fgram diff OLD NEW`: f-grams added and removed between two tables, the cutoff, and
     the ``top`` most frequent of each."""
     from fgram.pipeline.tables.diff import diff_tables

@@ -10,6 +10,7 @@ from click.core import ParameterSource
 from fgram.cli.options import config_options, fail, shown, summary
 from fgram.cli.results import finished, json_option, table_fields
 from fgram.pipeline.config.commands import BuildConfig, TokenizeConfig
+from fgram.pipeline.config.options import KEEP_VERSIONS
 
 DRY_RUN = (
     "Print the plan and stop: the inputs (files, bytes, tokens), the units to count, the "
@@ -103,7 +104,7 @@ def _table_first(table: str) -> None:
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUTS...")
 @click.option(
     "--keep",
-    default=3,
+    default=KEEP_VERSIONS,
     show_default=True,
     type=int,
     help="Versions to keep (the current one always stays).",

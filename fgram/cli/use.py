@@ -18,6 +18,7 @@ from fgram.cli.options import (
 )
 from fgram.cli.results import finished, json_option
 from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
+from fgram.pipeline.config.options import OPEN_MODE, TOP
 from fgram.pipeline.formats.backends import CHOICES
 
 # annotate tags token shards: text is tokenized first; its coverage is `fgram coverage`'s
@@ -29,7 +30,7 @@ ANNOTATE_TAKES_NOT = ("table", "inputs", "tokenizer", "sizes", "text_field", "do
 @click.argument("new")
 @click.option(
     "--top",
-    default=10,
+    default=TOP,
     show_default=True,
     type=int,
     help="How many of the most frequent added and removed f-grams to list.",
@@ -76,7 +77,7 @@ def diff_command(old, new, top, as_json, tokenizer, storage):
 
 @click.command("show", short_help="A table's summary and top f-grams.")
 @click.argument("table", metavar="TABLE")
-@click.option("--top", default=10, show_default=True, type=int, help="How many f-grams to list.")
+@click.option("--top", default=TOP, show_default=True, type=int, help="How many f-grams to list.")
 @tokenizer_option("to print f-grams as text")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
 @storage_option
@@ -297,7 +298,7 @@ def embed_command(table, **opts):
 @tokenizer_option("that tokenizes --text and shows the matches as text")
 @click.option(
     "--mode",
-    default="mmap",
+    default=OPEN_MODE,
     show_default=True,
     type=click.Choice(["ram", "mmap"]),
     help="mmap: arrays mapped from disk (shared, opens at once); ram: read into memory.",

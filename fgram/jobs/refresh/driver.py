@@ -32,6 +32,7 @@ from fgram.jobs.refresh.store import (
 from fgram.jobs.refresh.tasks import RPlan, release_driver
 from fgram.jobs.runs import check_work_reach, fingerprint_digest, run_fingerprint
 from fgram.pipeline.config.commands import BuildConfig
+from fgram.pipeline.config.options import KEEP_VERSIONS
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.formats.reading import Shard
@@ -53,7 +54,7 @@ COMPACT = 0.25  # rewrite a length's base when its delta outgrows this share of 
 
 def run_refresh(
     cfg: BuildConfig,
-    keep: int = 3,
+    keep: int = KEEP_VERSIONS,
     spark=None,
     bound: bool = True,
     given: Collection[str] | None = None,

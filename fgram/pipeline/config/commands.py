@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fgram.pipeline.config.options import (
+    TOP,
     Options,
     canonical_option,
     column_option,
@@ -422,7 +423,7 @@ class ReportConfig(Options):
         "A Hugging Face tokenizer.json (or its folder) to show f-grams as text and tokenize "
         "held-out text (default: the one the table's manifest names, when found here).",
     )
-    top: int = option(10, "F-grams listed per length.", minimum=0)
+    top: int = option(TOP, "F-grams listed per length.", minimum=0)
     engram: str | None = option(
         None, "An Engram configuration (TOML or JSON): the page adds its collision audit "
         "(`fgram engram-audit`) of TABLE, a table built with --canonical.", metavar="CONFIG",

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from fgram.pipeline.config.options import TOP
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.tables.versions import VERSIONS, current, list_versions, table_dataset
@@ -128,7 +129,7 @@ def time_rows(manifest: dict[str, Any]) -> dict[str, Any]:
 def table_report(
     loc: Location,
     manifest: dict[str, Any],
-    top: int = 10,
+    top: int = TOP,
     points: int = 64,
     decode: Decode | None = None,
 ) -> dict[str, Any]:

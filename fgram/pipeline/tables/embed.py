@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from fgram.pipeline.config.options import OPEN_MODE
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.io.storage import Place
 from fgram.pipeline.kernels.matching import gather_rows, last_matches, step_matches
@@ -121,7 +122,7 @@ class FgramStore:
     def open(
         cls,
         out: Place,
-        mode: str = "ram",
+        mode: str = OPEN_MODE,
         storage: dict[str, Any] | None = None,
         verify: bool = False,
         check: bool = True,

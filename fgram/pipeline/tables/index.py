@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from fgram.pipeline.config.options import OPEN_MODE
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io.cache import cache_dir, cached_copy, file_record, file_xxh3
 from fgram.pipeline.io.failures import first_line
@@ -360,7 +361,7 @@ class FgramIndex:
     def open(
         cls,
         out: Place,
-        mode: str = "mmap",
+        mode: str = OPEN_MODE,
         storage: dict[str, Any] | None = None,
         verify: bool = False,
         check: bool = True,
