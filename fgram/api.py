@@ -27,17 +27,36 @@ import contextlib
 import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-# the readers, re-exported (the names `fgram/__init__.py` lists)
 from fgram.pipeline.config.options import KEEP_VERSIONS, OPEN_MODE, TOP
-from fgram.pipeline.tables.embed import FgramStore as FgramStore
-from fgram.pipeline.tables.index import FgramIndex as FgramIndex
-from fgram.pipeline.tables.index import write_index
-from fgram.pipeline.tables.tags import FgramTags as FgramTags
-from fgram.pipeline.tables.tags import training_sequences as training_sequences
-from fgram.pipeline.tables.versions import open_table as open_table
-from fgram.pipeline.tables.versions import table_dataset as table_dataset
+
+if TYPE_CHECKING:  # the readers, re-exported on first use (`__getattr__`)
+    from fgram.pipeline.tables.embed import FgramStore as FgramStore
+    from fgram.pipeline.tables.index import FgramIndex as FgramIndex
+    from fgram.pipeline.tables.tags import FgramTags as FgramTags
+    from fgram.pipeline.tables.tags import training_sequences as training_sequences
+    from fgram.pipeline.tables.versions import open_table as open_table
+    from fgram.pipeline.tables.versions import table_dataset as table_dataset
+
+# the readers `fgram/__init__.py` lists, by module: imported when first asked for, so
+# that a command that needs none (show, --help) starts without the compiled kernels
+READERS = {
+    "FgramStore": "fgram.pipeline.tables.embed",
+    "FgramIndex": "fgram.pipeline.tables.index",
+    "FgramTags": "fgram.pipeline.tables.tags",
+    "training_sequences": "fgram.pipeline.tables.tags",
+    "open_table": "fgram.pipeline.tables.versions",
+    "table_dataset": "fgram.pipeline.tables.versions",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in READERS:
+        import importlib
+
+        return getattr(importlib.import_module(READERS[name]), name)
+    raise AttributeError(f"module 'fgram.api' has no attribute {name!r}")
 
 Progress = Callable[[str], Any] | bool | None
 
@@ -127,6 +146,8 @@ def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:
     from fgram.pipeline.tables.versions import table_part
 
     table_part(str(table), "index", overwrite, storage)
+    from fgram.pipeline.tables.index import write_index
+
     return write_index(str(table), storage)
 
 
@@ -199,10 +220,10 @@ def show(table, top: int = TOP, tokenizer: str | None = None, storage: dict | No
     fgram_id, length, tokens, count, and ``text`` where the table's tokenizer, or
     ``tokenizer``, is at hand: what the command prints)."""
     from fgram.pipeline.formats.tokenizer import table_tokenizer
-    from fgram.pipeline.tables.versions import open_table, table_dataset
+    from fgram.pipeline.tables.versions import open_table, table_head
 
     loc, manifest = open_table(str(table), storage)
-    rows = table_dataset(loc, manifest).head(top).to_pylist() if top > 0 else []
+    rows = table_head(loc, manifest, top) if top > 0 else []
     tok = table_tokenizer(tokenizer, manifest)
     if tok is not None:
         first = _first_of_canonical(manifest) if manifest.get("canonical") else None

@@ -664,20 +664,27 @@ def test_annotate_of_text_says_to_tokenize_it_first(runner, tmp_path):
     assert "tokenize it first" in line and "build with" not in line, line
 
 
-def test_help_imports_nothing_heavy():
-    """`fgram --help` (and a command's) answers without importing numba, Spark, pyarrow's
-    datasets, matplotlib or torch: the command table and its options are light."""
+def test_help_and_show_import_nothing_heavy(tmp_path):
+    """`fgram --help` (and a command's) and `fgram show` answer without importing numba,
+    Spark, pyarrow's datasets (pandas), matplotlib or torch: the command table and its
+    options are light, and show reads the table's first rows with Parquet's reader."""
+    import fgram
+
+    fgram.synth(tmp_path / "c", tokens=5000, vocab=100, format="bin")
+    fgram.build(tmp_path / "t", [tmp_path / "c"], doc_sep=0, min_count=2, engine="local")
+    show = ["fgram", "show", str(tmp_path / "t"), "--top", "3"]
     code = (
         "import sys\n"
         "from fgram.cli import main\n"
-        "for argv in (['fgram', '--help'], ['fgram', 'build', '--help']):\n"
+        f"for argv in (['fgram', '--help'], ['fgram', 'build', '--help'], {show!r}):\n"
         "    sys.argv = argv\n"
         "    try:\n"
         "        main()\n"
         "    except SystemExit:\n"
         "        pass\n"
-        "heavy = ('numba', 'pyspark', 'pyarrow.dataset', 'matplotlib', 'torch')\n"
+        "heavy = ('numba', 'pyspark', 'pyarrow.dataset', 'pandas', 'matplotlib', 'torch')\n"
         "print(','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
+    assert "top 3:" in res.stdout  # show listed the table's rows

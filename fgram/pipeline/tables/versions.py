@@ -242,6 +242,39 @@ def open_table(
     return loc, manifest
 
 
+def table_files(loc: Location, manifest: dict[str, Any]) -> list[Location]:
+    """The table's Parquet files in order: exactly those its manifest names, or, for
+    outputs written before manifests named their files, those of ``fgrams/``."""
+    for f in manifest.get("files", []):
+        loc.inside(f)  # a name that leaves the table is refused, never read
+    named = [f for f in manifest.get("files", []) if f.startswith("fgrams/")]
+    if named:
+        return [loc.child(f) for f in named]
+    folder = loc.child("fgrams")
+    return [folder.child(f) for f in folder.files() if f.endswith(".parquet")]
+
+
+def table_head(loc: Location, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The table's first ``n`` rows (its most frequent f-grams), read file by file with
+    Parquet's reader alone (no dataset layer: a command that lists a few rows starts
+    fast)."""
+    import pyarrow.parquet as pq
+
+    rows: list[dict[str, Any]] = []
+    for file in table_files(loc, manifest):
+        if len(rows) >= n:
+            break
+        try:
+            with file.fs.open_input_file(file.path) as f:
+                for batch in pq.ParquetFile(f).iter_batches(batch_size=max(n, 1)):
+                    rows += batch.slice(0, n - len(rows)).to_pylist()
+                    if len(rows) >= n:
+                        break
+        except OSError as exc:
+            raise InputError(file.uri, f"cannot read its rows ({exc})") from None
+    return rows
+
+
 def table_dataset(loc: Location, manifest: dict[str, Any]) -> Any:
     """The table's Parquet dataset: exactly the files its manifest names (an object
     store may hold another generation's beside them), or, for outputs written before
