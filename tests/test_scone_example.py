@@ -4,6 +4,7 @@ reads, and decoding a token at a time; then the example's own smoke run (with to
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -136,11 +137,13 @@ def test_the_example_smoke_run(tmp_path):
     assert engram["ppl"] != base["ppl"]  # the module is in the network
     assert len(res["verdict"]) == 3 and os.path.exists(tmp_path / "out" / "loss.png")
     assert "| Engram |" in open(tmp_path / "out" / "results.md").read()
-    # stopped after its checkpoint at step 8 (of 12), then run again: the same model
-    one = ("--kinds", "engram", "--seeds", "0", "--out", str(tmp_path / "resumed"))
+    # the Engram run of seed 0 again (its data kept), stopped after its checkpoint at step
+    # 8 of 12, then run once more: it continues there, to the same model
+    shutil.rmtree(tmp_path / "out" / "runs" / "engram-seed0")
+    one = ("--kinds", "engram", "--seeds", "0", "--out", str(tmp_path / "out"))
     stopped = _example(*one, "--stop-at", "8")
     assert stopped.returncode != 0 and "stopped at step 8" in stopped.stderr
     again = _example(*one)
     assert again.returncode == 0 and "continues at step 8" in again.stdout, again.stderr
-    resumed = json.load(open(tmp_path / "resumed" / "results.json"))["models"]["engram"]
+    resumed = json.load(open(tmp_path / "out" / "results.json"))["models"]["engram"]
     assert resumed["ppl"][0] == pytest.approx(engram["ppl"][0], rel=1e-6)
