@@ -209,7 +209,9 @@ class BuildConfig(ReadsShards, Options):
         from fgram.pipeline.formats.canonical import map_sha256
         from fgram.pipeline.io.failures import public_options
 
-        rec["token_map"] = None if self.token_map is None else map_sha256(self.token_map)
+        rec.pop("token_map")  # a canonical run's: its map's sha256 (others as they were)
+        if self.token_map is not None:
+            rec["token_map"] = map_sha256(self.token_map)
         from fgram.pipeline.io.storage import is_remote
 
         rec["output"] = self.output if is_remote(self.output) else os.path.abspath(self.output)
