@@ -32,7 +32,6 @@ CORPUS = os.path.join(REPO, "..", "shared", "corpora", "english-dev")
 EOS = "<|endoftext|>"
 GRID = "1K,2K,5K,10K,20K,50K,100K,200K,500K,1M,2M"
 KINDS = ("baseline", "baseline_x2", "scone", "engram")
-X2_LAYERS = 10  # baseline_x2: deeper, the same width (its FLOPs computed, ~1.95x)
 
 
 def read_json(path: str):
@@ -285,18 +284,22 @@ def fgram_arrays(table: str, max_len: int):
 
 
 def model_config(args, vocab: int, kind: str = "baseline", engram=None):
-    """The main model of an arm: baseline_x2 is deeper (layers x 2.5 at full size, x 2 in
-    the smoke run); engram carries its table sizes (`engram_setup`)."""
-    from scone_model import Config
+    """The main model of an arm (--layers, --dim, --heads): baseline_x2 is as deep as
+    brings its computed inference FLOPs per token nearest twice the baseline's (10 layers
+    for the default 4 at d = 256); engram carries its table sizes (`engram_setup`)."""
+    from scone_model import GPT, Config
 
     if args.smoke:
         size = {"layers": 1, "dim": 64, "heads": 2, "fgram_layers": 1}
-        deeper = 2
     else:
-        size = {"layers": 4, "dim": 256, "heads": 4, "fgram_layers": 2}
-        deeper = X2_LAYERS
+        size = {"layers": args.layers, "dim": args.dim, "heads": args.heads, "fgram_layers": 2}
+    base = Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len, **size)
     if kind == "baseline_x2":
-        size["layers"] = deeper
+        flops = GPT.flops_of(base)
+        size["layers"] = min(
+            range(size["layers"] + 1, 4 * size["layers"] + 2),
+            key=lambda n: abs(GPT.flops_of(dataclasses.replace(base, layers=n)) - 2 * flops),
+        )
     if kind == "engram" and engram is not None:
         size.update(engram["model"])
     return Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len, **size)
@@ -812,6 +815,9 @@ def main() -> None:
         default=1.0,
         help="points of matched dev positions per doubling of S, the rule's floor",
     )
+    ap.add_argument("--layers", type=int, default=4, help="the baseline's blocks")
+    ap.add_argument("--dim", type=int, default=256, help="the models' width d")
+    ap.add_argument("--heads", type=int, default=4, help="attention heads")
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=1000)

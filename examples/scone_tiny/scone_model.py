@@ -116,11 +116,15 @@ class GPT(nn.Module):
         return self.logits(self.inputs(tokens))
 
     def flops_per_token(self) -> int:
+        return self.flops_of(self.cfg)
+
+    @staticmethod
+    def flops_of(cfg: Config) -> int:
         """Multiply-adds x 2 of one token's forward pass at full context: the
         matrices of every block and the output layer, and attention over seq_len."""
-        d, t = self.cfg.dim, self.cfg.seq_len
+        d, t = cfg.dim, cfg.seq_len
         per_block = 2 * (3 * d * d + d * d + 8 * d * d) + 2 * 2 * t * d
-        return self.cfg.layers * per_block + 2 * d * self.cfg.vocab
+        return cfg.layers * per_block + 2 * d * cfg.vocab
 
 
 class FgramModel(nn.Module):
