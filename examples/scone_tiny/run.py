@@ -707,9 +707,14 @@ def verdict(m: dict) -> list[str]:
     def compare(a: str, b: str, what: str) -> str:
         x, y = m[a], m[b]
         gap = float(np.log(y["ppl_mean"] / x["ppl_mean"]))
-        apart = x["ppl_max"] < y["ppl_min"] or y["ppl_max"] < x["ppl_min"]
+        several = min(len(x["ppl"]), len(y["ppl"])) > 1  # one seed has no spread to beat
+        apart = several and (x["ppl_max"] < y["ppl_min"] or y["ppl_max"] < x["ppl_min"])
         better = a if gap > 0 else b
-        how = "every seed of one below every seed of the other" if apart else "seeds overlap"
+        how = (
+            "every seed of one below every seed of the other"
+            if apart
+            else ("seeds overlap" if several else "one seed each")
+        )
         return (f"{what}: {better} by {abs(gap):.4f} nats of mean validation loss "
                 f"(perplexity {x['ppl_mean']:.2f} against {y['ppl_mean']:.2f}; {how})"
                 + ("" if apart else ": not a difference these seeds can tell"))  # fmt: skip
