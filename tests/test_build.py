@@ -257,6 +257,8 @@ def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit,
     # the corpus's n-gram positions per length (what a table's occurrences are out of)
     assert m["positions"] == {str(n): sum(max(0, len(d) - n + 1) for d in docs)
                               for n in range(2, k + 1)}  # fmt: skip
+    for p in m["passes"][:-1]:  # the work files a pass wrote: a position (int32) at least
+        assert p["unit_bytes"] >= 4 * p["candidates"], p  # per candidate for the next pass
 
 
 def test_extreme_token_ids_and_file_uri(tmp_path):

@@ -83,6 +83,7 @@ class PassRecord(JsonRecord):
     stages: dict[str, float]  # count, merge, then keep (build) or table (refresh)
     # a build's
     distinct: int | None = optional()  # distinct keys summed over the units
+    unit_bytes: int | None = optional()  # the bytes its count tasks wrote (the unit files)
     key_bits: list[int] | None = optional()  # the key code: prefix bits, token bits
     lookup: str | None = optional()  # how the next pass finds ids: broadcast or join
     # a refresh's

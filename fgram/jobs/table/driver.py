@@ -237,6 +237,7 @@ class BuildPasses(PassSteps):
         return kept, {
             "candidates": count["counted"],
             "distinct": count["distinct"],
+            "unit_bytes": count["unit_bytes"],
             "partitions": nparts,
             "key_bits": [code.prefix_bits, code.last_bits],
             "lookup": "broadcast" if broadcast else "join",

@@ -332,6 +332,8 @@ class CountStage(Stage, name="count", call=count_task, index="u"):
             "tokens": sum(s.tokens for s in results),
             "counted": sum(s.counted for s in results),
             "distinct": sum(s.distinct for s in results),
+            # the work files its count tasks wrote (keys, counts, positions)
+            "unit_bytes": sum(f["bytes"] for s in results for f in s.files.values()),
             "max_token": max((s.max_token for s in results), default=-1),
             "positions": (
                 [sum(v) for v in zip(*(s.positions for s in results), strict=True)]
