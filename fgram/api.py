@@ -58,6 +58,7 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module(READERS[name]), name)
     raise AttributeError(f"module 'fgram.api' has no attribute {name!r}")
 
+
 Progress = Callable[[str], Any] | bool | None
 
 
