@@ -24,6 +24,7 @@ curve a user reads the table size off.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,12 @@ from fgram.pipeline.kernels.jit import compiled
 FORMAT = "fgram-engram-audit"
 VERSION = 1
 THRESHOLDS = (0.01, 0.001)  # the curve's marks: the smallest size under 1% and 0.1%
+
+
+@compiled(cache=True, inline="always")
+def state_words(p: int) -> int:  # pragma: no cover - compiled
+    """`_head`'s state for ``p`` buckets: uint64 words of 32 buckets."""
+    return (p + 31) >> 5
 
 
 @compiled(cache=True, nogil=True)
@@ -80,18 +87,13 @@ def _head(
                 sharing += 2 if held == 1 else 1
                 state[w] |= np.uint64(3) << shift
         i = j
-    words = (p + 31) >> 5
+    words = state_words(p)
     if words < n:  # cheaper to clear whole
         state[:words] = 0
     else:
         for r in range(n):
             state[buckets[r] >> 5] = 0
     return used, sharing, collided
-
-
-def state_words(p: int) -> int:
-    """`_head`'s state for ``p`` buckets: uint64 words."""
-    return (p + 31) >> 5
 
 
 def ngram_mix(tokens: np.ndarray, mult: np.ndarray) -> np.ndarray:
@@ -111,6 +113,11 @@ class Order:
 
     tokens: np.ndarray  # int64 [R, n]
     counts: np.ndarray  # int64 [R]
+
+    @functools.cached_property
+    def total(self) -> int:
+        """The order's occurrences in the table."""
+        return int(self.counts.sum())
 
 
 def read_orders(dataset: Any, max_n: int) -> dict[int, Order]:
@@ -168,15 +175,14 @@ def _heads(
     out: dict[int, dict[int, dict[str, Any]]] = {}
     every: dict[tuple[int, int], np.ndarray] = {}
     for (layer, n, _, _), (head, hit) in zip(jobs, done, strict=True):
-        total = int(orders[n].counts.sum())
+        total = orders[n].total
         head["collided_share"] = head["collided"] / total if total else 0.0
         out.setdefault(layer, {}).setdefault(n, {"heads": []})["heads"].append(head)
         key = (layer, n)
         every[key] = hit if key not in every else every[key] & hit
     for (layer, n), hit in every.items():
-        counts = orders[n].counts
-        total = int(counts.sum())
-        collided = int(counts[hit.astype(bool)].sum())
+        total = orders[n].total
+        collided = int(orders[n].counts[hit.astype(bool)].sum())
         out[layer][n]["all_heads"] = {
             "collided": collided,
             "collided_share": collided / total if total else 0.0,
@@ -207,7 +213,7 @@ def audit(
     positions = manifest.get("positions") or {}
     by_order = {}
     for n in span:
-        occ = int(orders[n].counts.sum())
+        occ = orders[n].total
         pos = positions.get(str(n))
         by_order[str(n)] = {
             "ngrams": len(orders[n].counts),

@@ -180,13 +180,13 @@ def _hash_ids(
     heads: int,
     out: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """out[l, b, t, (n-2)*heads + j] = the bucket of layer l, order n, head j at (b, t)
-    of token ids ``ids`` [B, T] (canonical by ``lookup``, negative ones kept):
-    ``mix mod p`` non-negative; ``mult`` [L, max_n], ``mods`` and ``inverse`` = 1 / mods
-    [L, (max_n - 1) * heads]."""
+    """out[b, t, (n-2)*heads + j] = one layer's bucket of order n, head j at (b, t) of
+    token ids ``ids`` [B, T] (canonical by ``lookup``, negative ones kept): ``mix mod p``
+    non-negative; ``mult`` [max_n], ``mods`` and ``inverse`` = 1 / mods
+    [(max_n - 1) * heads]."""
     nb, nt = ids.shape
-    layers, max_n = mult.shape
-    width = mods.shape[1]
+    max_n = mult.shape[0]
+    width = mods.shape[0]
     back = max_n - 1
     canon = np.empty(_TILE + back, np.int64)  # canonical ids from t0 - back
     mix = np.empty(_TILE, np.int64)
@@ -201,24 +201,23 @@ def _hash_ids(
                 else:
                     v = np.int64(ids[b, t])
                     canon[i] = lookup[v] if v >= 0 else v
-            for layer in range(layers):
+            for i in range(m):
+                mix[i] = canon[back + i] * mult[0]
+            for k in range(1, max_n):
+                mk = mult[k]
                 for i in range(m):
-                    mix[i] = canon[back + i] * mult[layer, 0]
-                for k in range(1, max_n):
-                    mk = mult[layer, k]
-                    for i in range(m):
-                        mix[i] = mix[i] ^ (canon[back - k + i] * mk)
-                    for j in range(heads):
-                        c = (k - 1) * heads + j
-                        p = mods[layer, c]
-                        if p > RECIPROCAL_ABOVE:
-                            ip = inverse[layer, c]
-                            for i in range(m):
-                                tile[c, i] = near_bucket(mix[i], p, ip)
-                        else:
-                            for i in range(m):
-                                tile[c, i] = mix[i] % p
-                _transpose_out(tile, m, out[layer, b], t0)
+                    mix[i] = mix[i] ^ (canon[back - k + i] * mk)
+                for j in range(heads):
+                    c = (k - 1) * heads + j
+                    p = mods[c]
+                    if p > RECIPROCAL_ABOVE:
+                        ip = inverse[c]
+                        for i in range(m):
+                            tile[c, i] = near_bucket(mix[i], p, ip)
+                    else:
+                        for i in range(m):
+                            tile[c, i] = mix[i] % p
+            _transpose_out(tile, m, out[b], t0)
 
 
 class EngramHashing:
@@ -241,13 +240,10 @@ class EngramHashing:
         self.pad = int(self.lookup[config.pad_id])
         self.multipliers = multipliers(config, self.size)
         self.table_sizes = table_sizes(config)
-        layers = config.layer_ids
-        self._mult = np.stack([self.multipliers[layer] for layer in layers])
-        self._mods = np.asarray(
-            [[p for order in self.table_sizes[layer] for p in order] for layer in layers],
-            np.int64,
-        )
-        self._inverse = 1.0 / self._mods
+        self._mods = {}  # each layer's table sizes, orders in turn, and their reciprocals
+        for layer, orders in self.table_sizes.items():
+            mods = np.asarray([p for order in orders for p in order], np.int64)
+            self._mods[layer] = (mods, 1.0 / mods)
 
     def _checked(self, ids: Any) -> np.ndarray:
         x = np.asarray(ids)
@@ -272,14 +268,13 @@ class EngramHashing:
         x = self._checked(ids)
         if x.ndim != 2:
             raise ConfigError(f"ids of shape {x.shape}: expected [batch, time]")
-        layers = self.config.layer_ids
-        # a block per layer: smaller blocks stay under the allocator's mapping threshold
-        # longer, and a fresh mapping's first touch costs more than the hash
-        mult, heads = self._mult, self.config.n_head_per_ngram
+        heads = self.config.n_head_per_ngram
         out = {}
-        for i, layer in enumerate(layers):
-            block = np.empty((1, x.shape[0], x.shape[1], self._mods.shape[1]), np.int64)
-            _hash_ids(x, self.lookup, self.pad, mult[i : i + 1], self._mods[i : i + 1],
-                      self._inverse[i : i + 1], heads, block)  # fmt: skip
-            out[layer] = block[0]
+        for layer, (mods, inverse) in self._mods.items():
+            # an array per layer: smaller ones stay under the allocator's mapping threshold
+            # longer, and a fresh mapping's first touch costs more than the hash
+            res = np.empty((x.shape[0], x.shape[1], len(mods)), np.int64)
+            mult = self.multipliers[layer]
+            _hash_ids(x, self.lookup, self.pad, mult, mods, inverse, heads, res)
+            out[layer] = res
         return out
