@@ -165,16 +165,17 @@ def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     table = resolve_table(cfg.table, cfg.storage)
     cfg = _sizes_checked(cfg, table, None)  # a bad size is said before a missing index
     index = FgramIndex.open(table, storage=cfg.storage)
-    check_tokenizer(_manifest(table), tokenizer, ", ".join(cfg.inputs), table.uri)
+    manifest = _manifest(table)
+    check_tokenizer(manifest, tokenizer, ", ".join(cfg.inputs), table.uri)
     token_map = meet_canonical(
-        _manifest(table),
+        manifest,
         cfg.canonical,
         known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None,
         table.uri,
         "annotate (and coverage)",
     )
     if token_map is not None:  # matched over canonical ids, as the table was counted
-        cfg = dataclasses.replace(cfg, token_map=token_map.astype(np.uint32))
+        cfg = dataclasses.replace(cfg, token_map=token_map)
     out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
     try:
         shards = plan_shards(cfg.inputs, cfg.read_options())

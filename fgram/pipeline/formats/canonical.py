@@ -107,9 +107,10 @@ def meet_canonical(
 ) -> np.ndarray | None:
     """The map tokens go through to meet the table of ``manifest`` (at ``where``): None
     for a table of ids as they are; for a table counted over canonical ids (``build
-    --canonical``), the canonical map of ``tokenizer`` (the tokens' own) or else of the
-    table's tokenizer, which must be the table's map (its sha256). ``canonical``: the
-    caller asked for it (``--canonical``); a table and tokens meet only under one map."""
+    --canonical``), the canonical map (uint32, as `mapped` and a stream's reader take it)
+    of ``tokenizer`` (the tokens' own) or else of the table's tokenizer, which must be the
+    table's map (its sha256). ``canonical``: the caller asked for it (``--canonical``); a
+    table and tokens meet only under one map."""
     ours = manifest.get("canonical")
     if not ours:
         if canonical:
@@ -135,15 +136,17 @@ def meet_canonical(
             f"{what}: the tokens' canonical map (of {path}, sha256 {record['sha256'][:12]}) is "
             f"not {where}'s (sha256 {ours['sha256'][:12]}): they would meet under another map"
         )
-    return lookup
+    return lookup.astype(np.uint32)
 
 
-def mapped(token_map: np.ndarray, tokens: np.ndarray, where: str) -> np.ndarray:
-    """``tokens``' canonical ids by ``token_map``; an id past the map is one line naming
-    ``where``."""
-    tokens = np.asarray(tokens)
-    if len(tokens) and int(tokens.max()) >= len(token_map):
-        raise InputError(where, f"token id {int(tokens.max())} past the canonical map's "
+def mapped(token_map: np.ndarray, tokens: Any, where: str) -> np.ndarray:
+    """``tokens``' canonical ids (uint32) by ``token_map`` (uint32, `meet_canonical`), as a
+    stream's reader maps them (`kernels.streams.map_tokens`); an id past the map is one
+    line naming ``where``."""
+    from fgram.pipeline.kernels.streams import map_tokens
+
+    out = np.array(tokens, dtype=np.uint32)
+    if map_tokens(out, token_map) == -2:
+        raise InputError(where, f"token id {int(np.max(tokens))} past the canonical map's "
                          f"{len(token_map)} ids")  # fmt: skip
-    out: np.ndarray = np.asarray(token_map)[tokens]
     return out

@@ -49,7 +49,7 @@ def look_up(
 
     if (tokens is None) == (text is None):
         raise ConfigError("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
-    from fgram.pipeline.formats.canonical import meet_canonical
+    from fgram.pipeline.formats.canonical import mapped, meet_canonical
 
     manifest = open_table(table, storage)[1]
     token_map = meet_canonical(manifest, canonical, tokenizer, table, "lookup")
@@ -83,7 +83,7 @@ def look_up(
     if loc.child("embeddings", "embeddings.json").exists():  # damaged ones are an error
         store = FgramStore.open(loc, mode=mode, storage=storage, check=check)
     # a table of canonical ids is matched by the context's canonical ids
-    fid, lengths = index.match(ids if token_map is None else token_map[np.asarray(ids, np.int64)])
+    fid, lengths = index.match(ids if token_map is None else mapped(token_map, ids, table))
     matches: list[Any] = []
     for i in range(len(ids)):
         gram = ids[i - int(lengths[i]) + 1 : i + 1]

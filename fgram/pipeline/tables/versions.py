@@ -242,12 +242,19 @@ def open_table(
     return loc, manifest
 
 
+def _named_files(loc: Location, manifest: dict[str, Any]) -> list[str]:
+    """The table's Parquet files its manifest names (an object store may hold another
+    generation's beside them), in order; [] for outputs written before manifests named
+    their files."""
+    for f in manifest.get("files", []):
+        loc.inside(f)  # a name that leaves the table is refused, never read
+    return [f for f in manifest.get("files", []) if f.startswith("fgrams/")]
+
+
 def table_files(loc: Location, manifest: dict[str, Any]) -> list[Location]:
     """The table's Parquet files in order: exactly those its manifest names, or, for
     outputs written before manifests named their files, those of ``fgrams/``."""
-    for f in manifest.get("files", []):
-        loc.inside(f)  # a name that leaves the table is refused, never read
-    named = [f for f in manifest.get("files", []) if f.startswith("fgrams/")]
+    named = _named_files(loc, manifest)
     if named:
         return [loc.child(f) for f in named]
     folder = loc.child("fgrams")
@@ -279,7 +286,5 @@ def table_dataset(loc: Location, manifest: dict[str, Any]) -> Any:
     """The table's Parquet dataset: exactly the files its manifest names (an object
     store may hold another generation's beside them), or, for outputs written before
     manifests named their files, the ``fgrams/`` folder."""
-    for f in manifest.get("files", []):
-        loc.inside(f)  # a name that leaves the table is refused, never read
-    files = [f for f in manifest.get("files", []) if f.startswith("fgrams/")]
+    files = _named_files(loc, manifest)
     return loc.dataset(files) if files else loc.child("fgrams").dataset()
