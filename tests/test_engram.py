@@ -147,11 +147,16 @@ def _tokenizer(tmp_path):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )  # fmt: skip
     tok.train_from_iterator(text, trainer)
-    folder = tmp_path / "tok"
+    return _folder(tok, tmp_path / "tok", "<|endoftext|>")
+
+
+def _folder(tok, folder, eos: str):
+    """A trained tokenizer's folder as transformers reads it: tokenizer.json and a
+    tokenizer_config.json naming its end of text."""
     folder.mkdir()
     tok.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(
-        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>"})
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eos})
     )
     return folder
 
@@ -174,13 +179,7 @@ def _byte_fallback_tokenizer(tmp_path):
     )
     text = ["Café café CAFÉ naïve NAÏVE Über über ÜBER   spaced  out", "Ǆ ǅ ǆ ﬁ ＡＢＣ ①"] * 50
     tok.train_from_iterator(text, trainer)
-    folder = tmp_path / "llama"
-    folder.mkdir()
-    tok.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"})
-    )
-    return folder
+    return _folder(tok, tmp_path / "llama", "</s>")
 
 
 def reference_map(folder) -> tuple[np.ndarray, int]:

@@ -398,8 +398,8 @@ def save_atomically(obj, path: str) -> None:
 
 def train(args, kind: str, seed: int, data: dict, fg, folder: str, engram=None) -> dict:
     """Train one model; its checkpoint, curve and time in ``folder``. A killed run
-    continues from its last checkpoint (every --eval-every steps): the batches are the
-    seed's, step by step, so the run is the one it would have been."""
+    continues from its last checkpoint (every --checkpoint-every steps): the batches are
+    the seed's, step by step, so the run is the one it would have been."""
     import torch
     import torch.nn.functional as F
     from scone_model import save
@@ -412,7 +412,7 @@ def train(args, kind: str, seed: int, data: dict, fg, folder: str, engram=None) 
     cfg = model_config(args, data["vocab"], kind, engram)
     model = make_model(kind, cfg, fg, engram).to(args.device)
     opts = optimizers(model, args.lr)
-    dense = [p for n, p in model.named_parameters() if n != "engram.table.weight"]
+    dense = opts[0].param_groups[0]["params"]  # AdamW's: all but a sparse Engram table
     warm = max(1, args.steps // 20)
 
     def lr_at(step: int) -> float:
