@@ -328,7 +328,7 @@ def test_rows_changed_in_a_killed_runs_staging_are_embedded_again(
         table=str(out), model="fgram.pipeline.models:echo", float="float32", chunk_rows=2,
         engine="local",
     )  # fmt: skip
-    real, calls = embed.embed_chunk, []
+    real, calls = embed.embed_task, []
 
     def dies_at_the_fourth(*args):
         if len(calls) == 3:
@@ -336,10 +336,10 @@ def test_rows_changed_in_a_killed_runs_staging_are_embedded_again(
         calls.append(real(*args))
         return calls[-1]
 
-    monkeypatch.setattr(embed, "embed_chunk", dies_at_the_fourth)
+    monkeypatch.setattr(embed, "embed_task", dies_at_the_fourth)
     with pytest.raises(RuntimeError, match="killed"):
         run_embed(cfg)
-    monkeypatch.setattr(embed, "embed_chunk", real)
+    monkeypatch.setattr(embed, "embed_task", real)
     staged = np.load(out / "embeddings.staging" / "matrix.npy", mmap_mode="r+")
     if damage == "changed":
         staged[2, 0] += 1.0  # chunk 1's first row

@@ -218,3 +218,40 @@ def test_modules_and_functions_are_short():
                     long_functions.append(f"{mod}.{node.name}")
     assert long_files == []
     assert long_functions == []  # compiled kernels apart
+
+
+ENGINES = {"spark", "local"}  # "auto" is resolved in the executor alone
+DECIDE_ENGINES = ("fgram.pipeline.config", "fgram.jobs.executors")  # the engine's two rooms
+
+
+def _engine_compares(source: str) -> list[str]:
+    """The comparisons in ``source`` with an engine's name (``x == "spark"``,
+    ``engine in ("local", ...)``): a stage asks the executor what it can do instead."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            names = {
+                c.value
+                for side in sides
+                for c in ast.walk(side)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            }
+            if names & ENGINES:
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_the_engine_rule_sees_comparisons():
+    source = 'a = cfg.engine == "local"\nb = ex.name in ("spark",)\nc = m.startswith("local")'
+    assert _engine_compares(source) == ["cfg.engine == 'local'", "ex.name in ('spark',)"]
+
+
+def test_no_engine_name_is_compared_past_the_config_and_the_executor():
+    found = [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if not mod.startswith(DECIDE_ENGINES)
+        for c in _engine_compares(open(path).read())
+    ]
+    assert found == []

@@ -308,15 +308,10 @@ def _run_chunks(
 ) -> dict:
     PROGRESS.stage("embed", len(todo), unit="chunks")
     embedding = EmbedStage(cfg, table, todo, total, max_len, staging)
-    if cfg.engine == "local":
-        done = []
-        for c in todo:
-            done.append(embed_chunk(cfg, table, c, total, max_len, staging))
-            PROGRESS.advance()
-        return embedding.summary(done)
     if not todo:
         return embedding.summary([])
-    ex = make_executor("spark", spark, cfg.master, cfg.conf)
+    # local: every chunk in this process (one model loaded, the device's own threads)
+    ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf, processes=1)
     return embedding.summary(ex.map(len(todo), embedding.run, progress=True))
 
 

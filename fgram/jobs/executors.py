@@ -62,7 +62,16 @@ def reraise(exc: BaseException) -> NoReturn:
 
 
 class Executor:
+    """What a stage may ask of the executor it is given, rather than its name:
+    ``warms_up`` (workers start in the background: a head start pays), ``remote`` (tasks
+    may run on other machines, which reach only shared storage), ``shares_memory``
+    (tasks read the driver's arrays through a fork or a pickle on this machine: no
+    broadcast budget to respect)."""
+
     parallelism = 1
+    warms_up = False
+    remote = False
+    shares_memory = False
 
     def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
         """Run ``fn(0) .. fn(n-1)``; results in order. ``overlap`` says the tasks are
@@ -137,6 +146,7 @@ class ExecutorGuard:
 
 class SparkExecutor(Executor):
     name = "spark"
+    warms_up = True
 
     def __init__(self, spark_or_context):
         """A SparkSession, or a SparkContext (a session is then made on first use of `spark`)."""
@@ -145,6 +155,7 @@ class SparkExecutor(Executor):
         else:
             self._spark, self.sc = None, spark_or_context
         self.parallelism = max(2, self.sc.defaultParallelism)
+        self.remote = not str(self.sc.master).startswith("local")
 
     @property
     def spark(self):
@@ -295,6 +306,7 @@ class LocalExecutor(Executor):
 
     name = "local"
     spark = None
+    shares_memory = True
 
     def __init__(self, processes: int | None = None):
         self.parallelism = processes or os.cpu_count() or 1
@@ -339,14 +351,30 @@ def guess_parallelism(master: str | None) -> int:
     return os.cpu_count() or 1 if m.group(1) in (None, "*") else int(m.group(1))
 
 
+def without_jvm(cfg) -> bool:
+    """Whether a job (its engine resolved) runs its tasks in local processes, with no
+    JVM to start."""
+    return cfg.engine == "local"
+
+
 def runs_here(cfg) -> bool:
     """Whether a job's tasks run on this machine: ``cfg.engine`` local, or Spark in
     local mode (``cfg.master``)."""
-    if cfg.engine == "local":
+    if without_jvm(cfg):
         return True
     from fgram.spark.session import effective_master
 
     return effective_master(cfg.master).startswith("local")
+
+
+def cores_here(cfg) -> int:
+    """The cores a job's tasks share on this machine: every core for local processes, a
+    local master's (``local[N]``) for Spark."""
+    if without_jvm(cfg):
+        return os.cpu_count() or 1
+    from fgram.spark.session import effective_master
+
+    return guess_parallelism(effective_master(cfg.master))
 
 
 def chosen_engine(cfg, spark=None) -> str:
@@ -376,15 +404,20 @@ def engine_for(
 
 
 def make_executor(
-    engine: str, spark=None, master: str | None = None, conf: dict[str, str] | None = None
+    engine: str,
+    spark=None,
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    processes: int | None = None,
 ):
-    """The executor for ``--engine``: local processes (as many as a ``local[N]`` master
-    names, else a core each), or Spark (a given session, the active one, or a new
-    context: SQL starts only if a job needs it); ``auto`` as `engine_for` decides."""
+    """The executor for ``--engine``: local processes (``processes``, else as many as a
+    ``local[N]`` master names, else a core each; one runs the tasks in this process), or
+    Spark (a given session, the active one, or a new context: SQL starts only if a job
+    needs it); ``auto`` as `engine_for` decides."""
     engine = engine_for(engine, spark, master, conf)
     if engine == "local":
         local = master is not None and master.startswith("local")
-        return LocalExecutor(guess_parallelism(master) if local else None)
+        return LocalExecutor(processes or (guess_parallelism(master) if local else None))
     if spark is None:
         from pyspark.sql import SparkSession
 

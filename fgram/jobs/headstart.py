@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import time
 
-from fgram.jobs.executors import Executor, as_task, guess_parallelism, make_executor, reraise
+from fgram.jobs.executors import (
+    Executor,
+    as_task,
+    guess_parallelism,
+    make_executor,
+    reraise,
+    without_jvm,
+)
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.kernels.warmup import warm_up
 
@@ -43,7 +50,7 @@ class Starting:
         self._made = threading.Event()
         self._check = check
         self._thread = threading.Thread(target=self._run, args=(cfg, spark), daemon=True)
-        if cfg.engine == "local":  # nothing to wait for: the driver runs no task
+        if without_jvm(cfg):  # nothing to wait for: the driver runs no task
             self._run(cfg, spark)
         else:
             self._thread.start()
@@ -60,7 +67,7 @@ class Starting:
         self._out.append(ex)
         self.seconds["made"] = round(time.time() - self._t0, 3)
         self._made.set()
-        if ex.name == "spark":
+        if ex.warms_up:
             with self._lock:
                 if self._stop:
                     return
@@ -82,7 +89,7 @@ class Starting:
             warming = (
                 self._made.is_set()
                 and not isinstance(self._out[0], BaseException)
-                and self._out[0].name == "spark"
+                and self._out[0].warms_up
             )
         while self._thread.is_alive():
             if warming:  # again until it ends: the job may not be submitted yet

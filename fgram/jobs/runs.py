@@ -53,13 +53,7 @@ def check_work_reach(cfg: BuildConfig, ex) -> None:
     """A run whose work files `work_location` put on this machine's disk (an object-store
     output, tasks judged to run here) never sends a task to a cluster's executors, which
     cannot reach them: refused before any task runs there."""
-    if (
-        is_remote(cfg.output)
-        and ex.name == "spark"
-        and not ex.sc.master.startswith("local")
-        and runs_here(cfg)
-        and not cfg.work_dir
-    ):
+    if is_remote(cfg.output) and ex.remote and runs_here(cfg) and not cfg.work_dir:
         raise ConfigError(
             f"{cfg.output}: this run keeps its work files on this machine, which "
             f"executors of {ex.sc.master} cannot reach; give the cluster's master "

@@ -25,7 +25,6 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, chosen_engine, guess_parallelism, runs_here
+from fgram.jobs.executors import as_task, chosen_engine, cores_here, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import NOT_FINGERPRINTED, fingerprint_digest
@@ -84,11 +83,7 @@ def task_threads(cfg: TokenizeConfig, units: int) -> int:
         raise ConfigError(f"spark.task.cpus must be an integer: {cfg.conf}") from None
     if not runs_here(cfg):
         return 2 * per_task
-    from fgram.spark.session import effective_master
-
-    cores = os.cpu_count() or 1
-    if cfg.engine != "local":
-        cores = guess_parallelism(effective_master(cfg.master))
+    cores = cores_here(cfg)
     return min(cores, 2 * max(per_task, cores // max(1, min(units, cores))))
 
 

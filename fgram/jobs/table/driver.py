@@ -226,7 +226,7 @@ class BuildPasses(PassSteps):
         kept = offsets[-1]
         if kept >= int(INVALID):
             raise FgramError(f"pass {k}: {kept} frequent n-grams exceed the 2**32-1 id space")
-        broadcast = kept * 8 <= cfg.broadcast_budget or self.ex.name == "local"
+        broadcast = kept * 8 <= cfg.broadcast_budget or self.ex.shares_memory
         keeping = KeepStage(
             self.plan, k, nparts, threshold, offsets, k < cfg.max_len and not broadcast
         )
