@@ -468,7 +468,7 @@ def test_a_run_that_ends_first_cancels_the_warm_up_job(monkeypatch):
             self.stop.set()
 
     class Executor:
-        name, parallelism = "spark", 2
+        name, parallelism, warms_up = "spark", 2, True
 
         def __init__(self):
             self.sc, self.idle_waits = Context(), []
@@ -539,9 +539,9 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     third = job.count_task(plan, 3, 0, prev, code)
     assert third.counted == 6 and third.distinct == 3  # 123 231 312 123 231 312
     assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w))] == []
-    assert os.path.exists(wd.unit_done(2, 0)) and os.path.exists(wd.unit(3, 0, "pos"))
+    assert job.count_markers(plan.work, 2).done(0) and os.path.exists(wd.unit(3, 0, "pos"))
 
-    marker = wd.unit_done(3, 0)
+    marker = job.count_markers(plan.work, 3).path(0)
     saved = open(marker).read()
     os.remove(marker)
     with pytest.raises(FileNotFoundError):

@@ -96,13 +96,13 @@ def test_killed_run_resumes_and_gives_the_same_bytes(tmp_path):
         "local",
     ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    done = out / "embeddings.staging" / "done"
+    done = out / "embeddings.staging" / "_work" / "embed"  # a marker per chunk
     deadline = time.time() + 60
-    while time.time() < deadline and not (done.exists() and len(os.listdir(done)) >= 2):
+    while time.time() < deadline and len(list(done.glob("*.done.json"))) < 2:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    finished = len(os.listdir(done))
+    finished = len(list(done.glob("*.done.json")))
     assert 2 <= finished < -(-n // 2) and not (out / "embeddings").exists()
     res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -134,7 +134,7 @@ def test_ctrl_c_of_an_embed_on_spark_is_one_line(tmp_path):
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     cmd = [sys.executable, "-m", "fgram", "embed", str(out), "--model", "slow_models:slow_echo",
            "--batch", "1", "--chunk-rows", "2", "--engine", "spark"]  # fmt: skip
-    done = str(out / "embeddings.staging" / "done" / "*")
+    done = str(out / "embeddings.staging" / "_work" / "embed" / "*.done.json")
     proc, err = interrupted_run(
         cmd, env, done, "a chunk", lambda proc: os.killpg(proc.pid, signal.SIGINT)
     )
@@ -174,7 +174,7 @@ def test_a_spark_jvm_killed_is_one_line_saying_so(tmp_path):
         assert java, _children(proc.pid)
         os.kill(java[0], signal.SIGKILL)
 
-    done = str(out / "embeddings.staging" / "done" / "*")
+    done = str(out / "embeddings.staging" / "_work" / "embed" / "*.done.json")
     proc, err = interrupted_run(cmd, env, done, "a chunk", kill_the_jvm, cwd=tmp_path)
     assert proc.returncode == 1, err[-3000:]
     lines = said(err)

@@ -255,3 +255,38 @@ def test_no_engine_name_is_compared_past_the_config_and_the_executor():
         for c in _engine_compares(open(path).read())
     ]
     assert found == []
+
+
+def _marker_paths(source: str) -> list[str]:
+    """Paths ``source`` spells with "done" in them (``join(folder, "done", ...)``,
+    ``folder.child(f"{u}.done.json")``): completion markers of a scheme of its own."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if name in ("join", "child") and any(
+                isinstance(c, ast.Constant) and isinstance(c.value, str) and "done" in c.value
+                for arg in node.args
+                for c in ast.walk(arg)
+            ):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_the_marker_rule_sees_marker_paths():
+    source = 'a = os.path.join(s, "done", f"{c:08d}")\nb = wf.join(p, f"unit-{u}.done.json")'
+    assert _marker_paths(source) == [
+        "os.path.join(s, 'done', f'{c:08d}')",
+        "wf.join(p, f'unit-{u}.done.json')",
+    ]
+
+
+def test_every_job_marks_its_units_done_one_way():
+    """One completion marker scheme (`fgram.pipeline.io.markers`) for every job."""
+    found = [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if mod != "fgram.pipeline.io.markers"
+        for c in _marker_paths(open(path).read())
+    ]
+    assert found == []

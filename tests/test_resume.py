@@ -82,7 +82,7 @@ def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_
     )
     pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
     try:
-        wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 240, "pass 3")
+        wait_for_files(os.path.join(pass3, "count", "*.done.json"), proc, 240, "pass 3")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers
         proc.wait()
@@ -113,8 +113,8 @@ def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_
 
 def _leftover(out, run_json=None):
     work = os.path.join(staging_path(str(out)), "_work")
-    os.makedirs(os.path.join(work, "pass2"))
-    with open(os.path.join(work, "pass2", "unit-000000.done.json"), "w") as f:
+    os.makedirs(os.path.join(work, "pass2", "count"))
+    with open(os.path.join(work, "pass2", "count", "00000000.done.json"), "w") as f:
         json.dump({"bogus": True}, f)  # would poison the counts if it were reused
     if run_json is not None:
         with open(os.path.join(work, "run.json"), "w") as f:
@@ -227,7 +227,7 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
     proc, err = interrupted_run(
         _cmd(src, out),
         env,
-        os.path.join(pass3, "unit-*.done.json"),
+        os.path.join(pass3, "count", "*.done.json"),
         "pass 3",
         lambda proc: os.killpg(proc.pid, signal.SIGINT),
         stdout=subprocess.PIPE,

@@ -366,7 +366,8 @@ def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path, how
                 / ".*staging"
                 / "_work"
                 / "pass3"
-                / "unit-*.done.json"
+                / "count"
+                / "*.done.json"
             ),
             proc,
             120,
@@ -444,7 +445,8 @@ def test_sigkill_mid_build_with_output_on_s3_then_resume(tmp_path, s3):
                 / ".*staging"
                 / "_work"
                 / "pass3"
-                / "unit-*.done.json"
+                / "count"
+                / "*.done.json"
             ),
             proc,
             240,

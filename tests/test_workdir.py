@@ -74,3 +74,19 @@ def test_store_object_names_carry_their_hash_and_older_names_read_as_written():
     old = object_record("0a1b.4000.00000000000000ff.npy")
     assert new == {"bytes": 4000, "xxh3": 255} and old == {"bytes": 4000, "sum": 255}
     assert object_record("notes.npy") is None
+
+
+def test_markers_say_which_units_are_done_and_what_they_recorded(tmp_path):
+    from fgram.pipeline.io.markers import Markers
+    from fgram.pipeline.io.storage import locate
+
+    for folder in (str(tmp_path / "a"), locate(str(tmp_path / "b"))):
+        markers = Markers(folder, "count")
+        assert markers.count(3) == 0 and not markers.done(1)
+        markers.mark(1, {"tokens": 7})
+        markers.mark(2, {"tokens": 9}, durable=False)
+        assert [markers.done(u) for u in range(3)] == [False, True, True]
+        assert markers.read(2) == {"tokens": 9} and markers.count(3) == 2
+        markers.clear(1)
+        assert markers.count(3) == 1 and not markers.done(1)
+    assert sorted(os.listdir(tmp_path / "a" / "count")) == ["00000002.done.json"]

@@ -44,6 +44,7 @@ from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import file_record
 from fgram.pipeline.io.locks import OutputLock, working_in
+from fgram.pipeline.io.markers import Markers
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
@@ -177,9 +178,16 @@ def embed_chunk(
     matrix[lo:hi] = rows
     matrix.flush()
     del matrix
-    with open(os.path.join(staging, "done", f"{c:08d}"), "w") as marker:
-        marker.write(f"{wf.HASH}:{wf.content_hash(rows):016x}")  # what a resume checks
+    _markers(staging).mark(c, {"rows": _rows_hash(rows)})  # what a resume checks
     return _MODEL_SECONDS[0] - before, reused
+
+
+def _markers(staging: str) -> Markers:
+    return Markers(os.path.join(staging, "_work"), "embed")
+
+
+def _rows_hash(rows: np.ndarray) -> str:
+    return f"{wf.HASH}:{wf.content_hash(rows):016x}"
 
 
 def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
@@ -187,16 +195,13 @@ def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
     those whose rows are not what their marker says was written (a killed run's rows
     changed since: said, and embedded again)."""
     matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r")
-    todo = []
+    todo, markers = [], _markers(staging)
     for c in range(nchunks):
-        marker = os.path.join(staging, "done", f"{c:08d}")
-        if not os.path.exists(marker):
+        if not markers.done(c):
             todo.append(c)
             continue
-        with open(marker) as f:
-            written = f.read().strip()
         rows = matrix[c * chunk_rows : (c + 1) * chunk_rows]
-        if written != f"{wf.HASH}:{wf.content_hash(rows):016x}":  # an older one: again
+        if markers.read(c).get("rows") != _rows_hash(rows):  # an older one: again
             sys.stderr.write(
                 f"fgram: warning: {os.path.join(staging, 'matrix.npy')}: the rows of chunk "
                 f"{c} are not as they were written; embedded again\n"
@@ -258,7 +263,7 @@ def _embed_here(
     )
     if not resumed:
         shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(os.path.join(staging, "done"))
+        os.makedirs(staging)
         first = _first_row(cfg, table, total, max_len)
         np.lib.format.open_memmap(
             path,
@@ -273,8 +278,7 @@ def _embed_here(
         done = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
     shape = np.load(path, mmap_mode="r").shape
     meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), done)
-    shutil.rmtree(os.path.join(staging, "done"))
-    shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)
+    shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)  # markers too
     os.remove(params_path)
     record = file_record(path)  # bytes, sha256 and xxh3, in one read of the matrix
     meta["sha256"] = record["sha256"]

@@ -55,9 +55,10 @@ from fgram.pipeline.formats.token_shards import ShardWriter
 from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, encoder, load_spec, prove
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import held_output, working_in
+from fgram.pipeline.io.markers import Markers
 from fgram.pipeline.io.publish import finish, staging_for
 from fgram.pipeline.io.storage import Place
-from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
+from fgram.pipeline.io.workdir import claim_staging
 from fgram.pipeline.records import JsonRecord
 from fgram.version import __version__
 
@@ -120,8 +121,8 @@ class UnitTokens(JsonRecord):
     first_skipped: str | None = None  # the first one: file:line: problem
 
 
-def _marker(staging: Place, u: int) -> Place:
-    return wf.join(staging, "_work", f"unit-{u:05d}.json")
+def _markers(staging: Place) -> Markers:
+    return Markers(wf.join(staging, "_work"), "tokenize")
 
 
 @as_task
@@ -136,9 +137,9 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
     """Tokenize unit u; its documents' ids start at ``doc_base``, their rows at
     ``row_base``, its lines at ``line`` (from 1)."""
     t0 = time.time()
-    marker = _marker(plan.staging, u)
-    if wf.exists(marker):
-        done = UnitTokens.from_json(load_json(marker))
+    markers = _markers(plan.staging)
+    if markers.done(u):
+        done = UnitTokens.from_json(markers.read(u))
         if done is not None:
             return done
     unit = plan.units[u]
@@ -166,7 +167,7 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
     shards.flush()
     done.seconds = round(time.time() - t0, 3)
     done.skipped, done.first_skipped = skips.count, skips.first
-    save_json(marker, done.to_json())  # the unit's completion marker, last
+    markers.mark(u, done.to_json())  # the unit's completion marker, last
     return done
 
 

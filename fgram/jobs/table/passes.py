@@ -20,16 +20,9 @@ from fgram.pipeline.errors import InputError, OutputError
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of, read_unit
 from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.markers import Markers
 from fgram.pipeline.io.storage import Place
-from fgram.pipeline.io.workdir import (
-    WorkDir,
-    load_array,
-    load_json,
-    read_into,
-    read_range,
-    save_array,
-    save_json,
-)
+from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, read_range, save_array
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.merging import ids_in, key_slice, merge_counts_bucketed, part_range
@@ -143,14 +136,14 @@ def pass_code(k: int, shards, kept_before: int | None, top_token: int | None) ->
 @as_task
 def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> UnitCount:
     cfg = plan.cfg
-    wd = WorkDir(plan.work)
+    wd, markers = WorkDir(plan.work), count_markers(plan.work, k)
     damaged = None
-    if wf.exists(wd.unit_done(k, u)):  # counted already (head start, or a resumed run)
-        done = _marker(wd, k, u)
+    if markers.done(u):  # counted already (head start, or a resumed run)
+        done = _marker(markers, u)
         damaged = _damaged(wd, k, done) if cfg.resume else None  # a killed run's: checked
         if damaged is None:
             return done
-        wf.remove(wd.unit_done(k, u))  # counted again, from what it was counted from
+        markers.clear(u)  # counted again, from what it was counted from
     unit = plan.units[u]
     stream = read_unit(
         plan.shards[unit.shard], unit, cfg.read_options(), overlap=cfg.max_len - 1, scratch=SCRATCH
@@ -172,8 +165,8 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
                     f"{damaged}: not as it was written, and what it was counted from is "
                     f"gone; rerun without --resume to start over"
                 ) from None
-            if wf.exists(wd.unit_done(k, u)):  # another run of this task finished first
-                return _marker(wd, k, u)
+            if markers.done(u):  # another run of this task finished first
+                return _marker(markers, u)
             raise
         ids = ids_at(answers, prev_order, len(tokens), SCRATCH)
     last = k == cfg.max_len
@@ -200,7 +193,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
             positions_by_length(tokens, stream.limit, cfg.max_len)[2:].tolist() if k == 2 else None
         ),
     )
-    save_json(wd.unit_done(k, u), stats.to_json(), durable=False)  # the completion marker, last
+    markers.mark(u, stats.to_json(), durable=False)  # the completion marker, last
     if k > 2:
         _drop_inputs(wd, k - 1, u)
     if damaged is not None:  # after the marker: said once, by the driver (`say_notes`)
@@ -215,10 +208,15 @@ def say_notes(results: list[UnitCount]) -> None:
             sys.stderr.write(f"fgram: warning: {stats.note}\n")
 
 
-def _marker(wd: WorkDir, k: int, u: int) -> UnitCount:
-    stats = UnitCount.from_json(load_json(wd.unit_done(k, u)))
+def count_markers(work, k: int) -> Markers:
+    """The completion markers of pass k's count tasks, one per unit."""
+    return Markers(WorkDir(work).pass_dir(k), "count")
+
+
+def _marker(markers: Markers, u: int) -> UnitCount:
+    stats = UnitCount.from_json(markers.read(u))
     if stats is None:  # a marker of another format: the unit is counted again
-        raise OutputError(f"{wd.unit_done(k, u)}: a completion marker of another format")
+        raise OutputError(f"{markers.path(u)}: a completion marker of another format")
     return stats
 
 

@@ -9,12 +9,12 @@ import sys
 from dataclasses import dataclass, field
 
 from fgram.jobs.executors import runs_here
-from fgram.jobs.table.passes import Plan
+from fgram.jobs.table.passes import Plan, count_markers
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import staging_for
 from fgram.pipeline.io.storage import Location, check_bucket, locate
-from fgram.pipeline.io.workdir import WorkDir, claim_staging, load_json, save_json
+from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 
 
@@ -72,13 +72,8 @@ def work_location(cfg: BuildConfig, out: Location):
 def resume_record(plan: Plan, state: BuildState | None) -> dict | None:
     if state is None:
         return None
-    wd = WorkDir(plan.work)
     k = state.next
-    done = (
-        sum(wf.exists(wd.unit_done(k, u)) for u in range(len(plan.units)))
-        if k <= plan.cfg.max_len
-        else 0
-    )
+    done = count_markers(plan.work, k).count(len(plan.units)) if k <= plan.cfg.max_len else 0
     return {"from_pass": k, "units_counted_before": done}
 
 

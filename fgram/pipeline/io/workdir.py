@@ -374,9 +374,6 @@ class WorkDir:
     def unit(self, k: int, u: int, what: str) -> Place:
         return join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
 
-    def unit_done(self, k: int, u: int) -> Place:
-        return join(self.pass_dir(k), f"unit-{u:06d}.done.json")
-
     def merged(self, k: int, p: int, what: str) -> Place:
         return join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
 
