@@ -1,11 +1,11 @@
-"""The README's own-corpus section run as written, end to end (tokenize -> build ->
-index -> coverage -> report -> annotate -> embed -> lookup, then its Python), over text
-it makes, and the "Training with fgram's tags" and "Serving a SCONE model" snippets and
-the OLMo dataset of docs/formats.md over what those commands made: the README is the
-test. The text is the synthetic corpus's words with a tokenizer whose end-of-text id is
-not 0 (as OLMo's, 50279, is not), so that no option written for separator 0 passes by
-chance. A snippet that imports torch or transformers is skipped without them (optional
-extras)."""
+"""The README's commands run as written (but its installs: this environment is the one
+they make), and the guide's own-corpus section end to end (tokenize -> build -> index ->
+coverage -> report -> annotate -> embed -> lookup, then its Python), over text it makes,
+with the snippets of docs/training.md, docs/engram.md and the OLMo dataset of
+docs/formats.md over what those commands made: the docs are the test. The text is the
+synthetic corpus's words with a tokenizer whose end-of-text id is not 0 (as OLMo's,
+50279, is not), so that no option written for separator 0 passes by chance. A snippet
+that imports torch or transformers is skipped without them (optional extras)."""
 
 import importlib.util
 import json
@@ -40,14 +40,12 @@ def blocks(doc: str, *sections: str, lang: str = "python") -> list[str]:
 
 
 OWN = "Your own corpus, end to end"
-(COMMANDS,) = blocks("README.md", OWN, lang="bash")
-SNIPPETS = blocks(
-    "README.md",
-    OWN,
-    "Training with fgram's tags",
-    "Serving a SCONE model",
-    "fgram for Engram models",
-)
+(COMMANDS,) = blocks("docs/guide.md", OWN, lang="bash")
+SNIPPETS = [
+    *blocks("docs/guide.md", OWN),
+    *blocks("docs/training.md", "Training with fgram's tags", "Serving a SCONE model"),
+    *blocks("docs/engram.md", "fgram for Engram models"),
+]
 
 
 def _tokenizer(words: str, out: str) -> None:
@@ -60,6 +58,47 @@ def _tokenizer(words: str, out: str) -> None:
         if added["content"] == "<|endoftext|>":
             added["id"] = vocab["<|endoftext|>"]
     json.dump(spec, open(out, "w"))
+
+
+def readme_commands() -> list[str]:
+    """The README's commands on a fresh machine and after, one per item, its installs and
+    new environments left out (the tests run in the environment they make)."""
+    found = []
+    for name in ("Two commands, on a fresh machine", "See what it made"):
+        for block in blocks("README.md", name, lang="bash"):
+            for line in block.replace("\\\n", " ").splitlines():
+                for cmd in line.split("&&"):
+                    cmd = " ".join(cmd.split())
+                    if cmd and not cmd.startswith("python3 -m venv") and "pip install" not in cmd:
+                        found.append(cmd)
+    return found
+
+
+def test_the_readmes_commands_run_as_written(tmp_path):
+    """The newcomer's path: the main job on a generated corpus, its report, and the same
+    corpus as token ids giving the same table."""
+    import pyarrow.parquet as pq
+
+    cmds = readme_commands()
+    assert cmds[0].startswith(".venv/bin/fgram synth") and cmds[-1].startswith(
+        ".venv/bin/fgram build"
+    )
+    assert any(c.startswith(".venv/bin/ruff check") for c in cmds)
+    bin_dir = os.path.dirname(sys.executable)
+    for cmd in cmds:
+        if not cmd.startswith(".venv/bin/fgram "):
+            continue  # the lint and the tests: what runs this one
+        argv = [os.path.join(bin_dir, "fgram"), *cmd.split()[1:]]
+        res = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, f"{cmd}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        if cmd.startswith(".venv/bin/fgram show"):
+            assert "top 10:" in res.stdout and "f-grams: 100000" in res.stdout, res.stdout
+    assert (tmp_path / "demo" / "report.html").exists()
+    text, ids = (
+        pq.read_table(tmp_path / "demo" / name / "fgrams").sort_by("fgram_id").to_pylist()
+        for name in ("fgrams", "fgrams-ids")
+    )
+    assert len(text) > 1000 and text == ids
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +136,7 @@ def test_the_own_corpus_commands_run_as_written_and_say_what_they_chose(outputs)
 
 
 ENGRAM = "fgram for Engram models"
-(ENGRAM_COMMANDS,) = blocks("README.md", ENGRAM, lang="bash")
+(ENGRAM_COMMANDS,) = blocks("docs/engram.md", ENGRAM, lang="bash")
 
 
 def test_the_engram_commands_run_as_written(outputs):
