@@ -197,3 +197,12 @@ def test_the_olmo_dataset_of_the_docs_reads_the_olmo_layout(outputs):
         assert np.array_equal(item["input_ids"].numpy(), tokens)
         assert np.array_equal(item["fgram_ids"].numpy(), ids)
         assert np.array_equal(item["match_len"].numpy(), lens)
+
+
+def test_the_readme_is_a_guide_and_benchmarks_a_reference():
+    """A newcomer reads the README in ten minutes; BENCHMARKS.md holds current figures."""
+    lengths = {name: open(os.path.join(REPO, name)).read().count("\n") for name in LIMITS}
+    assert {n: k for n, k in lengths.items() if k > LIMITS[n]} == {}
+
+
+LIMITS = {"README.md": 200, "BENCHMARKS.md": 300}
