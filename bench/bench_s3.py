@@ -5,7 +5,7 @@ disk, alternated in one run (the machine's speed drifts: compare the ratio).
     python bench/bench_s3.py bench/out/synth-100000000-50000 --size 1000000 --rounds 2 \
         --refresh bench/out/synth-5000000-samebook
 
-Starts a SeaweedFS S3 server on loopback ports (tests/s3server.py, the `weed` binary of the
+Starts a SeaweedFS S3 server on loopback ports (tests/support/s3server.py, the `weed` binary of the
 test extra), uploads the corpus, then runs `fgram build` in turn: local input -> local
 output; s3:// input -> s3:// output (the work files on this machine: local mode's
 default); and the same with the work files on the store too (`--work-dir s3://...`: what a
@@ -33,7 +33,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "support"))
 from bench_build import machine, run  # noqa: E402
 from s3server import SeaweedS3  # noqa: E402
 

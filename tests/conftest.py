@@ -4,7 +4,7 @@ import sys
 import pytest
 from hypothesis import settings
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))  # helpers, oracle, ...
 
 # Speed is measured in bench/, never here: no per-example deadlines on this shared machine.
 settings.register_profile("fgram", deadline=None)

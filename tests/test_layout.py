@@ -132,9 +132,10 @@ def test_tests_use_public_names_only():
     known = set(_modules())
     here = os.path.dirname(__file__)
     private = []
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            private += _imports(f"tests.{name[:-3]}", os.path.join(here, name), known)[2]
+    for folder, _, files in sorted(os.walk(here)):
+        for name in sorted(files):
+            if name.endswith(".py"):
+                private += _imports(f"tests.{name[:-3]}", os.path.join(folder, name), known)[2]
     assert private == []
 
 
@@ -290,3 +291,19 @@ def test_every_job_marks_its_units_done_one_way():
         for c in _marker_paths(open(path).read())
     ]
     assert found == []
+
+
+def test_the_tests_mirror_the_package():
+    """A module's tests are where it is (``tests/pipeline/kernels/`` for
+    ``fgram/pipeline/kernels/``); what they share is in ``tests/support/``, no test there."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    strays = []
+    for folder, subs, files in os.walk(here):
+        subs[:] = [s for s in subs if not s.startswith((".", "__"))]
+        rel = os.path.relpath(folder, here)
+        tests = [f for f in files if f.startswith("test_") and f.endswith(".py")]
+        if rel == "support":
+            strays += [f"support/{f}" for f in tests]
+        elif rel != "." and not os.path.isdir(os.path.join(ROOT, rel)):
+            strays.append(rel)
+    assert strays == []

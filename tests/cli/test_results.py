@@ -11,15 +11,13 @@ import sys
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from helpers import REPO, SUPPORT, manifest, write_bin
 from helpers import SMALL_DOCS as DOCS
-from helpers import manifest, write_bin
 
 from fgram.cli import cli
 
-HERE = os.path.dirname(__file__)
-SCHEMA = json.load(
-    open(os.path.join(HERE, "..", "fgram", "cli", "result.schema.json"), encoding="utf-8")
-)
+HERE = SUPPORT  # slow_models
+SCHEMA = json.load(open(os.path.join(REPO, "fgram", "cli", "result.schema.json"), encoding="utf-8"))
 FLAT = ["--dtype", "uint16", "--doc-sep", "0"]
 LOCAL = [*FLAT, "--engine", "local", "--min-count", "2"]
 

@@ -8,29 +8,12 @@ from click.testing import CliRunner
 from helpers import build, result, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracle import oracle_match
 
 from fgram.cli import cli
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.kernels.keys import mix
 from fgram.pipeline.tables.index import FgramIndex, HashTable, write_index
-
-
-def oracle_match(fgrams: dict, tokens: list[int], doc_starts: list[int], max_len: int):
-    starts = set(doc_starts) | {0}
-    fid, mlen = [], []
-    for i in range(len(tokens)):
-        best = (-1, 1)
-        for length in range(max_len, 1, -1):
-            j = i - length + 1
-            if j < 0 or any(s in starts for s in range(j + 1, i + 1)):
-                continue
-            g = tuple(tokens[j : i + 1])
-            if g in fgrams:
-                best = (fgrams[g], length)
-                break
-        fid.append(best[0])
-        mlen.append(best[1])
-    return fid, mlen
 
 
 @given(

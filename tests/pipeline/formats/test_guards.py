@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pyarrow.fs as pafs
 import pytest
-from helpers import said
+from helpers import REPO, said
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,7 +35,7 @@ def _corpus(rng, vocab: int, n: int, sep: int = 0, doc: int = 300) -> np.ndarray
 
 
 def test_text_is_not_token_ids(tmp_path):
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md"), "rb").read()
+    readme = open(os.path.join(REPO, "README.md"), "rb").read()
     found = _check(tmp_path, readme[: len(readme) // 2 * 2], "uint16", doc_sep=0)
     assert len(found) == 1 and "looks like text" in found[0]
 

@@ -7,34 +7,17 @@ from click.testing import CliRunner
 from helpers import build, result, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oracle import select
-from test_index import oracle_match
+from oracle import oracle_coverage, oracle_match, select
 
 import fgram
 from fgram.cli import cli
 from fgram.pipeline.config.options import human, parse_count
 from fgram.pipeline.config.options import parse_counts as parse_sizes
 from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.tables.coverage import (
-    count_by_size,
-    coverage_by_size,
-    coverage_table,
-    default_sizes,
-)
+from fgram.pipeline.tables.coverage import count_by_size, coverage_by_size, default_sizes
 from fgram.pipeline.tables.index import write_index
 
 docs_st = st.lists(st.lists(st.integers(1, 5), max_size=40), min_size=1, max_size=8)
-
-
-def oracle_coverage(ranked, size, docs, k) -> dict:
-    """Coverage of ``docs`` by the first ``size`` rows of ``ranked`` (tokens, count),
-    each position matched by brute force."""
-    fgrams = {g: i for i, (g, _) in enumerate(ranked[:size])}
-    hist = [0] * (k + 1)
-    for doc in docs:
-        for n in oracle_match(fgrams, doc, [0], k)[1]:
-            hist[n] += 1
-    return coverage_table(hist)
 
 
 def test_parse_sizes_and_their_names():

@@ -1,4 +1,4 @@
-"""One writer per output on an object store (a real SeaweedFS, tests/s3server.py): the
+"""One writer per output on an object store (a real SeaweedFS, tests/support/s3server.py): the
 lease taken with conditional writes (``If-None-Match``, ``If-Match``) where the store has
 them, the claim protocol where it does not, both judged by the store's clock, and a run
 whose lease was taken over publishes nothing."""

@@ -27,7 +27,7 @@ from oracle import select, split_flat
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 BIN = os.path.dirname(sys.executable)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import REPO, SUPPORT  # noqa: E402
 
 
 def _spark_home() -> str:
@@ -315,7 +315,7 @@ def test_every_worker_lost_is_one_line_in_bounded_time_then_a_rerun_finishes(
     src, _ = corpus
     table = tmp_path / "t"  # 300 f-grams: 30 chunks of 0.2 s
     build(spark, [src], table, dtype="uint16", doc_sep=0, size=300, max_len=4)
-    here = os.path.dirname(__file__)
+    here = SUPPORT
     c = Cluster(str(tmp_path))
     try:
         c.start(workers=1)
@@ -357,8 +357,8 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
     working folders, the input and the output are on S3, and so are the intermediates
     (the run's staging prefix). A worker is killed while pass 3 counts. The table must
     equal local mode's."""
+    from helpers import remote_result
     from s3server import objects
-    from test_s3 import remote_result
 
     from fgram.pipeline.io.storage import locate
 
@@ -409,7 +409,7 @@ def test_output_on_s3_with_nothing_shared_and_a_worker_killed(spark, corpus, tmp
 def _other_writers_on_the_store(c, bucket, uri, src, docs, opts, tmp_path):
     """annotate, embed and refresh on the same cluster (nothing shared), outputs on S3:
     each equals what local mode writes locally."""
-    from test_s3 import remote_result
+    from helpers import remote_result
 
     from fgram.jobs.annotate import run_annotate
     from fgram.jobs.embed import run_embed

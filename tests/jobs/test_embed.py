@@ -10,10 +10,10 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import build, interrupted_run, result, said, write_parquet
+from helpers import SUPPORT, build, interrupted_run, result, said, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_index import oracle_match
+from oracle import oracle_match
 
 from fgram.cli import cli
 from fgram.jobs.embed import run_embed
@@ -22,7 +22,7 @@ from fgram.pipeline.errors import FgramError
 from fgram.pipeline.tables.embed import FgramStore, from_stored, to_stored
 from fgram.pipeline.tables.index import write_index
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = SUPPORT  # slow_models
 ECHO = "fgram.pipeline.models:echo"
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import numpy as np
 import pyarrow as pa
@@ -10,6 +11,10 @@ import pyarrow.parquet as pq
 
 from fgram.jobs.table import run_build
 from fgram.pipeline.config.commands import BuildConfig
+from fgram.pipeline.tables.versions import open_table, table_dataset
+
+SUPPORT = os.path.dirname(os.path.abspath(__file__))  # what the tests share (on PYTHONPATH)
+REPO = os.path.dirname(os.path.dirname(SUPPORT))
 
 
 def write_parquet(
@@ -142,3 +147,33 @@ SMALL_DOCS = [
     [7],
     [1, 2, 3, 4, 1, 2],
 ] * 4
+
+
+def megatron(prefix, docs, dtype=np.uint16, code=8, modes=False):
+    """An IndexedDataset as Megatron-core's builder writes it: ``docs`` is a list of
+    documents, each a list of sequences (token lists)."""
+    lengths, pointers, doc_index, at = [], [], [0], 0
+    with open(f"{prefix}.bin", "wb") as f:
+        for doc in docs:
+            for seq in doc:
+                a = np.asarray(seq, dtype)
+                f.write(a.tobytes())
+                lengths.append(len(a))
+                pointers.append(at)
+                at += a.nbytes
+            doc_index.append(len(lengths))
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(lengths), len(doc_index)))
+        f.write(np.asarray(lengths, np.int32).tobytes())
+        f.write(np.asarray(pointers, np.int64).tobytes())
+        f.write(np.asarray(doc_index, np.int64).tobytes())
+        if modes:
+            f.write(np.zeros(len(lengths), np.int8).tobytes())
+    return f"{prefix}.bin"
+
+
+def remote_result(uri: str, storage: dict | None = None):
+    loc, manifest = open_table(uri, storage)
+    t = table_dataset(loc, manifest).to_table().sort_by("fgram_id")
+    assert t.column("fgram_id").to_pylist() == list(range(t.num_rows))
+    return [(tuple(r["tokens"]), r["count"]) for r in t.to_pylist()]

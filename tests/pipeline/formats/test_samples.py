@@ -384,8 +384,7 @@ def test_report_heldout_reads_mds_litdata_and_megatron_as_parquet(tmp_path):
     """``report --heldout``: the coverage curve of held-out MDS, LitData or Megatron
     shards is the one of the same documents as Parquet."""
     pytest.importorskip("matplotlib", reason="the report's plots need matplotlib")
-    from helpers import write_parquet
-    from test_indexed import megatron
+    from helpers import megatron, write_parquet
 
     held = [d for d in _docs(6, 30) if d]
     build(

@@ -1,4 +1,4 @@
-"""Outputs and inputs on an object store: a real SeaweedFS S3 server (tests/s3server.py), no
+"""Outputs and inputs on an object store: a real SeaweedFS S3 server (tests/support/s3server.py), no
 mocks. Tables built to and from S3 equal local ones; readers (show, diff, index, coverage,
 FgramIndex) take URIs; an overwrite never leaves a moment without a complete output; one
 writer per output through a lease; every storage failure is one line, exit 2, no secret."""
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import build, result, said, wait_for_files, write_bin, write_parquet
+from helpers import build, remote_result, result, said, wait_for_files, write_bin, write_parquet
 from oracle import select
 from s3server import SECRET, SeaweedS3, objects
 
@@ -21,17 +21,10 @@ from fgram.pipeline.io.locks import LeaseLock
 from fgram.pipeline.io.publish import staging_path
 from fgram.pipeline.io.storage import locate
 from fgram.pipeline.tables.index import FgramIndex, write_index
-from fgram.pipeline.tables.versions import open_table, table_dataset
+from fgram.pipeline.tables.versions import open_table
 
 FGRAM = os.path.join(os.path.dirname(sys.executable), "fgram")
 DOCS = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 1, 2, 3], [5, 1, 2, 3, 1, 2], [], [7], [1, 2, 3, 4, 1, 2]]
-
-
-def remote_result(uri: str, storage: dict | None = None):
-    loc, manifest = open_table(uri, storage)
-    t = table_dataset(loc, manifest).to_table().sort_by("fgram_id")
-    assert t.column("fgram_id").to_pylist() == list(range(t.num_rows))
-    return [(tuple(r["tokens"]), r["count"]) for r in t.to_pylist()]
 
 
 def _put(s3, local: str, uri: str) -> None:
@@ -624,7 +617,7 @@ def test_raw_layouts_assembled_on_the_store_equal_local(tmp_path, s3, monkeypatc
     """OLMo's raw memmaps and Megatron's sibling IndexedDataset written as a cluster
     writes them (per-unit objects joined on the store, the index beside them): the same
     bytes as a local run's, and `FgramTags` reads the same windows."""
-    from test_indexed import megatron
+    from helpers import megatron
 
     import fgram.jobs.annotate as an
     from fgram.pipeline.tables.tags import FgramTags, tag_file

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import build, manifest, read_table, result, write_bin, write_parquet
+from helpers import REPO, build, manifest, read_table, result, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import select, split_flat
@@ -184,7 +184,7 @@ def test_spark_submit_gives_the_same_table(spark, tmp_path):
 
     docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]] * 3
     write_parquet(str(tmp_path / "a.parquet"), docs)
-    job = os.path.join(os.path.dirname(__file__), "..", "fgram", "__main__.py")
+    job = os.path.join(REPO, "fgram", "__main__.py")
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     proc = subprocess.run(

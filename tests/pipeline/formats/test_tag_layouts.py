@@ -8,11 +8,10 @@ import os
 
 import numpy as np
 import pytest
-from helpers import build, write_bin, write_parquet
+from helpers import build, megatron, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from samples_spec import write_mds
-from test_indexed import megatron
 
 import fgram
 from fgram.pipeline.errors import ConfigError

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from helpers import build, manifest, write_parquet
-from oracle import select
-from test_coverage import oracle_coverage
+from oracle import oracle_coverage, select
 
 import fgram
 from fgram.cli import cli

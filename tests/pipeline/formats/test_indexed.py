@@ -9,7 +9,7 @@ import struct
 
 import numpy as np
 import pytest
-from helpers import build, like_parquet, manifest, result, tags_read, write_parquet
+from helpers import build, like_parquet, manifest, megatron, result, tags_read, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import select
@@ -18,29 +18,6 @@ import fgram
 from fgram.pipeline.errors import InputError
 
 KW = dict(max_len=4, min_count=2, engine="local")
-
-
-def megatron(prefix, docs, dtype=np.uint16, code=8, modes=False):
-    """An IndexedDataset as Megatron-core's builder writes it: ``docs`` is a list of
-    documents, each a list of sequences (token lists)."""
-    lengths, pointers, doc_index, at = [], [], [0], 0
-    with open(f"{prefix}.bin", "wb") as f:
-        for doc in docs:
-            for seq in doc:
-                a = np.asarray(seq, dtype)
-                f.write(a.tobytes())
-                lengths.append(len(a))
-                pointers.append(at)
-                at += a.nbytes
-            doc_index.append(len(lengths))
-    with open(f"{prefix}.idx", "wb") as f:
-        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(lengths), len(doc_index)))
-        f.write(np.asarray(lengths, np.int32).tobytes())
-        f.write(np.asarray(pointers, np.int64).tobytes())
-        f.write(np.asarray(doc_index, np.int64).tobytes())
-        if modes:
-            f.write(np.zeros(len(lengths), np.int8).tobytes())
-    return f"{prefix}.bin"
 
 
 def datatrove_spec(path, docs, dtype=np.uint16, metadata=True):

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from helpers import build, result, write_bin, write_parquet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_index import oracle_match
+from oracle import oracle_match
 
 import fgram
 from fgram.cli import cli
