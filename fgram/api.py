@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from fgram.pipeline.config.options import KEEP_VERSIONS, OPEN_MODE, TOP
+from fgram.pipeline.config.options import KEEP_VERSIONS
 
 if TYPE_CHECKING:  # the readers, re-exported on first use (`__getattr__`)
     from fgram.pipeline.tables.embed import FgramStore as FgramStore
@@ -141,15 +141,17 @@ def refresh(
         return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild, model=model)
 
 
-def index(table, storage: dict | None = None, overwrite: bool = False) -> dict:
+def index(table, **options) -> dict:
     """`fgram index TABLE`: writes TABLE/index/ (an existing one only with ``overwrite``);
-    returns its index.json."""
+    returns its index.json. Options are `IndexConfig`'s fields."""
+    from fgram.pipeline.config.tools import IndexConfig
     from fgram.pipeline.tables.versions import table_part
 
-    table_part(str(table), "index", overwrite, storage)
+    cfg = IndexConfig(table=str(table), **options).validate()
+    table_part(cfg.table, "index", cfg.overwrite, cfg.storage)
     from fgram.pipeline.tables.index import write_index
 
-    return write_index(str(table), storage)
+    return write_index(cfg.table, cfg.storage)
 
 
 def annotate(table, inputs, output, spark=None, progress: Progress = None, **options) -> dict:
@@ -216,16 +218,18 @@ def tokenize(inputs, output, tokenizer, spark=None, progress: Progress = None, *
         return run_tokenize(cfg, spark)
 
 
-def show(table, top: int = TOP, tokenizer: str | None = None, storage: dict | None = None) -> dict:
+def show(table, **options) -> dict:
     """`fgram show TABLE`: the table's manifest, with its ``top`` f-grams (``top_fgrams``:
     fgram_id, length, tokens, count, and ``text`` where the table's tokenizer, or
-    ``tokenizer``, is at hand: what the command prints)."""
+    ``tokenizer``, is at hand: what the command prints). Options are `ShowConfig`'s."""
+    from fgram.pipeline.config.tools import ShowConfig
     from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.tables.versions import open_table, table_head
 
-    loc, manifest = open_table(str(table), storage)
-    rows = table_head(loc, manifest, top) if top > 0 else []
-    tok = table_tokenizer(tokenizer, manifest)
+    cfg = ShowConfig(table=str(table), **options).validate()
+    loc, manifest = open_table(cfg.table, cfg.storage)
+    rows = table_head(loc, manifest, cfg.top) if cfg.top > 0 else []
+    tok = table_tokenizer(cfg.tokenizer, manifest)
     if tok is not None:
         first = _first_of_canonical(manifest) if manifest.get("canonical") else None
         for row in rows:  # a canonical id as the text of its first original token
@@ -244,30 +248,23 @@ def _first_of_canonical(manifest: dict) -> Any:
     return np.unique(lookup, return_index=True)[1]  # ids 0..size-1 each: its first token
 
 
-def lookup(
-    table,
-    tokens: Iterable[int] | str | None = None,
-    text: str | None = None,
-    tokenizer: str | None = None,
-    mode: str = OPEN_MODE,
-    tokenizer_backend: str = "auto",
-    storage: dict | None = None,
-    check: bool = True,
-    canonical: bool = False,
-) -> dict:
+def lookup(table, **options) -> dict:
     """`fgram lookup TABLE --tokens IDS | --text TEXT`: the longest f-gram at each position
     of one context. Returns ``tokens`` (the context's ids), ``fgram_ids`` and
     ``match_len`` (-1 and 1 where nothing matches), ``matches`` (each position's f-gram
     as text where a tokenizer is known, else its ids; None where unmatched) and ``rows``
     (the embedding rows, [n, d] float32, zeros where unmatched; None without
-    embeddings). ``check``: the index's and rows' bytes against their XXH3 on open
-    (`FgramIndex.open`). ``canonical``: the table was built with --canonical; the
-    context's ids are mapped to canonical ids (the table's map) before matching."""
+    embeddings). Options are `LookupConfig`'s fields: ``check``, the index's and rows'
+    bytes against their XXH3 on open (`FgramIndex.open`); ``canonical``, the table was
+    built with --canonical (the context's ids mapped by the table's map first)."""
+    from fgram.pipeline.config.tools import LookupConfig
     from fgram.pipeline.tables.lookup import look_up
 
+    c = LookupConfig(table=str(table), **options).validate()
     return look_up(
-        str(table), tokens, text, tokenizer, mode, tokenizer_backend, storage, check, canonical
-    )
+        c.table, c.tokens, c.text, c.tokenizer, c.mode, c.tokenizer_backend, c.storage,
+        c.check, c.canonical,
+    )  # fmt: skip
 
 
 def engram_audit(
@@ -288,53 +285,53 @@ def engram_audit(
         return run_audit(cfg.table, given, cfg.validate().sizes, cfg.storage)
 
 
-def synth(
-    output,
-    tokens: int = 1_000_000,
-    vocab: int = 50_000,
-    seed: int = 0,
-    book_seed: int | None = None,
-    format: str = "parquet",
-    files: int | None = None,
-    overwrite: bool = False,
-) -> dict:
+def synth(output, **options) -> dict:
     """`fgram synth -o OUTPUT`: a generated corpus (``format`` parquet, bin or text: words
     as JSON Lines in zstd with the tokenizer.json that gives their ids); returns its
-    counts (``tokens``, ``documents``, ``dtype``, ...)."""
+    counts (``tokens``, ``documents``, ``dtype``, ...). Options are `SynthConfig`'s."""
+    from fgram.pipeline.config.tools import SynthConfig
     from fgram.pipeline.formats.synth import make_corpus
 
-    return make_corpus(str(output), tokens, vocab, seed, book_seed, format, files, overwrite)
+    c = SynthConfig(output=str(output), **options).validate()
+    return make_corpus(c.output, c.tokens, c.vocab, c.seed, c.book_seed, c.format, c.files,
+                       c.overwrite)  # fmt: skip
 
 
-def clean(folders: Iterable[str] = (), cache: bool = True, remove: bool = False) -> dict:
+def clean(folders: Iterable[str] = (), **options) -> dict:
     """`fgram clean [FOLDER...]`: the cache (``cache``) and what killed runs left beside
     their outputs in ``folders``; ``remove`` deletes them. Returns ``entries`` (path,
     kind, bytes each), ``bytes`` and ``removed``. Never an output, or what a live run
-    holds."""
+    holds. Options are `CleanConfig`'s fields."""
+    from fgram.pipeline.config.tools import CleanConfig
     from fgram.pipeline.io import clean as cl
 
-    entries = (cl.cache_entries() if cache else []) + cl.leftovers(_paths(folders))
-    if remove:
+    cfg = CleanConfig(folders=_paths(folders), **options).validate()
+    entries = (cl.cache_entries() if cfg.cache else []) + cl.leftovers(cfg.folders)
+    if cfg.remove:
         cl.remove(entries)
     return {
         "entries": [{"path": e.path, "kind": e.kind, "bytes": e.bytes} for e in entries],
         "bytes": sum(e.bytes for e in entries),
-        "removed": bool(remove and entries),
+        "removed": bool(cfg.remove and entries),
     }
 
 
-def verify(table, deep: bool = False, storage: dict | None = None) -> dict:
+def verify(table, **options) -> dict:
     """`fgram verify TABLE`: every file of the table, its index and its embeddings checked
     against the size (``deep``: and sha256) recorded when written; ``problems`` lists
-    what is not (`fgram.pipeline.tables.verify`)."""
+    what is not (`fgram.pipeline.tables.verify`). Options are `VerifyConfig`'s."""
+    from fgram.pipeline.config.tools import VerifyConfig
     from fgram.pipeline.tables.verify import verify as check
 
-    return check(str(table), deep=deep, storage=storage)
+    cfg = VerifyConfig(table=str(table), **options).validate()
+    return check(cfg.table, deep=cfg.deep, storage=cfg.storage)
 
 
-def diff(old, new, top: int = TOP, storage: dict | None = None) -> dict:
+def diff(old, new, **options) -> dict:
     """`fgram diff OLD NEW`: f-grams added and removed between two tables, the cutoff, and
-    the ``top`` most frequent of each."""
+    the ``top`` most frequent of each. Options are `DiffConfig`'s fields."""
+    from fgram.pipeline.config.tools import DiffConfig
     from fgram.pipeline.tables.diff import diff_tables
 
-    return diff_tables(str(old), str(new), show=top, storage=storage)
+    cfg = DiffConfig(old=str(old), new=str(new), **options).validate()
+    return diff_tables(cfg.old, cfg.new, show=cfg.top, storage=cfg.storage)

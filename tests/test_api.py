@@ -97,7 +97,7 @@ def test_a_function_for_every_command_with_its_defaults():
                         name, key, api_default, want
                     )  # fmt: skip
                     checked += 1
-    assert checked >= 12, checked
+    assert checked >= 5, checked  # those written twice (e.g. refresh's keep, report's -o)
 
 
 def test_show_lookup_synth_and_clean_return_what_the_commands_print(tmp_path, capsys):

@@ -11,6 +11,7 @@ from fgram.cli.options import config_options, fail, shown, summary
 from fgram.cli.results import finished, json_option, table_fields
 from fgram.pipeline.config.commands import BuildConfig, TokenizeConfig
 from fgram.pipeline.config.options import KEEP_VERSIONS
+from fgram.pipeline.config.tools import CleanConfig, SynthConfig
 
 DRY_RUN = (
     "Print the plan and stop: the inputs (files, bytes, tokens), the units to count, the "
@@ -193,35 +194,8 @@ def refresh_command(table, inputs, keep, rebuild, model, dry_run, **opts):
 
 
 @click.command("synth", short_help="Generate a corpus for tries, tests and benchmarks.")
-@click.option("-o", "--output", required=True, help="Output folder.")
-@click.option("--tokens", default=1_000_000, show_default=True, type=int, help="Corpus size.")
-@click.option("--vocab", default=50_000, show_default=True, type=int, help="Vocabulary size.")
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=int,
-    help="Seed of the text (and of the phrase book, unless --book-seed).",
-)
-@click.option(
-    "--book-seed",
-    default=None,
-    type=int,
-    help="Seed of the phrase book (default: --seed). The same book with another "
-    "--seed: new text from the same distribution (new shards of a corpus).",
-)
-@click.option(
-    "--format",
-    "fmt",
-    default="parquet",
-    show_default=True,
-    type=click.Choice(["parquet", "bin", "text"]),
-    help="parquet: doc_id, tokens list<int32>; bin: uint16/uint32 with separator 0; text: "
-    "words (JSON Lines, zstd) and the tokenizer.json that gives their ids back.",
-)
-@click.option("--files", default=None, type=int, help="Number of shard files (default: by size).")
-@click.option("--overwrite", is_flag=True, help="Replace an existing folder (its files go).")
-def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite):
+@config_options(SynthConfig)
+def synth_command(output, **opts):
     """Generate a corpus with heavy-tailed, realistic n-gram statistics.
 
     \b
@@ -230,7 +204,7 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
     """
     from fgram.api import synth
 
-    meta = synth(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
+    meta, fmt = synth(output, **opts), opts["format"]
     hint = {
         "bin": f" (use --dtype {meta['dtype']} --doc-sep 0)",
         "text": f" (use --tokenizer {os.path.join(output, 'tokenizer.json')})",
@@ -240,15 +214,9 @@ def synth_command(output, tokens, vocab, seed, book_seed, fmt, files, overwrite)
 
 @click.command("clean", short_help="List or remove the cache and killed runs' leftovers.")
 @click.argument("folders", nargs=-1, type=click.Path(exists=True, file_okay=False))
-@click.option(
-    "--cache/--no-cache",
-    default=True,
-    show_default=True,
-    help="Also list fgram's cache ($FGRAM_CACHE_DIR, else ~/.cache/fgram).",
-)
-@click.option("--remove", is_flag=True, help="Delete what is listed (default: only list it).")
+@config_options(CleanConfig, exclude=("folders",))
 @json_option
-def clean_command(folders, cache, remove):
+def clean_command(folders, **opts):
     """List, or with --remove delete, what fgram leaves besides its outputs: the cache and,
     in FOLDERS (and one level below), what killed runs left beside their outputs.
 
@@ -260,7 +228,7 @@ def clean_command(folders, cache, remove):
     """
     from fgram.api import clean
 
-    res = clean(folders, cache, remove)
+    res, remove = clean(folders, **opts), opts["remove"]
     entries, size = res["entries"], res["bytes"]
     lines = [f"  {e['bytes'] / 2**20:>10.1f} MB  {e['kind']}: {e['path']}" for e in entries]
     total = size / 2**20

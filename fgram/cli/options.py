@@ -45,29 +45,10 @@ class Interrupted(Exception):
     """Ctrl-C in a command (click would print a blank line for a KeyboardInterrupt)."""
 
 
-def storage_option(fn):
-    """``--storage-option`` of a command without a config of its own (show, diff, ...)."""
-    from fgram.pipeline.config.commands import BuildConfig
-
-    return config_options(BuildConfig, only=("storage",))(fn)
-
-
 def parse_storage(values) -> dict[str, str]:
     from fgram.pipeline.config.options import parse_pairs
 
     return parse_pairs("--storage-option")(values)
-
-
-def tokenizer_option(help: str):
-    """``--tokenizer``: a tokenizer.json to show f-grams as text (``help``: its default)."""
-    return click.option(
-        "--tokenizer",
-        default=None,
-        type=click.Path(exists=True),
-        help=f"A Hugging Face tokenizer.json (or its folder) {help} (extra: tokenizers; "
-        f"default: the one "
-        f"the table's manifest names, when it is found here).",
-    )
 
 
 def summary(manifest: dict, where: str) -> str:

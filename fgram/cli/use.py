@@ -7,19 +7,16 @@ import json
 
 import click
 
-from fgram.cli.options import (
-    config_options,
-    fail,
-    parse_storage,
-    part_shown,
-    shown,
-    storage_option,
-    tokenizer_option,
-)
+from fgram.cli.options import config_options, fail, part_shown, shown
 from fgram.cli.results import finished, json_option
 from fgram.pipeline.config.commands import AnnotateConfig, EmbedConfig
-from fgram.pipeline.config.options import OPEN_MODE, TOP
-from fgram.pipeline.formats.backends import CHOICES
+from fgram.pipeline.config.tools import (
+    DiffConfig,
+    IndexConfig,
+    LookupConfig,
+    ShowConfig,
+    VerifyConfig,
+)
 
 # annotate tags token shards: text is tokenized first; its coverage is `fgram coverage`'s
 ANNOTATE_TAKES_NOT = ("table", "inputs", "tokenizer", "sizes", "text_field", "doc_per_line")
@@ -28,17 +25,9 @@ ANNOTATE_TAKES_NOT = ("table", "inputs", "tokenizer", "sizes", "text_field", "do
 @click.command("diff", short_help="F-grams added and removed between two tables.")
 @click.argument("old")
 @click.argument("new")
-@click.option(
-    "--top",
-    default=TOP,
-    show_default=True,
-    type=int,
-    help="How many of the most frequent added and removed f-grams to list.",
-)
+@config_options(DiffConfig, exclude=("old", "new"))
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
-@tokenizer_option("to print f-grams as text (those of NEW's manifest by default)")
-@storage_option
-def diff_command(old, new, top, as_json, tokenizer, storage):
+def diff_command(old, new, as_json, **opts):
     """What changed from table OLD to table NEW: f-grams added and removed, the cutoff.
 
     OLD and NEW are build outputs, versions (TABLE/versions/<id>) or refresh folders
@@ -48,9 +37,10 @@ def diff_command(old, new, top, as_json, tokenizer, storage):
     fgram diff fgrams-june fgrams --top 20
     fgram diff TABLE/versions/<id> TABLE --json
     """
-    from fgram.pipeline.tables.diff import diff_tables
+    from fgram.api import diff
 
-    rep = diff_tables(old, new, show=top, storage=parse_storage(storage))
+    cfg = DiffConfig(old=old, new=new, **opts)
+    rep = diff(old, new, **opts)
     if as_json:
         click.echo(json.dumps(rep, indent=2))
         return
@@ -67,7 +57,7 @@ def diff_command(old, new, top, as_json, tokenizer, storage):
     from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.tables.versions import open_table
 
-    tok = table_tokenizer(tokenizer, open_table(new, parse_storage(storage))[1])
+    tok = table_tokenizer(cfg.tokenizer, open_table(new, cfg.storage)[1])
     for name in ("added", "removed"):
         for row in rep[f"top_{name}"]:
             text = f"  {tok.decode(row['tokens'])!r}" if tok is not None else ""
@@ -77,11 +67,9 @@ def diff_command(old, new, top, as_json, tokenizer, storage):
 
 @click.command("show", short_help="A table's summary and top f-grams.")
 @click.argument("table", metavar="TABLE")
-@click.option("--top", default=TOP, show_default=True, type=int, help="How many f-grams to list.")
-@tokenizer_option("to print f-grams as text")
+@config_options(ShowConfig, exclude=("table",))
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-@storage_option
-def show_command(table, top, tokenizer, as_json, storage):
+def show_command(table, as_json, **opts):
     """Summarise table TABLE: the manifest and the top f-grams.
 
     TABLE is a build output or a refresh folder (its current version), a path or a URI.
@@ -92,12 +80,13 @@ def show_command(table, top, tokenizer, as_json, storage):
     from fgram.api import show
     from fgram.pipeline.tables.versions import resolve_table
 
-    manifest = show(table, top, tokenizer, parse_storage(storage))
+    cfg = ShowConfig(table=table, **opts)
+    manifest = show(table, **opts)
     rows = manifest.pop("top_fgrams")
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
-    loc = resolve_table(table, parse_storage(storage))
+    loc = resolve_table(table, cfg.storage)
     cfg = manifest["config"]
     click.echo(f"fgram table {shown(loc)} (fgram {manifest['fgram_version']})")
     click.echo(
@@ -128,10 +117,9 @@ def show_command(table, top, tokenizer, as_json, storage):
 
 @click.command("index", short_help="The f-gram index that lookups use.")
 @click.argument("table", metavar="TABLE")
-@click.option("--overwrite", is_flag=True, help="Replace an existing index.")
-@storage_option
+@config_options(IndexConfig, exclude=("table",))
 @json_option
-def index_command(table, overwrite, storage):
+def index_command(table, **opts):
     """Write TABLE/index/: the memory-mappable f-gram index that lookups use.
 
     \b
@@ -139,8 +127,8 @@ def index_command(table, overwrite, storage):
     """
     from fgram.api import index
 
-    meta = index(table, parse_storage(storage), overwrite)
-    where = part_shown(table, "index", storage)
+    meta = index(table, **opts)
+    where = part_shown(table, "index", opts["storage"])
     finished(
         [f"indexed {meta['fgrams']} f-grams -> {where}"],
         "built",
@@ -291,43 +279,8 @@ def embed_command(table, **opts):
 
 @click.command("lookup", short_help="The longest f-gram at each position of a context.")
 @click.argument("table", metavar="TABLE")
-@click.option(
-    "--tokens", default=None, help="Token ids of one context, separated by commas or spaces."
-)
-@click.option("--text", default=None, help="The text of one context (needs --tokenizer).")
-@tokenizer_option("that tokenizes --text and shows the matches as text")
-@click.option(
-    "--mode",
-    default=OPEN_MODE,
-    show_default=True,
-    type=click.Choice(["ram", "mmap"]),
-    help="mmap: arrays mapped from disk (shared, opens at once); ram: read into memory.",
-)
-@click.option(
-    "--tokenizer-backend",
-    default="auto",
-    show_default=True,
-    type=click.Choice(list(CHOICES)),
-    help="What encodes --text (as for tokenize: auto takes the fastest installed backend "
-    "proven to give the tokenizer's ids exactly).",
-)
-@click.option(
-    "--check/--no-check",
-    default=True,
-    show_default=True,
-    help="Check the index's and the rows' bytes against their XXH3 on open (at memory "
-    "speed); --no-check for a store larger than memory (a warning names it unchecked).",
-)
-@click.option(
-    "--canonical",
-    is_flag=True,
-    help="TABLE was built with --canonical: match the context's Engram canonical ids (by "
-    "the table's map).",
-)
-@storage_option
-def lookup_command(
-    table, tokens, text, tokenizer, mode, tokenizer_backend, check, canonical, storage
-):
+@config_options(LookupConfig, exclude=("table",))
+def lookup_command(table, **opts):
     """Print, for each position of a context, its longest f-gram in table TABLE (and the
     start of its embedding row when TABLE has embeddings).
 
@@ -339,17 +292,7 @@ def lookup_command(
     """
     from fgram.api import lookup
 
-    res = lookup(
-        table,
-        tokens,
-        text,
-        tokenizer,
-        mode,
-        tokenizer_backend,
-        parse_storage(storage),
-        check,
-        canonical,
-    )
+    res = lookup(table, **opts)
     ids, fid, lengths, rows = res["tokens"], res["fgram_ids"], res["match_len"], res["rows"]
     click.echo(
         f"  {'pos':>4} {'token':>8} {'fgram_id':>9} {'len':>4}  match"
@@ -372,15 +315,9 @@ def lookup_command(
 
 @click.command("verify", short_help="Check every file of a table as written.")
 @click.argument("table", metavar="TABLE")
-@click.option(
-    "--deep",
-    is_flag=True,
-    help="Read every byte against its sha256 and check the index's arrays (by default "
-    "sizes only: a listing).",
-)
+@config_options(VerifyConfig, exclude=("table",))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@storage_option
-def verify_command(table, deep, as_json, storage):
+def verify_command(table, as_json, **opts):
     """Check that every file of table TABLE, its index and its embeddings is as it was
     written: present, of its size and (with --deep) of its sha256. Exit status 2 when
     one is not, each such file on a line of its own.
@@ -391,9 +328,10 @@ def verify_command(table, deep, as_json, storage):
     \b
     fgram verify fgrams --deep
     """
-    from fgram.pipeline.tables.verify import verify
+    from fgram.api import verify
 
-    found = verify(table, deep=deep, storage=parse_storage(storage))
+    deep = opts["deep"]
+    found = verify(table, **opts)
     if as_json:
         click.echo(json.dumps(found, indent=2))
     else:

@@ -197,7 +197,7 @@ class BuildConfig(ReadsShards, Options):
     # manifest records its sha256, not the array
     token_map: Any = field(default=None, repr=False, compare=False)
 
-    def check(self) -> None:
+    def own_checks(self) -> None:
         if not self.inputs:
             raise ConfigError("no input given")
         if not 2 <= self.max_len <= 8:
@@ -443,7 +443,7 @@ class ReportConfig(Options):
     # (dtype, doc_sep, column, engine, master, conf, unit_tokens, strict, text_field, ...)
     coverage: dict[str, Any] = field(default_factory=dict)
 
-    def check(self) -> None:
+    def own_checks(self) -> None:
         if self.points < 2:
             raise ConfigError(f"points must be >= 2, got {self.points}")
         if self.sizes is not None and not self.heldout:

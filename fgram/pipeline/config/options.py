@@ -140,7 +140,7 @@ class Options:
                 setattr(self, name, o.parse(value))
 
     def validate(self: Self_) -> Self_:
-        """Every option's choices and bounds, then the command's own checks (`check`);
+        """Every option's choices and bounds, then the command's own checks (`own_checks`);
         returns the config. A bad option is a `ConfigError` that names it."""
         for name, (_, o) in options_of(type(self)).items():
             value = getattr(self, name)
@@ -152,10 +152,10 @@ class Options:
                 )
             if o.minimum is not None and value < o.minimum:
                 raise ConfigError(f"{o.flag(name)} must be >= {o.minimum}, got {value}")
-        self.check()
+        self.own_checks()
         return self
 
-    def check(self) -> None:
+    def own_checks(self) -> None:
         """The command's own checks beyond choices and bounds (none by default)."""
 
 

@@ -18,6 +18,15 @@ from fgram.pipeline.config.commands import (
     TokenizeConfig,
 )
 from fgram.pipeline.config.options import options_of
+from fgram.pipeline.config.tools import (
+    CleanConfig,
+    DiffConfig,
+    IndexConfig,
+    LookupConfig,
+    ShowConfig,
+    SynthConfig,
+    VerifyConfig,
+)
 from fgram.pipeline.errors import ConfigError
 
 # command -> (its config, the fields it leaves out, its own parameters)
@@ -30,6 +39,13 @@ COMMANDS = {
     "coverage": (AnnotateConfig, ("table", "inputs", "output", "overwrite"), {"table", "inputs", "as_json", "lineage"}),  # noqa: E501
     "embed": (EmbedConfig, ("table",), {"table", "as_json", "lineage"}),
     "report": (ReportConfig, ("table",), {"table", "as_json", "lineage", *HELDOUT_READING}),
+    "show": (ShowConfig, ("table",), {"table", "as_json"}),
+    "diff": (DiffConfig, ("old", "new"), {"old", "new", "as_json"}),
+    "index": (IndexConfig, ("table",), {"table", "as_json", "lineage"}),
+    "lookup": (LookupConfig, ("table",), {"table"}),
+    "verify": (VerifyConfig, ("table",), {"table", "as_json"}),
+    "synth": (SynthConfig, (), set()),
+    "clean": (CleanConfig, (), {"folders", "as_json", "lineage"}),
 }  # fmt: skip
 
 

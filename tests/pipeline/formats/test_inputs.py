@@ -35,7 +35,8 @@ def test_a_folder_with_links_is_read_once(tmp_path, capfd):
     assert "the same file as" in err and "a link to a folder read already" in err
     fgram.build(tmp_path / "t", [ds], doc_sep=0, min_count=2, max_len=4, engine="local")
     rows = [
-        (tuple(r["tokens"]), r["count"]) for r in fgram.show(tmp_path / "t", 10**6)["top_fgrams"]
+        (tuple(r["tokens"]), r["count"])
+        for r in fgram.show(tmp_path / "t", top=10**6)["top_fgrams"]
     ]
     assert rows == select(docs, 4, 2, None)
 
