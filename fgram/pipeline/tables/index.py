@@ -41,7 +41,7 @@ from fgram.pipeline.io.failures import first_line
 from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
 from fgram.pipeline.io.storage import Location, Place, json_bytes
 from fgram.pipeline.io.workdir import save_array, save_json
-from fgram.pipeline.kernels import matching
+from fgram.pipeline.kernels import jit, matching
 from fgram.pipeline.kernels.keys import EMPTY, MAX_TOKEN, mix
 from fgram.pipeline.kernels.matching import IndexArrays
 from fgram.pipeline.tables.versions import (
@@ -411,13 +411,19 @@ class FgramIndex:
         return out
 
     def match(
-        self, tokens: ArrayLike, doc_starts: ArrayLike | None = None, lanes: int = matching.LANES
+        self,
+        tokens: ArrayLike,
+        doc_starts: ArrayLike | None = None,
+        lanes: int = matching.LANES,
+        interpreted: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
         """For every position, the longest f-gram ending there: (fgram_id or -1, length or 1).
 
         ``doc_starts``: positions where documents start (matches never cross them).
         ``lanes``: how many stretches of the input are matched side by side
         (any value gives the same result; it only changes the speed).
+        ``interpreted``: the kernel's code run by the interpreter (`jit.interpreted`): a
+        short context matched before the compiled kernel would have loaded.
         """
         toks = np.asarray(tokens)
         n = len(toks)
@@ -430,6 +436,9 @@ class FgramIndex:
         fid = np.empty(n, dtype=np.int64)
         mlen = np.empty(n, dtype=np.uint8)
         lanes = max(1, min(int(lanes), n))
-        if matching.match_longest(marked, self.arrays, fid, mlen, lanes):
+        kernel = jit.interpreted(matching.match_longest) if interpreted else matching.match_longest
+        with np.errstate(over="ignore"):  # the interpreter's warnings: the kernel wraps
+            failed = kernel(marked, self.arrays, fid, mlen, lanes)
+        if failed:
             raise damaged(self.where)
         return fid, mlen

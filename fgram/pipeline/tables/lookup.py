@@ -11,6 +11,8 @@ import numpy as np
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.kernels.keys import MAX_TOKEN
 
+INTERPRETED_UP_TO = 4096  # a context this short is matched by the interpreter (`interpreted`)
+
 
 def context_ids(tokens: Iterable[int] | str) -> list[int]:
     """Token ids given as a list, or as text separated by commas or spaces."""
@@ -83,7 +85,8 @@ def look_up(
     if loc.child("embeddings", "embeddings.json").exists():  # damaged ones are an error
         store = FgramStore.open(loc, mode=mode, storage=storage, check=check)
     # a table of canonical ids is matched by the context's canonical ids
-    fid, lengths = index.match(ids if token_map is None else mapped(token_map, ids, table))
+    context = ids if token_map is None else mapped(token_map, ids, table)
+    fid, lengths = index.match(context, interpreted=len(context) <= INTERPRETED_UP_TO)
     matches: list[Any] = []
     for i in range(len(ids)):
         gram = ids[i - int(lengths[i]) + 1 : i + 1]

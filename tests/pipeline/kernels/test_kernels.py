@@ -434,3 +434,17 @@ def test_flat_shard_bytes_are_each_document_followed_by_the_separator(
     write_bin(path, given_parts, dtype, sep)
     want = [t for docs in parts for d in docs for t in [*d, sep]]
     assert open(path, "rb").read() == np.array(want, np.dtype(dtype).newbyteorder("<")).tobytes()
+
+
+def test_an_interpreted_kernel_is_the_compiled_kernels_code():
+    """`jit.interpreted` runs a kernel's own Python (the kernels it calls too) with no
+    compiled code: equal results, and a kernel without numba is itself."""
+    from fgram.pipeline.kernels import jit, keys
+
+    ids = np.arange(1000, dtype=np.uint64) * np.uint64(2654435761)
+    py = jit.interpreted(keys.chain_key1)
+    assert py is not keys.chain_key1 and py.__code__ is keys.chain_key1.py_func.__code__
+    with np.errstate(over="ignore"):
+        got = [py(int(a), 7) for a in ids[:50]]
+    assert got == [keys.chain_key1(int(a), 7) for a in ids[:50]]
+    assert jit.interpreted(len) is len

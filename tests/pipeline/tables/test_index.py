@@ -48,8 +48,12 @@ def test_match_and_ids_equal_oracle(tmp_path_factory, docs, k, size, probe, cuts
     fgrams = {g: i for i, (g, _) in enumerate(result(out))}
     starts = sorted({c for c in cuts if c < len(probe)})
     exp_fid, exp_len = oracle_match(fgrams, probe, starts, k)
-    for n_lanes in (lanes, 1):  # stretches matched side by side, each with its warm-up
-        fid, mlen = index.match(np.array(probe, dtype=np.int64), doc_starts=starts, lanes=n_lanes)
+    for n_lanes, interpreted in ((lanes, False), (1, False), (lanes, True)):
+        # stretches matched side by side, each with its warm-up; the kernel's code run by
+        # the interpreter (a short context: `fgram lookup`) alike
+        fid, mlen = index.match(
+            np.array(probe, dtype=np.int64), starts, lanes=n_lanes, interpreted=interpreted
+        )
         assert fid.tolist() == exp_fid and mlen.tolist() == exp_len
     grams = list(fgrams) + [tuple(probe[:3]), (9, 9), tuple(probe[:k])]
     assert index.ids(grams).tolist() == [
