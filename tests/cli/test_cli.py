@@ -688,3 +688,21 @@ def test_help_and_show_import_nothing_heavy(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
     assert "top 3:" in res.stdout  # show listed the table's rows
+
+
+def test_help_imports_not_even_numpy():
+    """`fgram --help` is click and the option tables alone (numpy is ~0.1 s of a start);
+    the tokenizer backends the options name are the backends module's own."""
+    from fgram.pipeline.config.options import TOKENIZER_BACKENDS
+    from fgram.pipeline.formats.backends import CHOICES
+
+    assert TOKENIZER_BACKENDS == CHOICES
+    code = (
+        "import sys\nfrom fgram.cli import main\nsys.argv = ['fgram', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(','.join(m for m in ('numpy', 'numba', 'pyarrow') if m in sys.modules), "
+        "file=sys.stderr)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
+    assert "Commands:" in res.stdout

@@ -212,15 +212,18 @@ def text_field_option() -> Any:
     )
 
 
-def tokenizer_backend_option() -> Any:
-    from fgram.pipeline.formats.backends import CHOICES
+# the backends of `fgram.pipeline.formats.backends` (its CHOICES, held equal by a test),
+# named here without importing it (numpy): the command line's options are made cheaply
+TOKENIZER_BACKENDS = ("auto", "fastokens", "tokenizers")
 
+
+def tokenizer_backend_option() -> Any:
     return option(
         "auto",
         "What encodes the text: auto (the fastest installed backend proven to give this "
         "tokenizer's ids exactly, on hard cases and a sample of the run's documents; "
         "else tokenizers), tokenizers (Hugging Face's), fastokens.",
-        choices=CHOICES,
+        choices=TOKENIZER_BACKENDS,
     )
 
 
