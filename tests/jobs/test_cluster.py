@@ -295,7 +295,7 @@ def test_a_worker_killed_mid_job_still_gives_the_exact_table(spark, corpus, tmp_
             start_new_session=True,
         )
         pass3 = os.path.join(str(tmp_path), ".k.fgram-staging", "_work", "pass3")
-        wait_for_files(os.path.join(pass3, "unit-*.done.json"), proc, 300, "pass 3")
+        wait_for_files(os.path.join(pass3, "count", "*.done.json"), proc, 300, "pass 3")
         c.kill(c.workers[0])  # mid-job: pass 3 is counting
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
@@ -328,8 +328,8 @@ def test_every_worker_lost_is_one_line_in_bounded_time_then_a_rerun_finishes(
             cmd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,
         )  # fmt: skip
-        done = table / "embeddings.staging" / "done"
-        wait_for_files(str(done / "0*"), proc, 300, "a chunk")
+        done = table / "embeddings.staging" / "_work" / "embed"  # a marker per chunk
+        wait_for_files(str(done / "*.done.json"), proc, 300, "a chunk")
         c.kill(c.workers[0])
         t0 = time.time()
         _, err = proc.communicate(timeout=300)

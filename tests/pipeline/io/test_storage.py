@@ -84,9 +84,9 @@ def test_generation_names_and_data_files(tmp_path):
 
 def test_a_cluster_never_gets_tasks_for_work_files_on_the_driver():
     remote = BuildConfig(inputs=["x"], output="s3://b/out")
-    cluster = SimpleNamespace(name="spark", sc=SimpleNamespace(master="spark://10.0.0.1:7077"))
+    master = SimpleNamespace(master="spark://10.0.0.1:7077")
+    cluster = SimpleNamespace(remote=True, sc=master)  # executors on other machines
     with pytest.raises(ConfigError, match="cannot reach"):
         check_work_reach(remote, cluster)
-    check_work_reach(remote, SimpleNamespace(name="spark", sc=SimpleNamespace(master="local[2]")))
-    check_work_reach(remote, SimpleNamespace(name="local"))
+    check_work_reach(remote, SimpleNamespace(remote=False))  # local mode, local processes
     check_work_reach(BuildConfig(inputs=["x"], output="/shared/out"), cluster)
