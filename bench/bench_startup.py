@@ -5,7 +5,8 @@ fresh process (the median and the range), beside `python -c pass`.
     python bench/bench_startup.py [--runs 10] [--out bench/out/startup] [--against CMD]
 
 ``--against``: another `fgram` executable (e.g. a script running an older checkout),
-timed in turn with this one, run by run, and the ratio given.
+timed in turn with this one, run by run, and the ratio given. Run it from outside any
+checkout: `python -m fgram` imports the package of the current folder first.
 
 Targets (a quiet machine): --help <= 0.3 s, show <= 0.5 s, lookup <= 0.5 s, build of 1M
 tokens <= 1.2 s. The kernels are compiled (cached) by a first build before timing.
