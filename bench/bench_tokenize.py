@@ -248,7 +248,7 @@ def stage_times(
     import numpy as np
     import zstandard
 
-    from fgram.pipeline.formats import backends
+    from fgram.pipeline.text import backends
 
     t: dict[str, float] = {}
     t0 = time.perf_counter()

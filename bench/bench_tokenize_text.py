@@ -111,7 +111,7 @@ def main() -> None:
 
 def tokenize_part(args, files: list[str], tok_path: str, fgram_tokenize, out: str) -> list[dict]:
     """`fgram tokenize` against `encode_batch` alone, alternated; then one file's stages."""
-    from fgram.pipeline.formats.tokenizer import load_spec
+    from fgram.pipeline.text.tokenizer import load_spec
 
     rows: list[dict] = []
     texts = read_texts(files)

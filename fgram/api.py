@@ -223,8 +223,8 @@ def show(table, **options) -> dict:
     fgram_id, length, tokens, count, and ``text`` where the table's tokenizer, or
     ``tokenizer``, is at hand: what the command prints). Options are `ShowConfig`'s."""
     from fgram.pipeline.config.tools import ShowConfig
-    from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.tables.versions import open_table, table_head
+    from fgram.pipeline.text.tokenizer import table_tokenizer
 
     cfg = ShowConfig(table=str(table), **options).validate()
     loc, manifest = open_table(cfg.table, cfg.storage)

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.formats.canonical import canonical_map, normalized
 from fgram.pipeline.kernels.jit import compiled
+from fgram.pipeline.text.canonical import canonical_map, normalized
 
 __all__ = [
     "EngramConfig",

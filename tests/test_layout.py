@@ -1,6 +1,6 @@
 """The layout's rules, read from the source (every import, function-level ones included):
 `fgram.pipeline` never imports Spark; its folders import only those below them (kernels
-< io < formats < tables, config < report); no module imports another module's private
+< io < formats < text < config < tables < report); no module imports another module's private
 (`_underscored`) names or reads them through a module it imported; the import graph of
 `fgram` has no cycle; no module is over 450 lines, no function over 80 lines of
 code but compiled kernels."""
@@ -148,6 +148,7 @@ LAYERS = {
     "kernels": 1,
     "io": 2,
     "formats": 3,
+    "text": 3.2,  # reads documents through the formats' inputs; the configs name its options
     "tables": 4,
     "config": 3.5,  # between the formats it reads and the readers that parse counts
     "report": 5,

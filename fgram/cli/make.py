@@ -307,7 +307,7 @@ def _token_text(path: str | None, token: int) -> str:
     """`` '<|endoftext|>'`` for a token id of the tokenizer at ``path``; "" where it cannot
     be read."""
     try:
-        from fgram.pipeline.formats.tokenizer import load_spec, tokenizer
+        from fgram.pipeline.text.tokenizer import load_spec, tokenizer
 
         text = tokenizer(load_spec(path)).id_to_token(token) if path else None
     except Exception:  # noqa: BLE001 - a name for the line only

@@ -54,8 +54,8 @@ def diff_command(old, new, as_json, **opts):
         f"cutoff count {rep['cutoff_count']['old']} -> {rep['cutoff_count']['new']}; "
         f"tokens {rep['tokens']['old']} -> {rep['tokens']['new']}"
     )
-    from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.tables.versions import open_table
+    from fgram.pipeline.text.tokenizer import table_tokenizer
 
     tok = table_tokenizer(cfg.tokenizer, open_table(new, cfg.storage)[1])
     for name in ("added", "removed"):

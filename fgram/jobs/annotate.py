@@ -37,7 +37,6 @@ from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError, InputError
 from fgram.pipeline.formats import registry
-from fgram.pipeline.formats.canonical import mapped, meet_canonical
 from fgram.pipeline.formats.inputs import (
     holds_text,
     plan_shards,
@@ -48,7 +47,6 @@ from fgram.pipeline.formats.inputs import (
 from fgram.pipeline.formats.layouts import LAYOUTS
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
-from fgram.pipeline.formats.tokenizer import check_tokenizer, known_tokenizer, load_spec
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
 from fgram.pipeline.io.locks import held_output
@@ -62,6 +60,8 @@ from fgram.pipeline.tables.coverage import (
 )
 from fgram.pipeline.tables.index import FgramIndex
 from fgram.pipeline.tables.versions import manifest_fingerprint, resolve_table
+from fgram.pipeline.text.canonical import mapped, meet_canonical
+from fgram.pipeline.text.tokenizer import check_tokenizer, known_tokenizer, load_spec
 from fgram.version import __version__
 
 _INDEX: dict[tuple, FgramIndex] = {}
@@ -227,7 +227,7 @@ def _manifest(table: Location) -> dict:
 def _table_tokenizer(cfg: AnnotateConfig) -> str:
     """The tokenizer the table's manifest names (text inputs of a coverage), when its
     file is here with the same content."""
-    from fgram.pipeline.formats.tokenizer import known_tokenizer
+    from fgram.pipeline.text.tokenizer import known_tokenizer
 
     path = known_tokenizer(_manifest(resolve_table(cfg.table, cfg.storage)))
     if path is None:

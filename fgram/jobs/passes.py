@@ -169,8 +169,8 @@ def canonical_run(cfg: BuildConfig, tokenizer: dict | None) -> tuple[BuildConfig
     (its sha256, its size, the tokenizer); (cfg, None) without --canonical."""
     if not cfg.canonical:
         return cfg, None
-    from fgram.pipeline.formats.canonical import canonical_record
-    from fgram.pipeline.formats.tokenizer import known_tokenizer
+    from fgram.pipeline.text.canonical import canonical_record
+    from fgram.pipeline.text.tokenizer import known_tokenizer
 
     path = known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None
     if path is None:

@@ -66,9 +66,9 @@ def _coverage(cfg: ReportConfig, manifest: dict[str, Any]) -> dict[str, Any]:
 
 def build_report(cfg: ReportConfig) -> dict[str, Any]:
     """The report's numbers (what ``report.json`` holds)."""
-    from fgram.pipeline.formats.tokenizer import table_tokenizer
     from fgram.pipeline.report import numbers as rp
     from fgram.pipeline.tables.versions import current, open_table
+    from fgram.pipeline.text.tokenizer import table_tokenizer
 
     root = as_location(cfg.table, cfg.storage)
     loc, manifest = open_table(root, kinds=None)  # a table, a refresh folder or tags

@@ -41,7 +41,14 @@ from fgram.pipeline.config.commands import TOKENS_KIND, TokenizeConfig
 from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
 from fgram.pipeline.formats.inputs import check_inputs
 from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
-from fgram.pipeline.formats.text import (
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.locks import held_output, working_in
+from fgram.pipeline.io.markers import Markers
+from fgram.pipeline.io.publish import finish, staging_for
+from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.workdir import claim_staging
+from fgram.pipeline.records import JsonRecord
+from fgram.pipeline.text.text import (
     Skips,
     TextFile,
     TextUnit,
@@ -51,15 +58,8 @@ from fgram.pipeline.formats.text import (
     plan_text_units,
     read_ahead,
 )
-from fgram.pipeline.formats.token_shards import ShardWriter
-from fgram.pipeline.formats.tokenizer import TokenizerSpec, encode, encoder, load_spec, prove
-from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import held_output, working_in
-from fgram.pipeline.io.markers import Markers
-from fgram.pipeline.io.publish import finish, staging_for
-from fgram.pipeline.io.storage import Place
-from fgram.pipeline.io.workdir import claim_staging
-from fgram.pipeline.records import JsonRecord
+from fgram.pipeline.text.token_shards import ShardWriter
+from fgram.pipeline.text.tokenizer import TokenizerSpec, encode, encoder, load_spec, prove
 from fgram.version import __version__
 
 FORMAT = 1

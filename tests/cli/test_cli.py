@@ -694,7 +694,7 @@ def test_help_imports_not_even_numpy():
     """`fgram --help` is click and the option tables alone (numpy is ~0.1 s of a start);
     the tokenizer backends the options name are the backends module's own."""
     from fgram.pipeline.config.options import TOKENIZER_BACKENDS
-    from fgram.pipeline.formats.backends import CHOICES
+    from fgram.pipeline.text.backends import CHOICES
 
     assert TOKENIZER_BACKENDS == CHOICES
     code = (

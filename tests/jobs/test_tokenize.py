@@ -520,7 +520,7 @@ def test_a_task_s_tokenizer_threads_are_twice_its_share_of_the_cores(monkeypatch
 def test_read_ahead_keeps_order_raises_in_order_and_stops_with_its_consumer():
     import threading
 
-    from fgram.pipeline.formats.text import read_ahead
+    from fgram.pipeline.text.text import read_ahead
 
     assert list(read_ahead(iter(range(50)), depth=2)) == list(range(50))
 
@@ -556,7 +556,7 @@ def test_documents_read_as_the_standard_library_reads_them(tmp_path_factory, rec
     """orjson (the text extra) where it reads a line as json does; json itself where
     not (lone surrogates escaped, NaN, integers past 64 bits): texts and ids as json
     gives them."""
-    from fgram.pipeline.formats import text as tx
+    from fgram.pipeline.text import text as tx
 
     assert tx.FAST_JSON is not None, "the test extra installs orjson"
     path = tmp_path_factory.mktemp("js") / "a.jsonl"
@@ -576,7 +576,7 @@ def test_documents_read_as_the_standard_library_reads_them(tmp_path_factory, rec
 
 def test_the_units_counted_first_are_those_whose_counts_number_a_later_one():
     from fgram.jobs.tokenize import counted
-    from fgram.pipeline.formats.text import TextUnit
+    from fgram.pipeline.text.text import TextUnit
 
     units = [TextUnit(0, 0, 5), TextUnit(0, 5, 9), TextUnit(1, 0, 1), TextUnit(2, 0, 4)]
     assert counted(units, "parquet") == [0, 1, 2]  # ids run on over every file

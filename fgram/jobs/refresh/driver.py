@@ -36,7 +36,6 @@ from fgram.pipeline.config.options import KEEP_VERSIONS
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.formats.reading import Shard
-from fgram.pipeline.formats.tokenizer import check_tokenizer
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock, working_in
 from fgram.pipeline.io.publish import finish, staging_for
@@ -47,6 +46,7 @@ from fgram.pipeline.kernels.layout import group_slots
 from fgram.pipeline.kernels.warmup import warm_up
 from fgram.pipeline.records import PassRecord, TableManifest
 from fgram.pipeline.tables import versions as vs
+from fgram.pipeline.text.tokenizer import check_tokenizer
 
 MERGE_BYTES = 256 * 2**20  # base volume read by one merge task
 COMPACT = 0.25  # rewrite a length's base when its delta outgrows this share of it

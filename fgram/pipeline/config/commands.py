@@ -37,7 +37,7 @@ from fgram.pipeline.formats.layouts import LAYOUTS
 
 if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
     from fgram.pipeline.formats.reading import ReadOptions
-    from fgram.pipeline.formats.text import TextOptions
+    from fgram.pipeline.text.text import TextOptions
 
 DEFAULT_DTYPE = "uint16"  # of flat shards, unless --dtype or a tokenize manifest says
 TOKENS_KIND = "fgram-tokens"  # the manifest of `fgram tokenize`'s output
@@ -206,8 +206,8 @@ class BuildConfig(ReadsShards, Options):
     def record(self) -> dict[str, Any]:
         """As the manifest shows it: the output as a URI or absolute path, no secret."""
         rec = asdict(self)
-        from fgram.pipeline.formats.canonical import map_sha256
         from fgram.pipeline.io.failures import public_options
+        from fgram.pipeline.text.canonical import map_sha256
 
         rec.pop("token_map")  # a canonical run's: its map's sha256 (others as they were)
         if self.token_map is not None:
@@ -340,7 +340,7 @@ class TokenizeConfig(Options):
     )
 
     def text_options(self) -> TextOptions:
-        from fgram.pipeline.formats.text import TextOptions
+        from fgram.pipeline.text.text import TextOptions
 
         return TextOptions(
             self.text_field,

@@ -212,7 +212,7 @@ def text_field_option() -> Any:
     )
 
 
-# the backends of `fgram.pipeline.formats.backends` (its CHOICES, held equal by a test),
+# the backends of `fgram.pipeline.text.backends` (its CHOICES, held equal by a test),
 # named here without importing it (numpy): the command line's options are made cheaply
 TOKENIZER_BACKENDS = ("auto", "fastokens", "tokenizers")
 

@@ -38,20 +38,20 @@ def look_up(
     canonical: bool = False,
 ) -> dict[str, Any]:
     """See `fgram.api.lookup`."""
-    from fgram.pipeline.formats.tokenizer import (
+    from fgram.pipeline.tables.embed import FgramStore
+    from fgram.pipeline.tables.index import FgramIndex
+    from fgram.pipeline.tables.versions import open_table
+    from fgram.pipeline.text.tokenizer import (
         check_tokenizer,
         encode_text,
         known_tokenizer,
         load_spec,
         table_tokenizer,
     )
-    from fgram.pipeline.tables.embed import FgramStore
-    from fgram.pipeline.tables.index import FgramIndex
-    from fgram.pipeline.tables.versions import open_table
 
     if (tokens is None) == (text is None):
         raise ConfigError("give the context as --tokens IDS or as --text TEXT (with --tokenizer)")
-    from fgram.pipeline.formats.canonical import mapped, meet_canonical
+    from fgram.pipeline.text.canonical import mapped, meet_canonical
 
     manifest = open_table(table, storage)[1]
     token_map = meet_canonical(manifest, canonical, tokenizer, table, "lookup")

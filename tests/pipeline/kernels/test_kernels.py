@@ -421,7 +421,7 @@ def test_flat_shards_split_into_the_fewest_units_of_equal_size(n, unit):
 def test_flat_shard_bytes_are_each_document_followed_by_the_separator(
     tmp_path_factory, parts, dtype, sep
 ):
-    from fgram.pipeline.formats.token_shards import write_bin
+    from fgram.pipeline.text.token_shards import write_bin
 
     given_parts = [
         (

@@ -40,7 +40,7 @@ class TokenizerSpec:
     backend: str = "tokenizers"  # what encodes with it (`backends.choose`)
 
     def record(self) -> dict[str, Any]:
-        from fgram.pipeline.formats.backends import backend
+        from fgram.pipeline.text.backends import backend
 
         return {
             "name": self.name,
@@ -182,7 +182,7 @@ def encoder(spec: TokenizerSpec, threads: int = 0) -> Encoder:
     sizes the backend's thread pool (read once, when a process first encodes a batch:
     a process that encoded before keeps its pool); 0 leaves the library's default
     (every core)."""
-    from fgram.pipeline.formats.backends import backend, size_threads
+    from fgram.pipeline.text.backends import backend, size_threads
 
     chosen = backend(spec.backend)
     size_threads(chosen, threads)
@@ -204,7 +204,7 @@ def prove(
 ) -> TokenizerSpec:
     """The spec with the backend a run uses (`backends.choose`), the tokenizers made
     for the proof kept for this process's own tasks."""
-    from fgram.pipeline.formats.backends import choose
+    from fgram.pipeline.text.backends import choose
 
     made = {"tokenizers": _LOADED.get(f"{spec.sha256}:tokenizers")}
     name = choose(requested, spec.json, samples, special, made)
@@ -217,7 +217,7 @@ def encode(enc: Encoder, texts: list[str], special: bool = False) -> tuple[np.nd
     """Documents -> (token counts int64, all their ids uint32, concatenated), without
     the tokenizer's special tokens unless ``special``; the backend's own threads encode
     the batch."""
-    from fgram.pipeline.formats.backends import TOKENIZERS, backend
+    from fgram.pipeline.text.backends import TOKENIZERS, backend
 
     if enc.backend == TOKENIZERS.name:
         return TOKENIZERS.encode(enc.tok, texts, special)

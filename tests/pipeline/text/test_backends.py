@@ -1,4 +1,4 @@
-"""Tokenizer backends (`fgram.pipeline.formats.backends`): the fast one gives exactly
+"""Tokenizer backends (`fgram.pipeline.text.backends`): the fast one gives exactly
 `tokenizers`' ids (hypothesis over unicode text, with and without special tokens), a
 run proves it on hard cases and its own documents before the first task, and a backend
 that differs by one id is caught: one warning line naming it and the document, and the
@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fgram
-from fgram.pipeline.formats import backends
-from fgram.pipeline.formats.backends import Backend, choose, hard_cases
+from fgram.pipeline.text import backends
+from fgram.pipeline.text.backends import Backend, choose, hard_cases
 
 pytest.importorskip("tokenizers", reason="the text extra")
 fast = pytest.importorskip("fastokens", reason="the text extra installs fastokens")
