@@ -321,7 +321,7 @@ def test_every_worker_lost_is_one_line_in_bounded_time_then_a_rerun_finishes(
         c.start(workers=1)
         cmd = [os.path.join(BIN, "fgram"), "embed", str(table), "--model",
                "slow_models:slow_echo", "--float", "float32", "--chunk-rows", "10",
-               "--batch", "10", "--master", c.url, "--conf", "spark.fgram.executorWait=15",
+               "--batch", "10", "--master", c.url, "--conf", "spark.fgram.executorWait=6",
                "--conf", f"spark.executorEnv.PYTHONPATH={here}"]  # fmt: skip
         env = dict(_env(), PYTHONPATH=here)
         proc = subprocess.Popen(
@@ -336,7 +336,7 @@ def test_every_worker_lost_is_one_line_in_bounded_time_then_a_rerun_finishes(
         assert time.time() - t0 < 90, err[-3000:]
         lines = [line for line in said(err) if line.startswith("fgram")]  # Spark's ERROR
         assert proc.returncode == 2 and len(lines) == 1, err[-3000:]  # lines apart
-        assert "no executor for 15 s" in lines[0], lines[0]
+        assert "no executor for 6 s" in lines[0], lines[0]
         assert not (table / "embeddings").exists() and os.listdir(done)
         c.add_worker(1)
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
