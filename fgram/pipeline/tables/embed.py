@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 from fgram.pipeline.config.options import OPEN_MODE
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.io.storage import Place
+from fgram.pipeline.kernels import jit
 from fgram.pipeline.kernels.matching import gather_rows, last_matches, step_matches
 from fgram.pipeline.tables.index import (
     FgramIndex,
@@ -166,11 +167,14 @@ class FgramStore:
         vocab = (manifest.get("tokenizer") or {}).get("vocab_size")
         return cls(FgramIndex.open(loc, mode=mode, check=check), matrix, meta, vocab)
 
-    def rows(self, ids: np.ndarray) -> np.ndarray:
-        """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is -1."""
+    def rows(self, ids: np.ndarray, interpreted: bool = False) -> np.ndarray:
+        """Rows of fgram ids in the stored dtype (float32 for bfloat16); zeros where an id is
+        -1. ``interpreted``: the gather's code run by the interpreter (a few rows, no
+        compiled code loaded: `jit.interpreted`)."""
         ids = np.asarray(ids, dtype=np.int64)
         out = np.empty((len(ids), self.dim), self.matrix.dtype)
-        gather_rows(self._bits, ids, out.view(self._bits.dtype))
+        gather = jit.interpreted(gather_rows) if interpreted else gather_rows
+        gather(self._bits, ids, out.view(self._bits.dtype))
         return from_stored(out, "bfloat16") if self.meta["dtype"] == "bfloat16" else out
 
     def embed_sequence(

@@ -86,7 +86,8 @@ def look_up(
         store = FgramStore.open(loc, mode=mode, storage=storage, check=check)
     # a table of canonical ids is matched by the context's canonical ids
     context = ids if token_map is None else mapped(token_map, ids, table)
-    fid, lengths = index.match(context, interpreted=len(context) <= INTERPRETED_UP_TO)
+    short = len(context) <= INTERPRETED_UP_TO
+    fid, lengths = index.match(context, interpreted=short)
     matches: list[Any] = []
     for i in range(len(ids)):
         gram = ids[i - int(lengths[i]) + 1 : i + 1]
@@ -96,6 +97,6 @@ def look_up(
         "fgram_ids": np.asarray(fid, np.int64),
         "match_len": np.asarray(lengths, np.int64),
         "matches": matches,
-        "rows": None if store is None else store.rows(np.asarray(fid)),
+        "rows": None if store is None else store.rows(np.asarray(fid), interpreted=short),
         "text": tok is not None,
     }

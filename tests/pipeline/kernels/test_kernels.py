@@ -448,3 +448,11 @@ def test_an_interpreted_kernel_is_the_compiled_kernels_code():
         got = [py(int(a), 7) for a in ids[:50]]
     assert got == [keys.chain_key1(int(a), 7) for a in ids[:50]]
     assert jit.interpreted(len) is len
+    from fgram.pipeline.kernels.matching import gather_rows
+
+    matrix = np.random.default_rng(0).integers(1, 2**16, (50, 8)).astype(np.uint16)  # bits
+    ids = np.array([3, -1, 49, 0, -1, 7], np.int64)
+    out = [np.full((6, 8), 9, np.uint16) for _ in range(2)]
+    gather_rows(matrix, ids, out[0])
+    jit.interpreted(gather_rows)(matrix, ids, out[1])
+    assert np.array_equal(out[0], out[1]) and not out[1][1].any()
