@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from fgram.pipeline.config.options import KEEP_VERSIONS
+from fgram.pipeline.config.options import KEEP_VERSIONS, REPORT_PAGE
 
 if TYPE_CHECKING:  # the readers, re-exported on first use (`__getattr__`)
     from fgram.pipeline.tables.embed import FgramStore as FgramStore
@@ -178,7 +178,7 @@ def coverage(table, inputs, spark=None, progress: Progress = None, **options) ->
 
 
 def report(
-    table, output: str = "report.html", heldout=(), progress: Progress = None, **options
+    table, output: str = REPORT_PAGE, heldout=(), progress: Progress = None, **options
 ) -> dict:
     """`fgram report TABLE -o OUTPUT [--heldout SHARDS]`: writes the page and its JSON;
     returns the report's numbers, with ``written`` (their URIs). Options are

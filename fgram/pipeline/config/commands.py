@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fgram.pipeline.config.options import (
+    REPORT_PAGE,
     TOP,
     Options,
     canonical_option,
@@ -400,7 +401,7 @@ class ReportConfig(Options):
 
     table: str  # a build output, a refresh folder or an annotate output
     output: str = option(
-        "report.html",
+        REPORT_PAGE,
         "The page (a path or a URI); its numbers go beside it as <name>.json.",
         short="-o",
     )

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the rest on use: the command line's options are made from t
 KEEP_VERSIONS = 3  # refresh: the versions kept
 TOP = 10  # show, diff, report: the f-grams listed
 OPEN_MODE = "mmap"  # FgramIndex.open, FgramStore.open, lookup: arrays mapped from disk
+REPORT_PAGE = "report.html"  # report: the page written
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgbt]?)\s*$", re.I)
 _SCALE = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
