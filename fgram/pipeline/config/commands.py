@@ -440,8 +440,7 @@ class ReportConfig(Options):
     )
     overwrite: bool = overwrite_option("an existing page and JSON")
     storage: dict[str, str] = storage_option()
-    # how the held-out shards are read and the coverage runs: `AnnotateConfig`'s fields
-    # (dtype, doc_sep, column, engine, master, conf, unit_tokens, strict, text_field, ...)
+    # the held-out shards' reading and coverage: `AnnotateConfig`'s fields (dtype, doc_sep, ...)
     coverage: dict[str, Any] = field(default_factory=dict)
 
     def own_checks(self) -> None:
