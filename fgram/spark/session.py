@@ -67,6 +67,22 @@ def _log_options() -> str:
 MUTED: list[bool] = []
 
 
+def _quiet_accumulators(sc) -> None:
+    """PySpark's accumulator server prints a traceback for a connection the JVM closes in
+    the middle of an update, as its shutdown after a Ctrl-C does: once `MUTED`, it says
+    nothing (fgram keeps no accumulators; the run's end is one line)."""
+    server = getattr(sc, "_accumulatorServer", None)
+    if server is None or getattr(server, "fgram_quiet", False):
+        return
+    loud = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not MUTED or log_level() == "debug":
+            loud(request, client_address)
+
+    server.handle_error, server.fgram_quiet = handle_error, True
+
+
 def _forward(stream, out) -> None:
     """Copy the JVM's stderr lines to ``out``, without the start-up `NOISE` and blank lines
     (nor anything after a Ctrl-C, `MUTED`, unless debugging)."""
@@ -345,6 +361,7 @@ def get_context(
     with own_sigint():
         sc = SparkContext.getOrCreate(sconf)
     sc.setLogLevel(log_level().upper())
+    _quiet_accumulators(sc)
     if archive:
         _keep_class_archive(sc, archive)
     return sc
@@ -421,6 +438,7 @@ def get_session(
     with own_sigint():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level().upper())
+    _quiet_accumulators(spark.sparkContext)
     if archive:
         _keep_class_archive(spark.sparkContext, archive)
     return spark

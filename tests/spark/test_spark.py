@@ -258,3 +258,23 @@ def test_build_and_refresh_inside_a_session_the_caller_made(tmp_path):
     expect = select(docs, 5, 2, None)
     assert result(tmp_path / "t") == result(tmp_path / "r" / "current") == expect
     assert got["fgrams"] == [len(expect)] * 2
+
+
+def test_the_accumulator_servers_traceback_is_quiet_after_a_ctrl_c(spark, capsys):
+    """A Ctrl-C's shutdown closes the JVM's accumulator connection mid-update; PySpark's
+    server would print that traceback after the command's one line: muted with the JVM."""
+    from fgram.spark import session as ss
+
+    server = spark.sparkContext._accumulatorServer
+    assert server.fgram_quiet
+    try:
+        raise EOFError
+    except EOFError:
+        ss.MUTED.append(True)
+        try:
+            server.handle_error(None, ("127.0.0.1", 1))
+        finally:
+            ss.MUTED.clear()
+        assert capsys.readouterr().err == ""
+        server.handle_error(None, ("127.0.0.1", 1))  # not muted: said, as PySpark does
+    assert "EOFError" in capsys.readouterr().err
