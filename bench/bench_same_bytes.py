@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -72,8 +73,6 @@ def steps(fgram: str, root: str, corpus: str) -> list[tuple[str, list[str]]]:
 
 
 def stable(obj):
-    import re
-
     if isinstance(obj, dict) and obj and all(re.fullmatch("[0-9a-f]{32}", k) for k in obj):
         # keyed by a hash of a path (a refresh store's shards): the values, in order
         return sorted((stable(v) for v in obj.values()), key=lambda v: json.dumps(v))
@@ -110,8 +109,6 @@ def files(root: str) -> dict[str, str]:
 def generation_free(rel: str) -> str:
     """A published file's name without its generation (``part-00000-g1a2b.parquet``) or a
     store object's random prefix."""
-    import re
-
     return re.sub(OBJECT, r"\1.x\2.npy", re.sub(r"-g[0-9a-f]{6,}(?=\.)", "", rel))
 
 

@@ -80,13 +80,13 @@ def show_command(table, as_json, **opts):
     from fgram.api import show
     from fgram.pipeline.tables.versions import resolve_table
 
-    cfg = ShowConfig(table=table, **opts)
+    given = ShowConfig(table=table, **opts)
     manifest = show(table, **opts)
     rows = manifest.pop("top_fgrams")
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
         return
-    loc = resolve_table(table, cfg.storage)
+    loc = resolve_table(table, given.storage)
     cfg = manifest["config"]
     click.echo(f"fgram table {shown(loc)} (fgram {manifest['fgram_version']})")
     click.echo(
