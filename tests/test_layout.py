@@ -294,6 +294,73 @@ def test_every_job_marks_its_units_done_one_way():
     assert found == []
 
 
+# the steps every job takes in one order (`fgram.jobs.sequence`): called there alone
+SEQUENCE_STEPS = {"chosen_engine", "held_output"}
+
+
+def _steps_called(source: str) -> list[str]:
+    """The calls in ``source`` of a step the run sequence takes for every job."""
+    return [
+        ast.unparse(node.func)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", getattr(node.func, "id", "")) in SEQUENCE_STEPS
+    ]
+
+
+def test_the_sequence_rule_sees_the_steps():
+    source = "c = chosen_engine(cfg)\nwith locks.held_output(o, True) as out: pass\nf(cfg)"
+    assert _steps_called(source) == ["chosen_engine", "locks.held_output"]
+
+
+def test_every_job_runs_in_the_one_sequence():
+    """The engine chosen and the output locked and checked again under the lock by the
+    run sequence alone: no job spells out its own order."""
+    found = [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if mod not in ("fgram.jobs.sequence", "fgram.jobs.executors", "fgram.pipeline.io.locks")
+        for c in _steps_called(open(path).read())
+    ]
+    assert found == []
+
+
+def _place_branches(source: str) -> list[str]:
+    """Where ``source`` asks whether a place is a path or a `Location` (``isinstance(x,
+    str)``, ``getattr(x, "uri", x)``): the storage layer answers that (`uri_of`,
+    `workdir.on_store`), not a job."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        args = node.args
+        if node.func.id == "isinstance" and len(args) == 2 and ast.unparse(args[1]) == "str":
+            found.append(ast.unparse(node))
+        if (
+            node.func.id == "getattr"
+            and len(args) >= 2
+            and isinstance(args[1], ast.Constant)
+            and args[1].value == "uri"
+        ):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_the_place_rule_sees_branches():
+    source = 'a = f if isinstance(f, str) else f.uri\nb = getattr(p, "uri", p)\nc = len(s)'
+    assert sorted(_place_branches(source)) == ["getattr(p, 'uri', p)", "isinstance(f, str)"]
+
+
+def test_no_job_asks_whether_a_place_is_a_path():
+    found = [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if mod.startswith("fgram.jobs")
+        for c in _place_branches(open(path).read())
+    ]
+    assert found == []
+
+
 def test_the_tests_mirror_the_package():
     """A module's tests are where it is (``tests/pipeline/kernels/`` for
     ``fgram/pipeline/kernels/``); what they share is in ``tests/support/``, no test there."""

@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, chosen_engine, make_executor, runs_here
+from fgram.jobs import sequence
+from fgram.jobs.executors import as_task, runs_here
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.sequence import Job, Run, begin
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import AnnotateConfig
 from fgram.pipeline.errors import ConfigError, FgramError, InputError
@@ -49,9 +51,8 @@ from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
-from fgram.pipeline.io.locks import held_output
-from fgram.pipeline.io.publish import check_output, finish, staging_for
-from fgram.pipeline.io.storage import Location
+from fgram.pipeline.io.publish import check_output, staging_for
+from fgram.pipeline.io.storage import Location, uri_of
 from fgram.pipeline.tables.coverage import (
     check_sizes,
     count_by_size,
@@ -155,56 +156,79 @@ class AssembleStage(Stage, name="assemble"):
 def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
     """Tag the shards (or only measure coverage when cfg.output is None); returns the manifest."""
     t0 = time.time()
-    cfg.validate()
-    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
+    cfg = begin(cfg, spark)
     if cfg.output is None and cfg.tokenizer is None and holds_text(cfg.inputs, cfg.storage):
         cfg = dataclasses.replace(cfg, tokenizer=_table_tokenizer(cfg))
     if cfg.tokenizer:
         return _coverage_of_text(cfg, spark)
-    cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
-    table = resolve_table(cfg.table, cfg.storage)
-    cfg = _sizes_checked(cfg, table, None)  # a bad size is said before a missing index
-    index = FgramIndex.open(table, storage=cfg.storage)
-    manifest = _manifest(table)
-    check_tokenizer(manifest, tokenizer, ", ".join(cfg.inputs), table.uri)
-    token_map = meet_canonical(
-        manifest,
-        cfg.canonical,
-        known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None,
-        table.uri,
-        "annotate (and coverage)",
-    )
-    if token_map is not None:  # matched over canonical ids, as the table was counted
-        cfg = dataclasses.replace(cfg, token_map=token_map)
-    out = check_output(cfg.output, cfg.overwrite, cfg.storage) if cfg.output else None
-    try:
-        shards = plan_shards(cfg.inputs, cfg.read_options())
-    except InputError:
-        if cfg.output is not None and holds_text(cfg.inputs, cfg.storage):
-            raise InputError(  # tags sit beside the token files a trainer reads
-                ", ".join(cfg.inputs),
-                "text: annotate tags token shards, aligned with what a trainer reads; "
-                "tokenize it first (fgram tokenize ... -o shards --tokenizer, the table's "
-                "tokenizer), then annotate the shards",
-            ) from None
-        raise
-    units = plan_units(shards, cfg.unit_tokens)
-    check_layout(cfg.layout, shards)
-    names = [format_of(s).tag_name(s) for s in shards]
-    if cfg.layout in ("olmo", "megatron"):  # raw files named after their inputs' stems
-        names = [os.path.splitext(n)[0] for n in names]
-    if len(set(names)) != len(names):
-        raise ConfigError("two inputs share a file name; tags are named after their input files")
-    ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf)
-    if out is None:
-        return _annotate(cfg, ex, table, index, shards, units, None, None, t0)
-    with held_output(out, cfg.overwrite, cfg.storage) as out:
-        staging = staging_for(out, runs_here(cfg), unique=True)
+    return sequence.run(AnnotateJob(cfg, spark, t0))
+
+
+class AnnotateJob(Job):
+    """`fgram annotate` (and coverage, which publishes nothing) in the run sequence: the
+    table, its index and the shards checked first; a staging folder of the run's own
+    (no resume); the annotate stage, then the assemble stage where a layout needs one."""
+
+    what = "annotate run"
+    unique = True
+    head_start = False
+
+    def __init__(self, cfg: AnnotateConfig, spark, t0: float) -> None:
+        super().__init__(cfg, spark)
+        self.t0 = t0
+
+    def check(self) -> None:
+        cfg, tokenizer = self.cfg.tokenized()  # `fgram tokenize` outputs say how to read them
+        table = resolve_table(cfg.table, cfg.storage)
+        cfg = _sizes_checked(cfg, table, None)  # a bad size is said before a missing index
+        self.index = FgramIndex.open(table, storage=cfg.storage)
+        manifest = _manifest(table)
+        check_tokenizer(manifest, tokenizer, ", ".join(cfg.inputs), table.uri)
+        token_map = meet_canonical(
+            manifest,
+            cfg.canonical,
+            known_tokenizer({"tokenizer": tokenizer}) if tokenizer else None,
+            table.uri,
+            "annotate (and coverage)",
+        )
+        if token_map is not None:  # matched over canonical ids, as the table was counted
+            cfg = dataclasses.replace(cfg, token_map=token_map)
+        if cfg.output:  # a bad output is said before the inputs are read
+            check_output(cfg.output, cfg.overwrite, cfg.storage)
         try:
-            return _annotate(cfg, ex, table, index, shards, units, out, staging, t0)
-        except BaseException:
-            wf.remove_tree(staging)
+            shards = plan_shards(cfg.inputs, cfg.read_options())
+        except InputError:
+            if cfg.output is not None and holds_text(cfg.inputs, cfg.storage):
+                raise InputError(  # tags sit beside the token files a trainer reads
+                    ", ".join(cfg.inputs),
+                    "text: annotate tags token shards, aligned with what a trainer reads; "
+                    "tokenize it first (fgram tokenize ... -o shards --tokenizer, the "
+                    "table's tokenizer), then annotate the shards",
+                ) from None
             raise
+        self.units = plan_units(shards, cfg.unit_tokens)
+        check_layout(cfg.layout, shards)
+        names = [format_of(s).tag_name(s) for s in shards]
+        if cfg.layout in ("olmo", "megatron"):  # raw files named after their inputs' stems
+            names = [os.path.splitext(n)[0] for n in names]
+        if len(set(names)) != len(names):
+            raise ConfigError(
+                "two inputs share a file name; tags are named after their input files"
+            )
+        self.cfg, self.table, self.shards = cfg, table, shards
+
+    def stages(self, run: Run) -> dict:
+        return _annotate(
+            self.cfg,
+            run.executor(),
+            self.table,
+            self.index,
+            self.shards,
+            self.units,
+            run.out,
+            run.staging,
+            self.t0,
+        )
 
 
 def check_layout(layout: str, shards: list[Shard]) -> None:
@@ -266,7 +290,7 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     check_tokenizer(manifest, given, cfg.tokenizer, table.uri)
     _sizes_checked(cfg, table, manifest)
     folder = staging_for(table, runs_here(cfg), unique=True, what="text")
-    where = folder if isinstance(folder, str) else folder.uri
+    where = uri_of(folder)
     try:
         tokens = tokenize_inputs(cfg, where, spark=spark)
         manifest = run_annotate(
@@ -358,8 +382,4 @@ def _annotate(
         else {"name": cfg.layout, "files": LAYOUTS[cfg.layout]},
         "seconds": round(time.time() - t0, 3),
     }
-    if staging is not None:
-        assert out is not None  # an output is staged
-        finish(staging, out, manifest, checksums=True)
-    PROGRESS.end()  # the last stage's line
     return manifest

@@ -26,7 +26,6 @@ Where the rows go while the run lasts:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import sys
@@ -36,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, chosen_engine, make_executor, runs_here
+from fgram.jobs.executors import as_task, make_executor, runs_here
 from fgram.jobs.progress import PROGRESS
+from fgram.jobs.sequence import begin
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
@@ -226,10 +226,9 @@ def run_embed(cfg: EmbedConfig, spark=None) -> dict:
 
 
 def _run_embed(cfg: EmbedConfig, spark) -> dict:
-    cfg.validate()
     t0 = time.time()
+    cfg = begin(cfg, spark)
     model_factory(cfg.model)  # a wrong --model first, before the table and the output
-    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
     table_part(cfg.table, "embeddings", cfg.overwrite, cfg.storage)  # refused unless --overwrite
     table, manifest = open_table(cfg.table, cfg.storage)
     total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])

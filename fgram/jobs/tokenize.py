@@ -24,7 +24,6 @@ separator, the inputs (path, size, mtime), the documents, tokens, bytes and seco
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from dataclasses import dataclass
@@ -32,19 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, chosen_engine, cores_here, runs_here
-from fgram.jobs.headstart import HeadStart, Starting
+from fgram.jobs import sequence
+from fgram.jobs.executors import as_task, cores_here, runs_here
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import NOT_FINGERPRINTED, fingerprint_digest
+from fgram.jobs.sequence import Job, Run, begin
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import TOKENS_KIND, TokenizeConfig
-from fgram.pipeline.errors import ConfigError, FgramError, keeps_work
+from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.formats.inputs import check_inputs
 from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import held_output, working_in
 from fgram.pipeline.io.markers import Markers
-from fgram.pipeline.io.publish import finish, staging_for
 from fgram.pipeline.io.storage import Place
 from fgram.pipeline.io.workdir import claim_staging
 from fgram.pipeline.records import JsonRecord
@@ -284,75 +282,75 @@ def run_tokenize(cfg: TokenizeConfig, spark=None, checksums: bool = True) -> dic
     the manifest holds each shard's size and sha256 (for `fgram verify --deep`; a run's
     own folder, read once and removed, goes without)."""
     t0 = time.time()
-    cfg.validate()
-    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
-    spec = load_spec(cfg.tokenizer)
-    dtype = "int32"
-    doc_sep = cfg.doc_sep
-    if cfg.format == "bin":
-        dtype = cfg.dtype or ("uint16" if spec.vocab_size <= 2**16 else "uint32")
-        doc_sep = spec.eos_id if doc_sep is None else doc_sep
-        if spec.vocab_size > 2 ** (8 * np.dtype(dtype).itemsize):
-            raise ConfigError(
-                f"{spec.path}: its {spec.vocab_size} token ids do not fit {dtype}; "
-                f"use --dtype uint32"
-            )
-        if doc_sep is None:
-            raise ConfigError(
-                f"{spec.path}: the tokenizer names no end-of-document token; "
-                f"give the separator with --doc-sep ID"
-            )
-        if doc_sep >= 2 ** (8 * np.dtype(dtype).itemsize):
-            raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
-    check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
-    with held_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume) as out:
-        # the JVM starts (seconds) while the driver plans, proves the backend, and then
-        # counts and tokenizes units itself
-        starting = Starting(cfg, spark)
-        try:
-            return _publish(cfg, out, starting, spec, dtype, doc_sep, t0, checksums)
-        finally:
-            starting.wait()  # no executor left starting behind an early end or an error
+    return sequence.run(TokenizeJob(begin(cfg, spark), spark, checksums, t0))
 
 
-def _publish(cfg, out, starting, spec, dtype, doc_sep, t0, checksums) -> dict[str, Any]:
-    """Plan, prove the backend, tokenize aside and publish, under the output's lock."""
-    files = plan_text(cfg.inputs, cfg.text_options())
-    units = plan_text_units(files, cfg.text_options(), cfg.unit_bytes)
-    spec = _backend(cfg, spec, files, units)
-    fingerprint = _fingerprint(cfg, spec, files)
-    digest = fingerprint_digest(fingerprint)
-    done = out.child("manifest.json")
-    if cfg.resume and done.exists():
-        published = done.read_json()
-        if published.get("run_fingerprint") == digest:
-            return dict(published)  # finished already: nothing to resume
-    staging = staging_for(out, runs_here(cfg))
-    resumed = claim_staging(staging, fingerprint, cfg.resume, out.uri, "tokenize run")
-    wf.make_dirs(wf.join(staging, "shards"))
-    try:
-        with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
-            manifest = _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep)
-        manifest["resumed"] = resumed
-        manifest["run_fingerprint"] = digest
-        manifest["seconds"] = round(time.time() - t0, 3)
-        finish(staging, out, manifest, checksums=checksums)  # the work goes with the publish
-    except BaseException as exc:
-        if not keeps_work(exc):
-            wf.remove_tree(staging)
-        else:  # for the command line's one line (cli.main)
-            exc.fgram_kept = (  # type: ignore[attr-defined]
-                f"the tokenized units are kept in {getattr(staging, 'uri', staging)}: "
-                f"rerun with --resume to continue"
-            )
-        raise
-    PROGRESS.end()
-    return manifest
+class TokenizeJob(Job):
+    """`fgram tokenize` in the run sequence: the tokenizer's ids checked to fit before
+    the lock; the text planned and the backend proven under it (while a JVM starts);
+    the count and tokenize stages."""
+
+    what = "tokenize run"
+    kept = "the tokenized units"
+
+    def __init__(self, cfg: TokenizeConfig, spark, checksums: bool, t0: float) -> None:
+        super().__init__(cfg, spark)
+        self.checksums = checksums
+        self.t0 = t0
+
+    def check(self) -> None:
+        cfg = self.cfg
+        self.spec = spec = load_spec(cfg.tokenizer)
+        self.dtype, self.doc_sep = "int32", cfg.doc_sep
+        if cfg.format == "bin":
+            dtype = cfg.dtype or ("uint16" if spec.vocab_size <= 2**16 else "uint32")
+            doc_sep = spec.eos_id if cfg.doc_sep is None else cfg.doc_sep
+            if spec.vocab_size > 2 ** (8 * np.dtype(dtype).itemsize):
+                raise ConfigError(
+                    f"{spec.path}: its {spec.vocab_size} token ids do not fit {dtype}; "
+                    f"use --dtype uint32"
+                )
+            if doc_sep is None:
+                raise ConfigError(
+                    f"{spec.path}: the tokenizer names no end-of-document token; "
+                    f"give the separator with --doc-sep ID"
+                )
+            if doc_sep >= 2 ** (8 * np.dtype(dtype).itemsize):
+                raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
+            self.dtype, self.doc_sep = dtype, doc_sep
+        check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
+
+    def plan(self, out) -> dict[str, Any] | None:
+        """Plan and prove the backend; a manifest when this very run is published."""
+        cfg = self.cfg
+        self.files = plan_text(cfg.inputs, cfg.text_options())
+        self.units = plan_text_units(self.files, cfg.text_options(), cfg.unit_bytes)
+        self.spec = _backend(cfg, self.spec, self.files, self.units)
+        self.fingerprint = _fingerprint(cfg, self.spec, self.files)
+        self.digest = fingerprint_digest(self.fingerprint)
+        done = out.child("manifest.json")
+        if cfg.resume and done.exists():
+            published = done.read_json()
+            if published.get("run_fingerprint") == self.digest:
+                return dict(published)  # finished already: nothing to resume
+        return None
+
+    def claim(self, staging, out) -> bool:
+        resumed = claim_staging(staging, self.fingerprint, self.cfg.resume, out.uri, self.what)
+        wf.make_dirs(wf.join(staging, "shards"))
+        return resumed
+
+    def stages(self, run: Run) -> dict[str, Any]:
+        manifest = _tokenize(run, self.spec, self.files, self.units, self.dtype, self.doc_sep)
+        manifest["resumed"] = run.resumed
+        manifest["run_fingerprint"] = self.digest
+        manifest["seconds"] = round(time.time() - self.t0, 3)
+        return manifest
 
 
-def _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep) -> dict[str, Any]:
-    ex = HeadStart(starting, cfg.master)
-    plan = Plan(cfg, spec, files, units, staging, dtype, doc_sep, task_threads(cfg, len(units)))
+def _tokenize(run: Run, spec, files, units, dtype, doc_sep) -> dict[str, Any]:
+    cfg, ex = run.cfg, run.executor()
+    plan = Plan(cfg, spec, files, units, run.staging, dtype, doc_sep, task_threads(cfg, len(units)))
     todo = counted(units, cfg.format)
     counts = [(0, 0)] * len(units)
     if todo:
@@ -365,7 +363,8 @@ def _tokenize(cfg, starting, spec, files, units, staging, dtype, doc_sep) -> dic
     try:
         results = ex.map(len(units), tokenizing.run, progress=True)
     finally:
-        starting.wait()  # a warm-up job still running would be cut off at exit, noisily
+        if run.starting is not None:  # a warm-up job still running is cut off, noisily
+            run.starting.wait()
     done = tokenizing.summary(results)
     skipped: dict[str, int] = {}
     for r in results:

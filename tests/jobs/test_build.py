@@ -622,13 +622,14 @@ def test_untrusted_parquet_gives_an_error_not_a_crash(tmp_path_factory, flips, c
 
 def test_a_missing_input_is_found_before_the_jvm_starts(tmp_path, monkeypatch):
     import fgram.jobs.table.driver as b
+    from fgram.jobs import sequence
     from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):
         raise AssertionError("the executor was started before the inputs were checked")
 
-    monkeypatch.setattr(b, "Starting", no_jvm)
+    monkeypatch.setattr(sequence, "Starting", no_jvm)  # every job's executor starts there
     for missing in (str(tmp_path / "nope.bin"), str(tmp_path / "*.parquet")):
         with pytest.raises(InputError, match="nope.bin|no file matches"):
             b.run_build(BuildConfig(inputs=[missing], output=str(tmp_path / "o")))

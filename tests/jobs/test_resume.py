@@ -257,7 +257,7 @@ def test_a_failed_publish_then_resume_keeps_every_pass(spark, tmp_path, monkeypa
     """The table written, then publishing fails (a store gone mid-commit, a full disk):
     the passes stay in the staging folder, and --resume publishes without counting a
     unit again."""
-    import fgram.jobs.table.driver as driver
+    from fgram.jobs import sequence as driver  # every job publishes there
 
     docs = [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2], [3, 1, 2, 3, 1]] * 4
     write_bin(str(tmp_path / "a.bin"), docs, sep=0)

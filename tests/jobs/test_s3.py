@@ -204,13 +204,14 @@ def test_a_missing_object_store_input_is_found_before_the_jvm_starts(
     tmp_path, s3, corpus, monkeypatch
 ):
     import fgram.jobs.table.driver as b
+    from fgram.jobs import sequence
     from fgram.pipeline.config.commands import BuildConfig
     from fgram.pipeline.errors import InputError
 
     def no_jvm(*a, **k):
         raise AssertionError("the executor was started before the inputs were checked")
 
-    monkeypatch.setattr(b, "Starting", no_jvm)
+    monkeypatch.setattr(sequence, "Starting", no_jvm)  # every job's executor starts there
     for missing, why in (
         (f"s3://{corpus}/in/nope.bin", "no such file"),
         (f"s3://{corpus}/nothing/", "no such file"),

@@ -5,14 +5,13 @@ store.json of the new version, publishing it and switching ``current``."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from fgram.jobs.executors import chosen_engine, runs_here
+from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.progress import PROGRESS
@@ -31,6 +30,7 @@ from fgram.jobs.refresh.store import (
 )
 from fgram.jobs.refresh.tasks import RPlan, release_driver
 from fgram.jobs.runs import check_work_reach, fingerprint_digest, run_fingerprint
+from fgram.jobs.sequence import begin
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.config.options import KEEP_VERSIONS
 from fgram.pipeline.errors import ConfigError
@@ -69,8 +69,7 @@ def run_refresh(
     all); ``rebuild``: options other than the current version's start it afresh
     (`remembered.settle_options`)."""
     t_start = time.time()
-    cfg.validate()
-    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
+    cfg = begin(cfg, spark)
     cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
     vs.check_keep(keep)  # before building, not after
     where = locate(cfg.output, cfg.storage)
@@ -121,7 +120,7 @@ def _staging(cfg: BuildConfig, root, vid: str):
     """A new version's staging folder: beside it on a local disk; for a root on an object
     store, this machine's cache when the tasks run here, else the store itself (a hidden
     folder in versions/, which every executor reaches and `clear_leftovers` removes)."""
-    if isinstance(root, str) or not runs_here(cfg):
+    if not wf.on_store(root) or not runs_here(cfg):
         return staging_for(vs.version_path(root, vid), here=False)
     # on this machine, one per root: the next run clears what a killed one left
     return staging_for(root.child(vs.VERSIONS, ".next"), here=True)

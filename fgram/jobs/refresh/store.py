@@ -177,7 +177,7 @@ def collect_garbage(root: str) -> int:
         if wf.exists(path):
             keep |= referenced(load_json(path))
     folder = objects_dir(root)
-    if isinstance(folder, str) and os.path.islink(folder):  # `check_root` refuses it first
+    if wf.is_link(folder):  # `check_root` refuses it first
         raise OutputError(f"{folder}: a link; refresh deletes nothing outside its folder")
     # only what a refresh writes there: its objects and a killed put's temporary files
     doomed = [n for n in wf.names(folder) if n not in keep and OBJECT_FILE.match(n)]

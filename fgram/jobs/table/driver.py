@@ -1,10 +1,10 @@
-"""The driver of `fgram build`: checks, then the pass loop (`passes`), the select stage
-(`select`: decoded by broadcast, or by key range past the budget), the manifest, and
-publishing (`publish.finish`), under one writer's lock."""
+"""The driver of `fgram build`: its job in the run sequence (`sequence`: checks, the
+lock, the staging folder, publishing), whose stages are the pass loop (`passes`), the
+select stage (`select`: decoded by broadcast, or by key range past the budget) and the
+manifest."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import chosen_engine, runs_here
-from fgram.jobs.headstart import HeadStart, Starting
+from fgram.jobs import sequence
+from fgram.jobs.executors import runs_here
 from fgram.jobs.passes import (
     Merged,
     PassSteps,
@@ -26,6 +26,7 @@ from fgram.jobs.passes import (
 )
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import SCRATCH, check_work_reach, fingerprint_digest, run_fingerprint
+from fgram.jobs.sequence import Job, Run, begin
 from fgram.jobs.table.passes import (
     MERGE_BYTES,
     CountStage,
@@ -37,14 +38,19 @@ from fgram.jobs.table.passes import (
     unit_files,
 )
 from fgram.jobs.table.select import write_table
-from fgram.jobs.table.state import BuildState, prepare_staging, resume_record, save_state
+from fgram.jobs.table.state import (
+    BuildState,
+    claimed_state,
+    resume_record,
+    save_state,
+    work_location,
+)
 from fgram.pipeline.config.commands import BuildConfig
-from fgram.pipeline.errors import RESUMABLE, FgramError, keeps_work
+from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import held_output, working_in
-from fgram.pipeline.io.publish import finish, staging_for
-from fgram.pipeline.io.storage import Location
+from fgram.pipeline.io.publish import staging_for
+from fgram.pipeline.io.storage import Location, Place, uri_of
 from fgram.pipeline.io.workdir import Sweeper
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
 from fgram.pipeline.kernels.ranking import Groups
@@ -60,51 +66,7 @@ def run_build(cfg: BuildConfig, spark=None) -> dict:
     on Spark; ``auto``, on a local master with no JVM up, as local (`engine_for`).
     """
     t_start = time.time()
-    cfg.validate()
-    cfg = dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
-    if cfg.tokenizer:
-        from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
-
-        check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
-        return _build_from_text(cfg, spark, t_start)
-    check_inputs(cfg.inputs, cfg.storage)  # a missing input: said before the JVM starts
-    return _build_table(cfg, spark, t_start)
-
-
-def _build_table(cfg: BuildConfig, spark, t_start: float) -> dict:
-    cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
-    with held_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume) as out:
-        return _run_locked(cfg, spark, out, t_start, tokenizer)
-
-
-def _build_from_text(cfg: BuildConfig, spark, t_start: float) -> dict:
-    """Tokenize the text inputs into a folder of the run (``.TABLE.fgram-text``, beside
-    its staging folder), then build from those shards, the output's lock held from
-    before the first token. The folder goes once the table is published; a failed run
-    keeps it for --resume."""
-    from fgram.jobs.tokenize import tokenize_inputs
-
-    assert cfg.tokenizer is not None
-    with held_output(cfg.output, cfg.overwrite, cfg.storage, cfg.resume) as out:
-        folder = staging_for(out, runs_here(cfg), what="text")
-        where = folder if isinstance(folder, str) else folder.uri
-        tokens = tokenize_inputs(cfg, where, cfg.resume)
-        text = {
-            key: tokens[key]
-            for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
-        }
-        shards, tokenizer = dataclasses.replace(cfg, inputs=[where], tokenizer=None).tokenized()
-        manifest = _run_locked(shards, spark, out, t_start, tokenizer, text)
-    wf.remove_tree(folder)
-    return manifest
-
-
-def _run_locked(
-    cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer=None, text=None
-) -> dict:
-    cfg, canonical = canonical_run(cfg, tokenizer)
-    with contextlib.ExitStack() as live:  # the staging marked as this run's (`working_in`)
-        return _run_marked(cfg, spark, out, t_start, tokenizer, text, live, canonical)
+    return sequence.run(BuildJob(begin(cfg, spark), spark, t_start))
 
 
 def kernels_ready() -> float | None:
@@ -120,59 +82,94 @@ def kernels_ready() -> float | None:
     return round(time.time() - t0, 3)
 
 
-def _run_marked(
-    cfg: BuildConfig, spark, out: Location, t_start: float, tokenizer, text, live, canonical
-) -> dict:
-    # Spark's JVM starts (seconds, about one core) while the driver plans, loads
-    # the kernels and counts pass-2 units itself on the other core
-    starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
-    staging = None
-    try:
-        shards = plan_shards(cfg.inputs, cfg.read_options())
-        units = plan_units(shards, cfg.unit_tokens)
-        compile_seconds = kernels_ready()  # once here, not in every worker at once
-        fingerprint = run_fingerprint(cfg, shards)
-        staging, state = prepare_staging(cfg, out, fingerprint)
-        live.enter_context(working_in(wf.join(staging, "_work")))
-        plan = Plan(cfg, shards, units, wf.join(staging, "_work"))
-        resumed = resume_record(plan, state)
-    except BaseException as exc:
-        starting.wait()  # the input's error is the one to report
-        if staging and not keeps_work(exc):
-            wf.remove_tree(staging)
-        raise
-    try:
-        executor = HeadStart(starting, cfg.master, release=SCRATCH.clear)
-        manifest = _build(executor, plan, staging, t_start, state or BuildState.fresh(cfg))
+class BuildJob(Job):
+    """`fgram build` in the run sequence. Text inputs are tokenized first, under the
+    output's lock, by a tokenize run of their own into a folder of this run's
+    (``.TABLE.fgram-text``, beside its staging folder; it goes once the table is
+    published, and a failed run keeps it for --resume). Then the plan (while Spark's
+    JVM starts, about a core, the driver loads the kernels and counts pass-2 units on
+    the other), the staging folder (`--work-dir`, a resumed run's state) and the pass
+    loop (`passes`), the select stage (`select`) and the manifest."""
+
+    what = "build run"
+    kept = "the completed passes"
+
+    def __init__(self, cfg: BuildConfig, spark, t_start: float) -> None:
+        super().__init__(cfg, spark)
+        self.t_start = t_start
+        self.tokenizer: dict | None = None
+        self.text: dict | None = None
+        self.text_folder: Place | None = None
+
+    def check(self) -> None:
+        cfg = self.cfg
+        if cfg.tokenizer:
+            from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
+
+            check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
+        else:  # a missing input: said before the JVM starts
+            check_inputs(cfg.inputs, cfg.storage)
+            self.cfg, self.tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how
+
+    def ahead(self, out: Location) -> None:
+        """Text inputs tokenized into a folder of the run, the output's lock held from
+        before the first token."""
+        cfg = self.cfg
+        if not cfg.tokenizer:
+            return
+        from fgram.jobs.tokenize import tokenize_inputs
+
+        self.text_folder = folder = staging_for(out, runs_here(cfg), what="text")
+        where = uri_of(folder)
+        tokens = tokenize_inputs(cfg, where, cfg.resume)
+        self.text = {
+            key: tokens[key]
+            for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
+        }
+        self.cfg, self.tokenizer = dataclasses.replace(
+            cfg, inputs=[where], tokenizer=None
+        ).tokenized()
+
+    def check_executor(self, ex) -> None:
+        check_work_reach(self.cfg, ex)
+
+    def plan(self, out: Location | None) -> None:
+        self.cfg, self.canonical = canonical_run(self.cfg, self.tokenizer)
+        cfg = self.cfg
+        self.shards = plan_shards(cfg.inputs, cfg.read_options())
+        self.units = plan_units(self.shards, cfg.unit_tokens)
+        self.compile_seconds = kernels_ready()  # once here, not in every worker at once
+        self.fingerprint = run_fingerprint(cfg, self.shards)
+        return None
+
+    def staging(self, out: Location):
+        return work_location(self.cfg, out)
+
+    def claim(self, staging, out: Location) -> bool:
+        self.state = claimed_state(self.cfg, staging, out, self.fingerprint)
+        return self.state is not None
+
+    def stages(self, run: Run) -> dict:
+        cfg = self.cfg
+        plan = Plan(cfg, self.shards, self.units, run.work)
+        resumed = resume_record(plan, self.state)
+        executor = run.executor(release=SCRATCH.clear)
+        manifest = _build(
+            executor, plan, run.staging, self.t_start, self.state or BuildState.fresh(cfg)
+        )
         manifest.head_start_tasks = executor.in_driver
-        manifest.executor_start_seconds = starting.seconds
-        manifest.compile_seconds = compile_seconds
-        manifest.run_fingerprint = fingerprint_digest(fingerprint)
+        manifest.executor_start_seconds = run.starting.seconds if run.starting else {}
+        manifest.compile_seconds = self.compile_seconds
+        manifest.run_fingerprint = fingerprint_digest(self.fingerprint)
         manifest.resumed = resumed
-        manifest.tokenizer = tokenizer
-        manifest.text = text
-        manifest.canonical = canonical
-        record = manifest.to_json()
-        finish(staging, out, record, checksums=True)
-        starting.wait()  # a warm-up job still running would be cut off at exit, noisily
-        PROGRESS.end()  # the last stage's line
-        return record
-    except BaseException as exc:
-        where = getattr(staging, "uri", staging)
-        if not keeps_work(exc):
-            wf.remove_tree(staging)
-            raise
-        wf.remove_partial(staging)  # what the tasks a failure stopped left half-written
-        if isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
-            raise type(exc)(
-                f"{exc}; the completed passes are kept in {where}: "
-                f"rerun with --resume {exc.resume_when}"
-            ) from None
-        else:  # for the command line's one line (cli.main)
-            exc.fgram_kept = (  # type: ignore[attr-defined]
-                f"the completed passes are kept in {where}: rerun with --resume to continue"
-            )
-        raise
+        manifest.tokenizer = self.tokenizer
+        manifest.text = self.text
+        manifest.canonical = self.canonical
+        return manifest.to_json()
+
+    def published(self) -> None:
+        if self.text_folder is not None:
+            wf.remove_tree(self.text_folder)
 
 
 @dataclass

@@ -13,21 +13,19 @@ from fgram.jobs.table.passes import Plan, count_markers
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import staging_for
-from fgram.pipeline.io.storage import Location, check_bucket, locate
+from fgram.pipeline.io.storage import Location, check_bucket, locate, uri_of
 from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 
 
-def prepare_staging(
-    cfg: BuildConfig, out: Location, fingerprint: dict
-) -> tuple[str, BuildState | None]:
-    """The staging folder and, with --resume, the state of a previous run to continue.
+def claimed_state(cfg: BuildConfig, staging, out: Location, fingerprint: dict) -> BuildState | None:
+    """The staging folder claimed (`claim_staging`) and, with --resume, the state of a
+    previous run to continue (None: a fresh run).
 
     Leftovers of an unfinished run are removed unless --resume finds that they
     belong to this very run (same options, same inputs); then its completed
     passes and counted units are kept.
     """
-    staging = work_location(cfg, out)
     if claim_staging(staging, fingerprint, cfg.resume, out.uri):
         work = wf.join(staging, "_work")
         state = load_state(work)
@@ -38,8 +36,8 @@ def prepare_staging(
             for k in range(2, cfg.max_len + 2):  # nothing of the passes is trusted
                 wf.remove_tree(wf.join(work, f"pass{k}"))
             state = None
-        return staging, state or BuildState.fresh(cfg)
-    return staging, None
+        return state or BuildState.fresh(cfg)
+    return None
 
 
 def damaged(work, state: BuildState) -> str | None:
@@ -49,7 +47,7 @@ def damaged(work, state: BuildState) -> str | None:
         for name, record in files.items():
             path = wf.join(work, *name.split("/"))
             if not wf.intact(path, record):
-                return str(getattr(path, "uri", path))
+                return uri_of(path)
     return None
 
 

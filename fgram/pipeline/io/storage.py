@@ -396,6 +396,11 @@ def _cut(path: str) -> str:
 Place = str | Location  # a local path, or a `Location` (local or on an object store)
 
 
+def uri_of(place: Place) -> str:
+    """A place as a user reads it (a local path, or the object's URI)."""
+    return place.uri if isinstance(place, Location) else str(place)
+
+
 def locate(uri: str, options: dict[str, Any] | None = None) -> Location:
     """The `Location` of a URI or plain path (plain paths made absolute)."""
     fs, path = filesystem(str(uri), options)

@@ -34,6 +34,16 @@ def _local(path: Place) -> str:
     return path.path if isinstance(path, Location) else path
 
 
+def on_store(path: Place) -> bool:
+    """Whether a place is on an object store (not a path of this machine)."""
+    return _remote(path)
+
+
+def is_link(path: Place) -> bool:
+    """Whether a local place is a symbolic link (an object store has none)."""
+    return not _remote(path) and os.path.islink(_local(path))
+
+
 HASH = "xxh3"  # the records' key: an older record (a word sum) is never taken as intact
 
 

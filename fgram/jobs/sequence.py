@@ -1,0 +1,191 @@
+"""Every job that publishes an output runs in one order, as datatrove's executor runs
+every pipeline step. A `Job` says what is its own (the checks of its inputs, its plan,
+the fingerprint a resume must match, its stages, the manifest); `run` does the rest,
+the same way for all:
+
+1. the config checked and its engine chosen, once (`begin`);
+2. the job's own checks (its inputs: a missing file is one line before anything starts);
+3. the output checked, locked, and checked again under the lock (`held_output`): an
+   output another run published while this one waited is never replaced;
+4. what the job does first under the lock (`Job.ahead`: a build tokenizes its text);
+   the executor made in the background (a JVM's seconds) while the driver plans, and
+   runs the first tasks itself meanwhile where the job takes a head start (`HeadStart`);
+5. the staging folder claimed (a resume of this very run keeps its work; leftovers of
+   another are removed) and marked as this run's (`working_in`, for `fgram clean`);
+6. the stages, whose tasks each leave one completion marker (`io.markers`);
+7. the output published atomically (`publish.finish`); on a failure, the staging
+   folder removed, or kept for --resume with one line saying where;
+8. the executor's start waited for, the lock released, the progress line ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from fgram.jobs.executors import chosen_engine, make_executor, runs_here
+from fgram.jobs.headstart import HeadStart, Starting
+from fgram.jobs.progress import PROGRESS
+from fgram.pipeline.errors import RESUMABLE, keeps_work
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.locks import held_output, working_in
+from fgram.pipeline.io.publish import finish, staging_for
+from fgram.pipeline.io.storage import Location, Place, uri_of
+
+
+def begin(cfg: Any, spark=None) -> Any:
+    """A job's config checked (its own ``validate``) and its engine chosen, once: ``auto``
+    resolved (`executors.engine_for`); every later step asks the executor, not the name."""
+    cfg.validate()
+    return dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
+
+
+@dataclass
+class Run:
+    """One run of a job as its stages see it: the config (its engine chosen), the output
+    (checked, its lock held), the staging folder it is built in, whether that folder
+    holds a resumed run's work, and the executor starting."""
+
+    cfg: Any
+    out: Location
+    staging: Place
+    resumed: bool
+    starting: Starting | None
+    spark: Any = None
+
+    @property
+    def work(self) -> Place:
+        """The run's work folder (its markers and work files; it goes at the publish)."""
+        return wf.join(self.staging, "_work")
+
+    def executor(self, release=None):
+        """The run's executor: the driver's head start on the one starting (``release``
+        called when it hands over), or, for a job without one, the executor itself."""
+        if self.starting is None:
+            cfg = self.cfg
+            return make_executor(cfg.engine, self.spark, cfg.master, cfg.conf)
+        return HeadStart(self.starting, self.cfg.master, release=release)
+
+
+class Job:
+    """What a job declares; `run` runs it. Subclasses set the class attributes and
+    override the hooks they need; ``stages`` is the job's work, returning its manifest."""
+
+    what = "run"  # in messages: "an unfinished tokenize run's work"
+    kept: str | None = None  # what a failure keeps for --resume ("the completed passes");
+    # None: a run that cannot resume, whose staging folder always goes
+    unique = False  # a staging folder of its own each run, not one a resume finds
+    checksums = True  # the manifest holds each file's size and sha256
+    head_start = True  # the executor starts while the driver plans and runs tasks
+
+    def __init__(self, cfg: Any, spark=None) -> None:
+        self.cfg = cfg
+        self.spark = spark
+
+    def check(self) -> None:
+        """The job's inputs checked, before the output's lock (one line, nothing started)."""
+
+    def output(self) -> Place | None:
+        """Where the job publishes (None: it measures and publishes nothing)."""
+        out: Place | None = self.cfg.output
+        return out
+
+    def resume(self) -> bool:
+        return bool(getattr(self.cfg, "resume", False))
+
+    def ahead(self, out: Location) -> None:
+        """Under the output's lock, before the executor starts (a build's text inputs
+        tokenized by a run of their own)."""
+
+    def check_executor(self, ex) -> None:
+        """May refuse the executor made (raising) before any task runs."""
+
+    def plan(self, out: Location | None) -> dict[str, Any] | None:
+        """The job's plan, under the output's lock, the executor starting. A manifest
+        returned ends the run there (published already, by this very run)."""
+        return None
+
+    def staging(self, out: Location) -> Place:
+        """Where the output is built before it is published (`publish.staging_for`)."""
+        return staging_for(out, runs_here(self.cfg), unique=self.unique)
+
+    def claim(self, staging: Place, out: Location) -> bool:
+        """The staging folder made, or a resumed run's kept; whether it resumes."""
+        return False
+
+    def stages(self, run: Run) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def published(self) -> None:
+        """After the publish, the lock still held (a folder of the run's removed)."""
+
+
+def run(job: Job) -> dict[str, Any]:
+    """Run ``job`` in the one order (see the module's docstring); its manifest."""
+    job.check()
+    where = job.output()
+    if where is None:
+        manifest = _unpublished(job)
+    else:
+        with held_output(where, job.cfg.overwrite, job.cfg.storage, job.resume()) as out:
+            manifest = _locked(job, out)
+            job.published()
+    PROGRESS.end()  # the last stage's line
+    return manifest
+
+
+def _starting(job: Job) -> Starting | None:
+    return Starting(job.cfg, job.spark, check=job.check_executor) if job.head_start else None
+
+
+def _unpublished(job: Job) -> dict[str, Any]:
+    """A job that measures and publishes nothing: its plan and stages, no lock."""
+    starting = _starting(job)
+    try:
+        job.plan(None)
+        return job.stages(Run(job.cfg, None, None, False, starting, job.spark))  # type: ignore[arg-type]
+    finally:
+        if starting is not None:
+            starting.wait()
+
+
+def _locked(job: Job, out: Location) -> dict[str, Any]:
+    job.ahead(out)
+    starting = _starting(job)
+    try:
+        done = job.plan(out)
+        if done is not None:
+            return done
+        staging = job.staging(out)
+        resumed = job.claim(staging, out)  # refused: another run's work, left as it is
+        try:
+            with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
+                manifest = job.stages(Run(job.cfg, out, staging, resumed, starting, job.spark))
+            finish(staging, out, manifest, checksums=job.checksums)
+            return manifest
+        except BaseException as exc:
+            said = _failed(job, staging, exc)
+            if said is not exc:
+                raise said from None
+            raise
+    finally:
+        if starting is not None:
+            starting.wait()  # no executor left starting behind an end, or a warm-up job
+
+
+def _failed(job: Job, staging: Place, exc: BaseException) -> BaseException:
+    """A run stopped by ``exc``: its staging folder removed, or (a resumable job, a
+    failure that is not our verdict on the input) kept without what its stopped tasks
+    half-wrote, and the line said to continue it. The error to raise: ``exc``, or for a
+    store down or a full disk, one of its class saying both."""
+    if job.kept is None or not keeps_work(exc):
+        wf.remove_tree(staging)
+        return exc
+    wf.remove_partial(staging)
+    where = uri_of(staging)
+    kept = f"{job.kept} are kept in {where}: rerun with --resume"
+    if isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
+        return type(exc)(f"{exc}; {kept} {exc.resume_when}")
+    exc.fgram_kept = f"{kept} to continue"  # type: ignore[attr-defined]  # cli.main's line
+    return exc
