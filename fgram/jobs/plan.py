@@ -50,7 +50,8 @@ def plan_refresh(
 ) -> dict[str, Any]:
     """What `fgram refresh` would do: its options settled, its changes and its store
     judged by the run's own functions (`refresh.driver`)."""
-    from fgram.jobs.refresh.driver import Changes, reusable_store, settled
+    from fgram.jobs.refresh.driver import Changes, reusable_store
+    from fgram.jobs.refresh.remembered import settled
 
     cfg.validate()
     cfg, _ = cfg.tokenized()

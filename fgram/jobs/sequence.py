@@ -15,11 +15,18 @@ the same way for all:
 6. the stages, whose tasks each leave one completion marker (`io.markers`);
 7. the output published atomically (`publish.finish`); on a failure, the staging
    folder removed, or kept for --resume with one line saying where;
-8. the executor's start waited for, the lock released, the progress line ended.
+8. the executor's start waited for, what follows the publish (`Job.published`: a
+   refresh's new version made current), the lock released, the progress line ended.
+
+A job differs only by what it declares: its lock (a refresh's: the folder of versions,
+which exists), the target of its publish (a refresh's new version), whether the executor
+starts before its plan or after (a refresh that finds nothing changed starts none).
+Embed (one part of a table, resumed chunk by chunk) takes `begin` and publishes its way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +85,8 @@ class Job:
     unique = False  # a staging folder of its own each run, not one a resume finds
     checksums = True  # the manifest holds each file's size and sha256
     head_start = True  # the executor starts while the driver plans and runs tasks
+    plans_first = False  # the executor starts after the plan (which may end the run)
+    new_folder = False  # the output is a folder no reader knows yet (`publish.finish`)
 
     def __init__(self, cfg: Any, spark=None) -> None:
         self.cfg = cfg
@@ -90,6 +99,11 @@ class Job:
         """Where the job publishes (None: it measures and publishes nothing)."""
         out: Place | None = self.cfg.output
         return out
+
+    def lock(self, where: Place) -> contextlib.AbstractContextManager[Location]:
+        """The output's lock, held while the job runs (`held_output`: the output checked,
+        locked and checked again)."""
+        return held_output(where, self.cfg.overwrite, self.cfg.storage, self.resume())
 
     def resume(self) -> bool:
         return bool(getattr(self.cfg, "resume", False))
@@ -117,6 +131,13 @@ class Job:
     def stages(self, run: Run) -> dict[str, Any]:
         raise NotImplementedError
 
+    def target(self, out: Location) -> Place:
+        """What the stages' staging folder is published as (the output itself)."""
+        return out
+
+    def failed(self) -> None:
+        """After a failure, the staging folder handled (what else the run leaves)."""
+
     def published(self) -> None:
         """After the publish, the lock still held (a folder of the run's removed)."""
 
@@ -128,9 +149,8 @@ def run(job: Job) -> dict[str, Any]:
     if where is None:
         manifest = _unpublished(job)
     else:
-        with held_output(where, job.cfg.overwrite, job.cfg.storage, job.resume()) as out:
+        with job.lock(where) as out:
             manifest = _locked(job, out)
-            job.published()
     PROGRESS.end()  # the last stage's line
     return manifest
 
@@ -152,18 +172,20 @@ def _unpublished(job: Job) -> dict[str, Any]:
 
 def _locked(job: Job, out: Location) -> dict[str, Any]:
     job.ahead(out)
-    starting = _starting(job)
+    starting = None if job.plans_first else _starting(job)
     try:
         done = job.plan(out)
         if done is not None:
             return done
+        if job.plans_first:
+            starting = _starting(job)
         staging = job.staging(out)
         resumed = job.claim(staging, out)  # refused: another run's work, left as it is
         try:
             with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
                 manifest = job.stages(Run(job.cfg, out, staging, resumed, starting, job.spark))
-            finish(staging, out, manifest, checksums=job.checksums)
-            return manifest
+            target = job.target(out)
+            finish(staging, target, manifest, new_folder=job.new_folder, checksums=job.checksums)
         except BaseException as exc:
             said = _failed(job, staging, exc)
             if said is not exc:
@@ -172,6 +194,8 @@ def _locked(job: Job, out: Location) -> dict[str, Any]:
     finally:
         if starting is not None:
             starting.wait()  # no executor left starting behind an end, or a warm-up job
+    job.published()
+    return manifest
 
 
 def _failed(job: Job, staging: Place, exc: BaseException) -> BaseException:
@@ -181,6 +205,7 @@ def _failed(job: Job, staging: Place, exc: BaseException) -> BaseException:
     store down or a full disk, one of its class saying both."""
     if job.kept is None or not keeps_work(exc):
         wf.remove_tree(staging)
+        job.failed()
         return exc
     wf.remove_partial(staging)
     where = uri_of(staging)

@@ -11,11 +11,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from fgram.jobs import sequence
 from fgram.jobs.executors import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
-from fgram.jobs.progress import PROGRESS
-from fgram.jobs.refresh.remembered import same_map, settle_options
+from fgram.jobs.refresh.remembered import same_map, settled
 from fgram.jobs.refresh.serve import carry_serving, check_model
 from fgram.jobs.refresh.stages import CountScanStage, MergeStage, RankStage, TableStage
 from fgram.jobs.refresh.store import (
@@ -30,15 +30,15 @@ from fgram.jobs.refresh.store import (
 )
 from fgram.jobs.refresh.tasks import RPlan, release_driver
 from fgram.jobs.runs import check_work_reach, fingerprint_digest, run_fingerprint
-from fgram.jobs.sequence import begin
+from fgram.jobs.sequence import Job, Run, begin
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.config.options import KEEP_VERSIONS
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.locks import OutputLock, working_in
-from fgram.pipeline.io.publish import finish, staging_for
+from fgram.pipeline.io.locks import OutputLock
+from fgram.pipeline.io.publish import staging_for
 from fgram.pipeline.io.storage import check_bucket, locate
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.kernels.keys import KeyCode
@@ -69,41 +69,9 @@ def run_refresh(
     all); ``rebuild``: options other than the current version's start it afresh
     (`remembered.settle_options`)."""
     t_start = time.time()
-    cfg = begin(cfg, spark)
-    cfg, tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how to read them
-    vs.check_keep(keep)  # before building, not after
-    where = locate(cfg.output, cfg.storage)
-    check_bucket(where)
-    root = vs.check_root(where)
-    with OutputLock(where):
-        vs.clear_leftovers(root)  # of a refresh killed before it could clean up
-        current = settled(cfg, root, given, rebuild, where.uri)
-        res = _run_locked(current, keep, root, spark, t_start, bound, tokenizer, model)
-        return {**res, "rebuilt": current.rebuilt}
-
-
-@dataclass
-class Current:
-    """A run's config settled against the refresh folder's current version: that
-    version's id and manifest (None, None for the first), whether the options differ."""
-
-    cfg: BuildConfig
-    previous: str | None
-    manifest: dict[str, Any] | None
-    rebuilt: bool
-
-
-def settled(
-    cfg: BuildConfig, root, given: Collection[str] | None, rebuild: bool, where: str
-) -> Current:
-    """The current version read once, the run's options settled against its
-    (`remembered.settle_options`)."""
-    previous = vs.current(root)
-    if previous is None:
-        return Current(cfg, None, None, False)
-    old = load_json(wf.join(vs.version_path(root, previous), "manifest.json"))
-    cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, where)
-    return Current(cfg, previous, old, rebuilt)
+    job = RefreshJob(begin(cfg, spark), spark, keep, bound, given, rebuild, model, t_start)
+    ended = sequence.run(job)
+    return {**(job.summary or ended), "rebuilt": job.current.rebuilt}
 
 
 def reusable_store(root, previous: str, cfg: BuildConfig, code: KeyCode) -> StoreRecord | None:
@@ -135,83 +103,123 @@ def rare_by_unit(entry: ShardEntry) -> dict[tuple[int, int], dict[int, str]]:
     return out
 
 
-def _run_locked(
-    current: Current,
-    keep: int,
-    root,
-    spark,
-    t_start: float,
-    use_bound: bool,
-    tokenizer=None,
-    model: str | None = None,
-) -> dict:
-    cfg, previous, old = current.cfg, current.previous, current.manifest or {}
-    cfg, canonical = same_map(current.cfg, old, current.rebuilt, tokenizer)
-    shards = plan_shards(cfg.inputs, cfg.read_options())
-    digest = fingerprint_digest(run_fingerprint(cfg, shards))
-    code = store_code(shards)
-    old_store = None
-    if previous is not None:
-        check_tokenizer(old, tokenizer, ", ".join(cfg.inputs), f"its current version {previous}")
-        if old.get("run_fingerprint") == digest:
-            return {
-                "version": previous,
-                "previous": previous,
-                "built": False,
-                "fingerprint": digest,
-                "manifest": old,
-                "pruned": vs.prune(root, keep),
-                "collected": collect_garbage(root),
-            }
-        old_store = reusable_store(root, previous, cfg, code)
-        check_model(root, previous, model)  # before counting: its embeddings need one
-    vid = vs.new_version_id(after=max(vs.list_versions(root), default=None))
-    out = vs.version_path(root, vid)
-    staging = _staging(cfg, root, vid)
-    wf.remove_tree(staging)
-    work = wf.join(staging, "_work")
-    wf.make_dirs(work)
-    wf.make_dirs(objects_dir(root))
-    with working_in(work):  # marked as this run's until published (`fgram clean`)
-        # Spark's JVM starts (seconds) while the driver plans and counts new units
-        starting = Starting(cfg, spark, check=lambda ex: check_work_reach(cfg, ex))
-        try:
-            bound = (
-                old.get("cutoff_count")
-                if use_bound and old_store and old.get("fgrams") == cfg.size
-                else None
-            )
-            manifest, store = _refresh(cfg, root, staging, shards, old_store, starting, code, bound)
-            manifest.run_fingerprint = digest
-            manifest.tokenizer = tokenizer
-            manifest.canonical = canonical
-            assert manifest.refresh is not None
-            manifest.refresh["previous"] = previous
-            save_json(wf.join(staging, "store.json"), store.to_json())
-            manifest.seconds = round(time.time() - t_start, 3)
-            record = manifest.to_json()
-            finish(staging, out, record, new_folder=True, checksums=True)
-            starting.wait()  # a warm-up job still running would be cut off at exit, noisily
-            PROGRESS.end()  # the last stage's line
-        except BaseException:
-            starting.wait()
-            wf.remove_tree(staging)
-            with contextlib.suppress(Exception):  # noqa: BLE001 - a store that stopped
-                collect_garbage(root)  # this run's objects: no version names them
-            raise
-    carried = carry_serving(cfg, root, previous, vid, spark, model)  # before current moves
-    vs.switch_current(root, vid)
-    pruned = [] if current.rebuilt else vs.prune(root, keep)  # other options: old ones stay
-    return {
-        "version": vid,
-        "previous": previous,
-        "built": True,
-        "carried": carried,
-        "fingerprint": digest,
-        "pruned": pruned,
-        "collected": collect_garbage(root),
-        "manifest": record,
-    }
+class RefreshJob(Job):
+    """`fgram refresh` in the run sequence. Its lock is the refresh folder's (which holds
+    versions: no overwrite); its plan settles the options against the current version
+    and ends the run when nothing changed, before any executor starts; the new version
+    is staged (a folder no reader knows), published, carried the serving parts of the
+    current one, and made current; older ones are pruned and unnamed objects collected."""
+
+    what = "refresh"
+    plans_first = True
+    new_folder = True
+
+    def __init__(self, cfg, spark, keep, bound, given, rebuild, model, t_start) -> None:
+        super().__init__(cfg, spark)
+        self.keep, self.use_bound, self.given, self.rebuild = keep, bound, given, rebuild
+        self.model, self.t_start = model, t_start
+        self.summary: dict | None = None
+
+    def check(self) -> None:
+        self.cfg, self.tokenizer = self.cfg.tokenized()  # `fgram tokenize` outputs say how
+        vs.check_keep(self.keep)  # before building, not after
+        self.where = locate(self.cfg.output, self.cfg.storage)
+        check_bucket(self.where)
+        self.root = vs.check_root(self.where)
+
+    def output(self):
+        return self.where
+
+    @contextlib.contextmanager
+    def lock(self, where):
+        with OutputLock(where):
+            yield where
+
+    def check_executor(self, ex) -> None:
+        check_work_reach(self.cfg, ex)
+
+    def plan(self, out) -> dict | None:
+        root = self.root
+        vs.clear_leftovers(root)  # of a refresh killed before it could clean up
+        self.current = current = settled(self.cfg, root, self.given, self.rebuild, out.uri)
+        previous, old = current.previous, current.manifest or {}
+        self.cfg, self.canonical = same_map(current.cfg, old, current.rebuilt, self.tokenizer)
+        cfg = self.cfg
+        self.shards = plan_shards(cfg.inputs, cfg.read_options())
+        self.digest = fingerprint_digest(run_fingerprint(cfg, self.shards))
+        self.code = store_code(self.shards)
+        self.old_store = None
+        if previous is not None:
+            where = f"its current version {previous}"
+            check_tokenizer(old, self.tokenizer, ", ".join(cfg.inputs), where)
+            if old.get("run_fingerprint") == self.digest:
+                return {
+                    "version": previous,
+                    "previous": previous,
+                    "built": False,
+                    "fingerprint": self.digest,
+                    "manifest": old,
+                    "pruned": vs.prune(root, self.keep),
+                    "collected": collect_garbage(root),
+                }
+            self.old_store = reusable_store(root, previous, cfg, self.code)
+            check_model(root, previous, self.model)  # before counting: its embeddings need one
+        self.vid = vs.new_version_id(after=max(vs.list_versions(root), default=None))
+        return None
+
+    def staging(self, out):
+        return _staging(self.cfg, self.root, self.vid)
+
+    def claim(self, staging, out) -> bool:
+        wf.remove_tree(staging)
+        wf.make_dirs(wf.join(staging, "_work"))
+        wf.make_dirs(objects_dir(self.root))
+        return False
+
+    def stages(self, run: Run) -> dict:
+        cfg, old = self.cfg, self.current.manifest or {}
+        bound = (
+            old.get("cutoff_count")
+            if self.use_bound and self.old_store and old.get("fgrams") == cfg.size
+            else None
+        )
+        assert run.starting is not None
+        manifest, store = _refresh(
+            cfg, self.root, run.staging, self.shards, self.old_store, run.starting, self.code, bound
+        )
+        manifest.run_fingerprint = self.digest
+        manifest.tokenizer = self.tokenizer
+        manifest.canonical = self.canonical
+        assert manifest.refresh is not None
+        manifest.refresh["previous"] = self.current.previous
+        save_json(wf.join(run.staging, "store.json"), store.to_json())
+        manifest.seconds = round(time.time() - self.t_start, 3)
+        self.record = manifest.to_json()
+        return self.record
+
+    def target(self, out):
+        return vs.version_path(self.root, self.vid)
+
+    def failed(self) -> None:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - a store that stopped
+            collect_garbage(self.root)  # this run's objects: no version names them
+
+    def published(self) -> None:
+        cfg, root, vid, previous = self.cfg, self.root, self.vid, self.current.previous
+        carried = carry_serving(cfg, root, previous, vid, self.spark, self.model)  # first
+        vs.switch_current(root, vid)
+        # other options: the old versions stay
+        pruned = [] if self.current.rebuilt else vs.prune(root, self.keep)
+        self.summary = {
+            "version": vid,
+            "previous": previous,
+            "built": True,
+            "carried": carried,
+            "fingerprint": self.digest,
+            "pruned": pruned,
+            "collected": collect_garbage(root),
+            "manifest": self.record,
+        }
 
 
 @dataclass

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from fgram.jobs.refresh.store import STORE_OPTIONS
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.workdir import load_json
+from fgram.pipeline.tables import versions as vs
 
 FLAGS = {"max_len": "-K/--max-len", "size": "-S/--size"}  # the rest: --name-with-dashes
 
@@ -69,3 +73,27 @@ def same_map(
                 "this one"
             )
     return cfg, canonical
+
+
+@dataclass
+class Current:
+    """A run's config settled against the refresh folder's current version: that
+    version's id and manifest (None, None for the first), whether the options differ."""
+
+    cfg: BuildConfig
+    previous: str | None
+    manifest: dict[str, Any] | None
+    rebuilt: bool
+
+
+def settled(
+    cfg: BuildConfig, root, given: Collection[str] | None, rebuild: bool, where: str
+) -> Current:
+    """The current version read once, the run's options settled against its
+    (`remembered.settle_options`)."""
+    previous = vs.current(root)
+    if previous is None:
+        return Current(cfg, None, None, False)
+    old = load_json(wf.join(vs.version_path(root, previous), "manifest.json"))
+    cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, where)
+    return Current(cfg, previous, old, rebuilt)

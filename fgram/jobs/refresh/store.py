@@ -21,7 +21,7 @@ from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import cache_dir, keep_copy, local_path
-from fgram.pipeline.io.storage import Location
+from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.io.workdir import (
     load_array,
     load_json,
@@ -168,7 +168,7 @@ referenced = npy_names  # every object name a version's store.json uses
 OBJECT_FILE = re.compile(r"^([0-9a-f]{32}(\.\d+\.x?[0-9a-f]{16})?\.npy|\.[0-9a-f]{32}\.tmp)$")
 
 
-def collect_garbage(root: str) -> int:
+def collect_garbage(root: Place) -> int:
     """Delete objects that no finished version's store.json names (a crashed or
     pruned refresh's). Call with the refresh lock held. Returns how many."""
     keep: set[str] = set()
