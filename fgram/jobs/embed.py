@@ -26,6 +26,7 @@ Where the rows go while the run lasts:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -35,15 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from fgram.jobs.executors import as_task, make_executor, runs_here
+from fgram.jobs import sequence
+from fgram.jobs.executors import as_task, runs_here
 from fgram.jobs.progress import PROGRESS
-from fgram.jobs.sequence import begin
+from fgram.jobs.sequence import Job, Run, begin
 from fgram.jobs.stages import Stage
 from fgram.pipeline.config.commands import EmbedConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import file_record
-from fgram.pipeline.io.locks import OutputLock, working_in
+from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.markers import Markers
 from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
@@ -220,73 +222,124 @@ def _chunk(staging: Location, c: int) -> Location:
 def run_embed(cfg: EmbedConfig, spark=None) -> dict:
     """Run `fgram embed`; returns the metadata. Spark runs the chunks unless ``cfg.engine``
     is local (or auto, resolved to local where Spark would run on this machine alone)."""
-    meta = _run_embed(cfg, spark)
-    PROGRESS.end()  # the last stage's line
-    return meta
-
-
-def _run_embed(cfg: EmbedConfig, spark) -> dict:
     t0 = time.time()
-    cfg = begin(cfg, spark)
-    model_factory(cfg.model)  # a wrong --model first, before the table and the output
-    table_part(cfg.table, "embeddings", cfg.overwrite, cfg.storage)  # refused unless --overwrite
-    table, manifest = open_table(cfg.table, cfg.storage)
-    total, max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
-    params = {
-        "model": cfg.model,
-        "device": cfg.device,
-        "dtype": cfg.float,
-        "chunk_rows": cfg.chunk_rows,
-        "table": manifest_fingerprint(table),
-        "rows": total,
-        "reuse": cfg.reuse,
-    }
-    # one writer: the lock is held before the staging folder exists, so `fgram clean`
-    # never finds a live embed's rows unlocked (and two embeds of a table never meet)
-    with OutputLock(table.child("embeddings")):
-        if not table.local and not runs_here(cfg):
-            return _embed_on_store(cfg, table, params, total, max_len, spark, t0)
-        return _embed_here(cfg, table, params, total, max_len, spark, t0)
+    return sequence.run(EmbedJob(begin(cfg, spark), spark, t0))
 
 
-def _embed_here(
-    cfg: EmbedConfig, table: Location, params: dict, total: int, max_len: int, spark, t0: float
-) -> dict:
-    """The chunks run on this machine, into a local staging matrix (resumable)."""
-    final = table.child("embeddings")
-    staging = final.path + ".staging" if table.local else staging_path(final)
-    params_path = os.path.join(staging, "params.json")
-    path = os.path.join(staging, "matrix.npy")
-    resumed = (
-        os.path.exists(params_path) and load_json(params_path) == params and os.path.exists(path)
-    )
-    if not resumed:
-        shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
-        first = _first_row(cfg, table, total, max_len)
-        np.lib.format.open_memmap(
-            path,
-            mode="w+",
-            dtype=storage_dtype(cfg.float),
-            shape=(total, first.shape[1] if total else 0),
+class EmbedJob(Job):
+    """`fgram embed` in the run sequence: the model and the table checked first; the lock
+    of the table's embeddings (one writer: held before the staging folder exists, so
+    `fgram clean` never finds a live embed's rows unlocked); a staging folder that a
+    rerun with the same parameters continues chunk by chunk; the embed stage; the
+    matrix published as the table's part (`_publish_here`, `_publish_on_store`)."""
+
+    what = "embed run"
+    kept = "the embedded chunks"
+    again = "rerun it"  # the same parameters continue from the chunks done
+    head_start = False  # the model is loaded where the chunks run
+
+    def __init__(self, cfg: EmbedConfig, spark, t0: float) -> None:
+        super().__init__(cfg, spark)
+        self.t0 = t0
+
+    def check(self) -> None:
+        cfg = self.cfg
+        model_factory(cfg.model)  # a wrong --model first, before the table and the output
+        table_part(cfg.table, "embeddings", cfg.overwrite, cfg.storage)  # unless --overwrite
+        self.table, manifest = open_table(cfg.table, cfg.storage)
+        self.total, self.max_len = int(manifest["fgrams"]), int(manifest["config"]["max_len"])
+        self.params = {
+            "model": cfg.model,
+            "device": cfg.device,
+            "dtype": cfg.float,
+            "chunk_rows": cfg.chunk_rows,
+            "table": manifest_fingerprint(self.table),
+            "rows": self.total,
+            "reuse": cfg.reuse,
+        }
+        # a table on an object store, chunks on a cluster: a chunk an object on the store
+        self.on_store = not self.table.local and not runs_here(cfg)
+
+    def output(self) -> Location:
+        return self.table.child("embeddings")
+
+    @contextlib.contextmanager
+    def lock(self, where):
+        with OutputLock(where):
+            yield where
+
+    def staging(self, out: Location):
+        if self.on_store:
+            return self.table.child("_embeddings-staging")
+        return out.path + ".staging" if self.table.local else staging_path(out)
+
+    def claim(self, staging, out) -> bool:
+        cfg, total = self.cfg, self.total
+        self.nchunks = nchunks = -(-total // cfg.chunk_rows)
+        if self.on_store:
+            self.chunks = staging  # an object per chunk, on the store
+            record = staging.child("params.json")
+            resumed = record.exists() and record.read_json() == self.params
+            if not resumed:
+                staging.remove_tree()
+                first = _first_row(cfg, self.table, total, self.max_len)
+                record.write_json({**self.params, "dim": int(first.shape[1]) if total else 0})
+            self.dim = int(record.read_json()["dim"])
+            have = set(staging.child("chunks").files())
+            self.todo = [c for c in range(nchunks) if f"{c:08d}.npy" not in have]
+            return resumed
+        params_path = os.path.join(staging, "params.json")
+        self.matrix = path = os.path.join(staging, "matrix.npy")
+        resumed = (
+            os.path.exists(params_path)
+            and load_json(params_path) == self.params
+            and os.path.exists(path)
         )
-        save_json(params_path, params)
-    nchunks = -(-total // cfg.chunk_rows)
-    todo = _chunks_to_do(staging, nchunks, cfg.chunk_rows)
-    with working_in(os.path.join(staging, "_work")):  # this run's (`fgram clean`)
-        done = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
-    shape = np.load(path, mmap_mode="r").shape
-    meta = _meta(cfg, params, int(shape[1]), nchunks, len(todo), done)
+        if not resumed:
+            shutil.rmtree(staging, ignore_errors=True)
+            os.makedirs(staging)
+            first = _first_row(cfg, self.table, total, self.max_len)
+            width = first.shape[1] if total else 0
+            np.lib.format.open_memmap(
+                path, mode="w+", dtype=storage_dtype(cfg.float), shape=(total, width)
+            )
+            save_json(params_path, self.params)
+        self.todo = _chunks_to_do(staging, nchunks, cfg.chunk_rows)
+        return resumed
+
+    def stages(self, run: Run) -> dict:
+        cfg, table = self.cfg, self.table
+        PROGRESS.stage("embed", len(self.todo), unit="chunks")
+        embedding = EmbedStage(cfg, table, self.todo, self.total, self.max_len, run.staging)
+        # local: every chunk in this process (one model loaded, the device's own threads)
+        ran = []
+        if self.todo:
+            ran = run.executor(processes=1).map(len(self.todo), embedding.run, progress=True)
+        done = embedding.summary(ran)
+        dim = self.dim if self.on_store else int(np.load(self.matrix, mmap_mode="r").shape[1])
+        return _meta(cfg, self.params, dim, self.nchunks, len(self.todo), done)
+
+    def publish(self, run: Run, meta: dict) -> None:
+        if self.on_store:
+            _publish_on_store(self.cfg, self.table, self.chunks, meta, self.nchunks, self.t0)
+        else:
+            _publish_here(self.table, os.path.dirname(self.matrix), meta, self.t0)
+
+
+def _publish_here(table: Location, staging: str, meta: dict, t0: float) -> None:
+    """The matrix staged on this machine published: renamed into place beside a local
+    table, uploaded (its own generation, ``embeddings.json`` last) for one on a store."""
+    final = table.child("embeddings")
+    path = os.path.join(staging, "matrix.npy")
     shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)  # markers too
-    os.remove(params_path)
+    os.remove(os.path.join(staging, "params.json"))
     record = file_record(path)  # bytes, sha256 and xxh3, in one read of the matrix
     meta["sha256"] = record["sha256"]
+    meta["seconds"] = round(time.time() - t0, 3)
     if not table.local:
-        meta["seconds"] = round(time.time() - t0, 3)
         publish_parts(staging, final, meta, "embeddings.json")
         shutil.rmtree(staging, ignore_errors=True)
-        return meta
-    meta["seconds"] = round(time.time() - t0, 3)
+        return
     # what `FgramStore.open` (size, xxh3) and `fgram verify` (sha256) check
     meta["files"] = {"matrix.npy": {"object": "matrix.npy", **record}}
     save_json(os.path.join(staging, "embeddings.json"), meta)
@@ -296,7 +349,6 @@ def _embed_here(
         os.rename(final.path, old)
     os.rename(staging, final.path)
     shutil.rmtree(old, ignore_errors=True)
-    return meta
 
 
 def _first_row(cfg: EmbedConfig, table: Location, total: int, max_len: int) -> np.ndarray:
@@ -304,18 +356,6 @@ def _first_row(cfg: EmbedConfig, table: Location, total: int, max_len: int) -> n
     if not total:
         return np.zeros((0, 0), np.float32)
     return _chunk_rows(_model(cfg.model, cfg.device), _dataset(table), 0, 1, max_len, 1)[0]
-
-
-def _run_chunks(
-    cfg: EmbedConfig, table: Location, todo: list[int], total: int, max_len: int, staging, spark
-) -> dict:
-    PROGRESS.stage("embed", len(todo), unit="chunks")
-    embedding = EmbedStage(cfg, table, todo, total, max_len, staging)
-    if not todo:
-        return embedding.summary([])
-    # local: every chunk in this process (one model loaded, the device's own threads)
-    ex = make_executor(cfg.engine, spark, cfg.master, cfg.conf, processes=1)
-    return embedding.summary(ex.map(len(todo), embedding.run, progress=True))
 
 
 @dataclass(frozen=True)
@@ -360,36 +400,23 @@ def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int, done
     }
 
 
-def _embed_on_store(
-    cfg: EmbedConfig, table: Location, params: dict, total: int, max_len: int, spark, t0: float
-) -> dict:
-    """A table on an object store, chunks on a cluster's executors: one object per chunk
-    in a staging prefix on the store, then streamed into one matrix object."""
+def _publish_on_store(
+    cfg: EmbedConfig, table: Location, staging: Location, meta: dict, nchunks: int, t0: float
+) -> None:
+    """A chunk an object on the store (their cluster's executors wrote them): streamed
+    into one matrix object of its own generation, then ``embeddings.json`` names it."""
     import uuid
 
-    staging = table.child("_embeddings-staging")
-    record = staging.child("params.json")
-    if not (record.exists() and record.read_json() == params):
-        staging.remove_tree()
-        first = _first_row(cfg, table, total, max_len)
-        record.write_json({**params, "dim": int(first.shape[1]) if total else 0})
-    dim = int(record.read_json()["dim"])
-    nchunks = -(-total // cfg.chunk_rows)
-    have = set(staging.child("chunks").files())
-    todo = [c for c in range(nchunks) if f"{c:08d}.npy" not in have]
-    done = _run_chunks(cfg, table, todo, total, max_len, staging, spark)
-    meta = _meta(cfg, params, dim, nchunks, len(todo), done)
     final = table.child("embeddings")
     name = generation_name("matrix.npy", uuid.uuid4().hex[:12])
     sha, size = wf.concat_arrays(
         final.child(name),
         [_chunk(staging, c) for c in range(nchunks)],
         storage_dtype(cfg.float),
-        (total, dim),
+        (meta["rows"], meta["dim"]),
     )
     meta["sha256"] = sha
     meta["files"] = {"matrix.npy": {"object": name, "sha256": sha, "bytes": size}}
     meta["seconds"] = round(time.time() - t0, 3)
     commit_generation(final, {}, [("embeddings.json", json_bytes(meta))], written=(name,))
     staging.remove_tree()
-    return meta

@@ -19,9 +19,10 @@ the same way for all:
    refresh's new version made current), the lock released, the progress line ended.
 
 A job differs only by what it declares: its lock (a refresh's: the folder of versions,
-which exists), the target of its publish (a refresh's new version), whether the executor
-starts before its plan or after (a refresh that finds nothing changed starts none).
-Embed (one part of a table, resumed chunk by chunk) takes `begin` and publishes its way.
+which exists; embed's: the table's embeddings), the target of its publish (a refresh's
+new version), its publish (embed's: the matrix as the table's part), whether the
+executor starts before its plan or after (a refresh that finds nothing changed starts
+none), and how a kept run continues (embed: rerun it, its chunks done are skipped).
 """
 
 from __future__ import annotations
@@ -66,12 +67,13 @@ class Run:
         """The run's work folder (its markers and work files; it goes at the publish)."""
         return wf.join(self.staging, "_work")
 
-    def executor(self, release=None):
+    def executor(self, release=None, processes: int | None = None):
         """The run's executor: the driver's head start on the one starting (``release``
-        called when it hands over), or, for a job without one, the executor itself."""
+        called when it hands over), or, for a job without one, the executor itself
+        (``processes``: local processes, where not every core's)."""
         if self.starting is None:
             cfg = self.cfg
-            return make_executor(cfg.engine, self.spark, cfg.master, cfg.conf)
+            return make_executor(cfg.engine, self.spark, cfg.master, cfg.conf, processes)
         return HeadStart(self.starting, self.cfg.master, release=release)
 
 
@@ -82,6 +84,7 @@ class Job:
     what = "run"  # in messages: "an unfinished tokenize run's work"
     kept: str | None = None  # what a failure keeps for --resume ("the completed passes");
     # None: a run that cannot resume, whose staging folder always goes
+    again = "rerun with --resume"  # how a kept run continues
     unique = False  # a staging folder of its own each run, not one a resume finds
     checksums = True  # the manifest holds each file's size and sha256
     head_start = True  # the executor starts while the driver plans and runs tasks
@@ -135,6 +138,11 @@ class Job:
         """What the stages' staging folder is published as (the output itself)."""
         return out
 
+    def publish(self, run: Run, manifest: dict[str, Any]) -> None:
+        """The staging folder published as the target, atomically (`publish.finish`)."""
+        target = self.target(run.out)
+        finish(run.staging, target, manifest, new_folder=self.new_folder, checksums=self.checksums)
+
     def failed(self) -> None:
         """After a failure, the staging folder handled (what else the run leaves)."""
 
@@ -182,10 +190,10 @@ def _locked(job: Job, out: Location) -> dict[str, Any]:
         staging = job.staging(out)
         resumed = job.claim(staging, out)  # refused: another run's work, left as it is
         try:
+            run = Run(job.cfg, out, staging, resumed, starting, job.spark)
             with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
-                manifest = job.stages(Run(job.cfg, out, staging, resumed, starting, job.spark))
-            target = job.target(out)
-            finish(staging, target, manifest, new_folder=job.new_folder, checksums=job.checksums)
+                manifest = job.stages(run)
+            job.publish(run, manifest)
         except BaseException as exc:
             said = _failed(job, staging, exc)
             if said is not exc:
@@ -209,7 +217,7 @@ def _failed(job: Job, staging: Place, exc: BaseException) -> BaseException:
         return exc
     wf.remove_partial(staging)
     where = uri_of(staging)
-    kept = f"{job.kept} are kept in {where}: rerun with --resume"
+    kept = f"{job.kept} are kept in {where}: {job.again}"
     if isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
         return type(exc)(f"{exc}; {kept} {exc.resume_when}")
     exc.fgram_kept = f"{kept} to continue"  # type: ignore[attr-defined]  # cli.main's line

@@ -68,7 +68,7 @@ def test_a_refresh_in_progress_is_not_listed(tmp_path, monkeypatch):
     assert seen == [[]]
 
 
-@pytest.mark.parametrize("at", ["_first_row", "_run_chunks"])
+@pytest.mark.parametrize("at", ["_first_row", "EmbedStage.run"])
 def test_an_embed_in_progress_is_not_listed_and_a_dead_one_is(tmp_path, monkeypatch, at):
     """From its first seconds (the first row, which sizes the staging matrix: before it
     works in its folder) to its chunks: the embed holds its lock."""
@@ -77,7 +77,8 @@ def test_an_embed_in_progress_is_not_listed_and_a_dead_one_is(tmp_path, monkeypa
     src, table = _corpus(tmp_path), tmp_path / "t"
     build(None, [src], table, doc_sep=0, min_count=2, engine="local")
     seen: list[list[str]] = []
-    _hook(monkeypatch, embed, at, seen, table)
+    owner, _, name = at.rpartition(".")
+    _hook(monkeypatch, getattr(embed, owner) if owner else embed, name, seen, table)
     with pytest.raises(RuntimeError, match="killed"):
         fgram.embed(table, model="fgram.pipeline.models:echo", engine="local")
     assert seen == [[]]

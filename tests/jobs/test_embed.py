@@ -139,7 +139,10 @@ def test_ctrl_c_of_an_embed_on_spark_is_one_line(tmp_path):
         cmd, env, done, "a chunk", lambda proc: os.killpg(proc.pid, signal.SIGINT)
     )
     assert proc.returncode == 130, err[-3000:]
-    assert said(err) == ["fgram: interrupted"], err[-3000:]
+    staging = out / "embeddings.staging"  # kept: a rerun continues from its chunks
+    assert said(err) == [
+        f"fgram: interrupted; the embedded chunks are kept in {staging}: rerun it to continue"
+    ], err[-3000:]
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
