@@ -225,7 +225,8 @@ def main() -> None:
         line = one_line(line)
         from fgram.spark.session import jvm_ended
 
-        ended = jvm_ended()  # a refused connection after the JVM died: say why it died
+        # a refused connection after the JVM died: say why it died (it may still be going)
+        ended = jvm_ended(wait=2.0 if "Connection refused" in line else 0.0)
         if ended is not None:
             line = ended
         if "Too many open files" in line:  # EMFILE: say the limit and what to do

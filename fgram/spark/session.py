@@ -117,9 +117,10 @@ def jvm_reports() -> str:
     return cache_dir()
 
 
-def jvm_ended() -> str | None:
+def jvm_ended(wait: float = 0.0) -> str | None:
     """What ended this process's Spark JVM, in words, when it is gone (a failure after it
-    is the JVM's end, not a refused connection); None while it runs, or without one."""
+    is the JVM's end, not a refused connection); None while it runs, or without one.
+    ``wait``: seconds for a dying JVM's exit (its refused connection can come first)."""
     import glob
 
     if "pyspark" not in sys.modules:  # no JVM in this process
@@ -127,7 +128,11 @@ def jvm_ended() -> str | None:
     from pyspark import SparkContext
 
     proc = getattr(SparkContext._gateway, "proc", None)
-    if proc is None or proc.poll() is None:
+    if proc is None:
+        return None
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=wait) if wait else proc.poll()
+    if proc.returncode is None:
         return None
     code = proc.returncode
     if code == -9:
