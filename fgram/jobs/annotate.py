@@ -89,10 +89,6 @@ def _index(table: str, ident: str, storage: dict | None = None) -> FgramIndex:
     return _INDEX[table, ident]
 
 
-def _remote(folder) -> bool:
-    return isinstance(folder, Location) and not folder.local
-
-
 @as_task
 def annotate_task(
     cfg: AnnotateConfig, shards: list[Shard], units: list[Unit], u: int, staging, ident: str
@@ -305,7 +301,7 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
 def _assemble(cfg: AnnotateConfig, ex, shards, units, staging, id_type: np.dtype) -> None:
     """Join flat tags written per unit on a store, and write what the layout adds beside
     a shard's tags (a Megatron index): a task per shard that needs either."""
-    remote = _remote(staging)
+    remote = wf.on_store(staging)
     joined = [i for i, s in enumerate(shards) if format_of(s).assembles and remote]
     indexed = [i for i, s in enumerate(shards) if cfg.layout == "megatron" or i in joined]
     if not indexed:
@@ -336,7 +332,7 @@ def _annotate(
     staging,
     t0: float,
 ) -> dict:
-    if staging is not None and not _remote(staging):
+    if staging is not None and not wf.on_store(staging):
         folder = os.path.join(staging, "tags")
         os.makedirs(folder)
         for shard in shards:

@@ -321,22 +321,22 @@ class EmbedJob(Job):
 
     def publish(self, run: Run, meta: dict) -> None:
         if self.on_store:
-            _publish_on_store(self.cfg, self.table, self.chunks, meta, self.nchunks, self.t0)
+            _publish_on_store(self.cfg, run.out, self.chunks, meta, self.nchunks, self.t0)
         else:
-            _publish_here(self.table, os.path.dirname(self.matrix), meta, self.t0)
+            _publish_here(run.out, os.path.dirname(self.matrix), meta, self.t0)
 
 
-def _publish_here(table: Location, staging: str, meta: dict, t0: float) -> None:
-    """The matrix staged on this machine published: renamed into place beside a local
-    table, uploaded (its own generation, ``embeddings.json`` last) for one on a store."""
-    final = table.child("embeddings")
+def _publish_here(final: Location, staging: str, meta: dict, t0: float) -> None:
+    """The matrix staged on this machine published as ``final`` (the table's embeddings):
+    renamed into place beside a local table, uploaded (its own generation,
+    ``embeddings.json`` last) for one on a store."""
     path = os.path.join(staging, "matrix.npy")
     shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)  # markers too
     os.remove(os.path.join(staging, "params.json"))
     record = file_record(path)  # bytes, sha256 and xxh3, in one read of the matrix
     meta["sha256"] = record["sha256"]
     meta["seconds"] = round(time.time() - t0, 3)
-    if not table.local:
+    if not final.local:
         publish_parts(staging, final, meta, "embeddings.json")
         shutil.rmtree(staging, ignore_errors=True)
         return
@@ -401,13 +401,12 @@ def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int, done
 
 
 def _publish_on_store(
-    cfg: EmbedConfig, table: Location, staging: Location, meta: dict, nchunks: int, t0: float
+    cfg: EmbedConfig, final: Location, staging: Location, meta: dict, nchunks: int, t0: float
 ) -> None:
     """A chunk an object on the store (their cluster's executors wrote them): streamed
     into one matrix object of its own generation, then ``embeddings.json`` names it."""
     import uuid
 
-    final = table.child("embeddings")
     name = generation_name("matrix.npy", uuid.uuid4().hex[:12])
     sha, size = wf.concat_arrays(
         final.child(name),

@@ -146,8 +146,9 @@ class Job:
     def failed(self) -> None:
         """After a failure, the staging folder handled (what else the run leaves)."""
 
-    def published(self) -> None:
-        """After the publish, the lock still held (a folder of the run's removed)."""
+    def published(self, manifest: dict[str, Any]) -> None:
+        """After the publish of ``manifest``, the lock still held (a folder of the run's
+        removed, a refresh's new version made current)."""
 
 
 def run(job: Job) -> dict[str, Any]:
@@ -191,7 +192,7 @@ def _locked(job: Job, out: Location) -> dict[str, Any]:
         resumed = job.claim(staging, out)  # refused: another run's work, left as it is
         try:
             run = Run(job.cfg, out, staging, resumed, starting, job.spark)
-            with working_in(wf.join(staging, "_work")):  # this run's (`fgram clean`)
+            with working_in(run.work):  # this run's (`fgram clean`)
                 manifest = job.stages(run)
             job.publish(run, manifest)
         except BaseException as exc:
@@ -202,7 +203,7 @@ def _locked(job: Job, out: Location) -> dict[str, Any]:
     finally:
         if starting is not None:
             starting.wait()  # no executor left starting behind an end, or a warm-up job
-    job.published()
+    job.published(manifest)
     return manifest
 
 

@@ -194,8 +194,7 @@ class RefreshJob(Job):
         manifest.refresh["previous"] = self.current.previous
         save_json(wf.join(run.staging, "store.json"), store.to_json())
         manifest.seconds = round(time.time() - self.t_start, 3)
-        self.record = manifest.to_json()
-        return self.record
+        return manifest.to_json()
 
     def target(self, out):
         return vs.version_path(self.root, self.vid)
@@ -204,7 +203,7 @@ class RefreshJob(Job):
         with contextlib.suppress(Exception):  # noqa: BLE001 - a store that stopped
             collect_garbage(self.root)  # this run's objects: no version names them
 
-    def published(self) -> None:
+    def published(self, manifest: dict) -> None:
         cfg, root, vid, previous = self.cfg, self.root, self.vid, self.current.previous
         carried = carry_serving(cfg, root, previous, vid, self.spark, self.model)  # first
         vs.switch_current(root, vid)
@@ -218,7 +217,7 @@ class RefreshJob(Job):
             "fingerprint": self.digest,
             "pruned": pruned,
             "collected": collect_garbage(root),
-            "manifest": self.record,
+            "manifest": manifest,
         }
 
 

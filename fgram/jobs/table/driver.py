@@ -167,7 +167,7 @@ class BuildJob(Job):
         manifest.canonical = self.canonical
         return manifest.to_json()
 
-    def published(self) -> None:
+    def published(self, manifest: dict) -> None:
         if self.text_folder is not None:
             wf.remove_tree(self.text_folder)
 

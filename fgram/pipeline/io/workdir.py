@@ -26,7 +26,8 @@ from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.kernels.scratch import Scratch
 
 
-def _remote(path: Place) -> TypeGuard[Location]:
+def on_store(path: Place) -> TypeGuard[Location]:
+    """Whether a place is on an object store (not a path of this machine)."""
     return isinstance(path, Location) and not path.local
 
 
@@ -34,14 +35,9 @@ def _local(path: Place) -> str:
     return path.path if isinstance(path, Location) else path
 
 
-def on_store(path: Place) -> bool:
-    """Whether a place is on an object store (not a path of this machine)."""
-    return _remote(path)
-
-
 def is_link(path: Place) -> bool:
     """Whether a local place is a symbolic link (an object store has none)."""
-    return not _remote(path) and os.path.islink(_local(path))
+    return not on_store(path) and os.path.islink(_local(path))
 
 
 HASH = "xxh3"  # the records' key: an older record (a word sum) is never taken as intact
@@ -62,7 +58,7 @@ def save_array(path: Place, arr: np.ndarray) -> dict[str, int]:
     its data (`content_hash`), for a completion marker to hold and `intact` to check."""
     arr = np.ascontiguousarray(arr)
     record = {"bytes": int(arr.nbytes), HASH: content_hash(arr)}
-    if _remote(path):
+    if on_store(path):
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)
         path.write_bytes(buf.getbuffer())
@@ -138,7 +134,7 @@ def read_range(path: Place, start: int, stop: int) -> np.ndarray:
     """Items [start, stop) of a saved 1-D array, read into memory: no file stays open (a
     memory map holds a file descriptor for as long as any view of it lives, and a task
     that keeps a slice of each of thousands of units would run out of them)."""
-    if _remote(path):
+    if on_store(path):
         return np.array(load_array(path)[start:stop])
     mapped = np.load(_local(path), mmap_mode="r", allow_pickle=False)
     dtype, offset = mapped.dtype, int(mapped.offset)
@@ -154,7 +150,7 @@ def read_range(path: Place, start: int, stop: int) -> np.ndarray:
 
 def load_array(path: Place, mmap: bool = True) -> np.ndarray:
     """A local file memory-mapped (``mmap``) or read; an object read whole."""
-    if _remote(path):
+    if on_store(path):
         arr: np.ndarray = np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
         return arr
     arr = np.load(_local(path), mmap_mode="r" if mmap else None, allow_pickle=False)
@@ -165,7 +161,7 @@ def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
     """A 1-d array file read into ``scratch``'s buffer ``name`` (a `scratch.Scratch`):
     a worker reading one such file per unit reuses the same pages (a fresh
     array's first touch costs more than the copy)."""
-    if _remote(path):
+    if on_store(path):
         arr = load_array(path)
         out = scratch.get(name, len(arr), arr.dtype)
         out[:] = arr
@@ -247,7 +243,7 @@ def concat_arrays(
 
 def save_bytes(path: Place, data: bytes) -> None:
     """Write a file (aside, then renamed) or an object."""
-    if _remote(path):
+    if on_store(path):
         path.write_bytes(data)
         return
     path = _local(path)
@@ -261,7 +257,7 @@ def remove_partial(folder: Place) -> None:
     """Remove the files half-written under a local folder (``*.tmp``, the names `aside`
     writes through) by tasks that a failure stopped before they could: their work is
     kept for a resume, never their pieces. An object store's uploads appear whole."""
-    if _remote(folder):
+    if on_store(folder):
         return
     for root, _, files in os.walk(_local(folder)):
         for name in files:
@@ -272,7 +268,7 @@ def remove_partial(folder: Place) -> None:
 
 def save_json(path: Place, obj: Any, durable: bool = True) -> None:
     """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
-    if _remote(path):
+    if on_store(path):
         path.write_json(obj)
         return
     path = _local(path)
@@ -287,7 +283,7 @@ def save_json(path: Place, obj: Any, durable: bool = True) -> None:
 
 
 def load_json(path: Place) -> Any:
-    if _remote(path):
+    if on_store(path):
         return path.read_json()
     with open(_local(path)) as f:
         return json.load(f)
@@ -325,12 +321,12 @@ def claim_staging(
 
 
 def exists(path: Place) -> bool:
-    return path.exists() if _remote(path) else os.path.exists(_local(path))
+    return path.exists() if on_store(path) else os.path.exists(_local(path))
 
 
 def remove(path: Place) -> None:
     """Delete a file; no error if it is gone (or, locally, not ours to remove)."""
-    if _remote(path):
+    if on_store(path):
         path.remove()
         return
     with contextlib.suppress(OSError):
