@@ -7,11 +7,11 @@
 "$@"``; run from outside any checkout, or ``python -m`` imports the current folder's).
 On one generated corpus of text (its words, its tokenizer.json) each side runs: tokenize
 (flat and Parquet shards), build, index, coverage --sizes, annotate (flat tags, and
-OLMo's layout), embed (the deterministic hashed model), two refresh versions (the second
-with one more shard), report and engram-audit. Every data file is compared byte for
-byte; every JSON file (manifests, records) after dropping what differs by nature: times,
-the run's own folder, versions' ids. Prints each difference and the two sides' seconds
-per command; exits 1 on any difference.
+OLMo's layout; Parquet tags, and Hugging Face's), embed (the deterministic hashed
+model), two refresh versions (the second with one more shard), report and engram-audit.
+Every data file is compared byte for byte; every JSON file (manifests, records) after
+dropping what differs by nature: times, the run's own folder, versions' ids. Prints each
+difference and the two sides' seconds per command; exits 1 on any difference.
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ def steps(fgram: str, root: str, corpus: str) -> list[tuple[str, list[str]]]:
         ("annotate", [fgram, "annotate", t, flat, "-o", os.path.join(root, "tags"), *eng]),
         ("annotate olmo", [fgram, "annotate", t, flat, "-o", os.path.join(root, "olmo"),
                            "--layout", "olmo", *eng]),
+        ("annotate parquet", [fgram, "annotate", t, parq, "-o", os.path.join(root, "ptags"),
+                              *eng]),
+        ("annotate hf", [fgram, "annotate", t, parq, "-o", os.path.join(root, "hf"), "--layout",
+                         "hf", *eng]),
         ("embed", [fgram, "embed", t, "--model", "fgram.pipeline.models:hashed", *eng]),
         ("refresh 1", [fgram, "refresh", r, os.path.join(flat, "shards"), "-S", "200K",
                        "--dtype", "uint16", "--doc-sep", "0", *eng]),

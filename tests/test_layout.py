@@ -226,20 +226,21 @@ ENGINES = {"spark", "local"}  # "auto" is resolved in the executor alone
 DECIDE_ENGINES = ("fgram.pipeline.config", "fgram.jobs.executors")  # the engine's two rooms
 
 
-def _engine_compares(source: str) -> list[str]:
+def _engine_compares(source: str, names: set[str] = ENGINES) -> list[str]:
     """The comparisons in ``source`` with an engine's name (``x == "spark"``,
-    ``engine in ("local", ...)``): a stage asks the executor what it can do instead."""
+    ``engine in ("local", ...)``): a stage asks the executor what it can do instead.
+    (With ``names``: the comparisons with any of them.)"""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Compare):
             sides = [node.left, *node.comparators]
-            names = {
+            strings = {
                 c.value
                 for side in sides
                 for c in ast.walk(side)
                 if isinstance(c, ast.Constant) and isinstance(c.value, str)
             }
-            if names & ENGINES:
+            if strings & names:
                 found.append(ast.unparse(node))
     return found
 
@@ -255,6 +256,30 @@ def test_no_engine_name_is_compared_past_the_config_and_the_executor():
         for mod, path in _modules().items()
         if not mod.startswith(DECIDE_ENGINES)
         for c in _engine_compares(open(path).read())
+    ]
+    assert found == []
+
+
+LAYOUT_NAMES = {"fgram", "olmo", "megatron", "hf"}  # `formats.layouts.LAYOUTS`
+
+
+def test_the_layout_rule_sees_comparisons():
+    source = 'a = layout == "fgram"\nb = cfg.layout in ("olmo", "megatron")\nc = t.raw'
+    assert _engine_compares(source, LAYOUT_NAMES) == [
+        "layout == 'fgram'",
+        "cfg.layout in ('olmo', 'megatron')",
+    ]
+
+
+def test_no_tag_layout_is_known_by_its_name_past_its_object():
+    """A format asks its `TagLayout` (raw, indexed, tokens beside) and never compares
+    a layout's name (shard formats named alike, "megatron", are not layouts)."""
+    found = [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if mod.startswith(("fgram.pipeline", "fgram.jobs"))
+        for c in _engine_compares(open(path).read(), LAYOUT_NAMES)
+        if "format" not in c
     ]
     assert found == []
 

@@ -3,9 +3,9 @@
 One task per unit of input (the units of `fgram build`). Each task opens the
 f-gram index (memory-mapped, shared by the tasks of a machine), matches its
 tokens, and writes tags aligned with the input where its shard's format puts them
-(`ShardFormat.tag` and `write_tags`: a Parquet file per unit with the input's other
-columns; a flat file's two ``.npy`` arrays indexed like its tokens), reading K-1
-tokens before a unit where a match may start in the previous one.
+(`ShardFormat.tag`, then its `tags.write` in the run's `TagLayout`: a Parquet file per
+unit with the input's other columns; a flat file's two ``.npy`` arrays indexed like its
+tokens), reading K-1 tokens before a unit where a match may start in the previous one.
 
 The manifest names the f-gram table (its manifest's fingerprint) and carries
 the coverage: positions by match length, and with ``sizes`` the coverage of the
@@ -46,7 +46,7 @@ from fgram.pipeline.formats.inputs import (
     shard_record,
     tokens_of,
 )
-from fgram.pipeline.formats.layouts import LAYOUTS
+from fgram.pipeline.formats.layouts import LAYOUTS, TagLayout
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
@@ -105,7 +105,7 @@ def annotate_task(
 
     tagged = fmt.tag(shard, unit, cfg.read_options(), k - 1, match)
     if staging is not None:
-        fmt.write_tags(tagged, shard, unit, staging, _id_type(index), cfg.layout)
+        fmt.tags.write(tagged, shard, unit, staging, _id_type(index), LAYOUTS[cfg.layout])
     fid, mlen = tagged.fid, tagged.mlen
     hist = np.bincount(mlen, minlength=k + 1).tolist()
     if cfg.sizes is None:
@@ -138,15 +138,15 @@ class AssembleStage(Stage, name="assemble"):
     starts: list[list[int]] | None  # each one's units' first positions (None: joined)
     id_type: str
     staging: Any
-    layout: str
+    layout: TagLayout
     storage: dict[str, str]
 
     def run(self, task: int) -> None:
         shard, id_type = self.shards[task], np.dtype(self.id_type)
-        fmt = format_of(shard)
+        tags = format_of(shard).tags
         if self.starts is not None:
-            fmt.assemble_tags(shard, self.starts[task], id_type, self.staging, self.layout)
-        fmt.index_tags(shard, self.staging, id_type, self.layout, self.storage)
+            tags.assemble(shard, self.starts[task], id_type, self.staging, self.layout)
+        tags.index(shard, self.staging, id_type, self.layout, self.storage)
 
 
 def run_annotate(cfg: AnnotateConfig, spark=None) -> dict:
@@ -204,9 +204,7 @@ class AnnotateJob(Job):
             raise
         self.units = plan_units(shards, cfg.unit_tokens)
         check_layout(cfg.layout, shards)
-        names = [format_of(s).tag_name(s) for s in shards]
-        if cfg.layout in ("olmo", "megatron"):  # raw files named after their inputs' stems
-            names = [os.path.splitext(n)[0] for n in names]
+        names = [LAYOUTS[cfg.layout].tag_name(format_of(s).tag_name(s)) for s in shards]
         if len(set(names)) != len(names):
             raise ConfigError(
                 "two inputs share a file name; tags are named after their input files"
@@ -232,10 +230,10 @@ def check_layout(layout: str, shards: list[Shard]) -> None:
     that does not and the layouts it has."""
     for shard in shards:
         fmt = format_of(shard)
-        if layout not in fmt.layouts:
+        if LAYOUTS[layout] not in fmt.layouts:
             raise ConfigError(
                 f"{shard.uri}: --layout {layout} is not one of {fmt.name} inputs' "
-                f"({', '.join(fmt.layouts)})"
+                f"({', '.join(t.name for t in fmt.layouts)})"
             )
 
 
@@ -302,8 +300,9 @@ def _assemble(cfg: AnnotateConfig, ex, shards, units, staging, id_type: np.dtype
     """Join flat tags written per unit on a store, and write what the layout adds beside
     a shard's tags (a Megatron index): a task per shard that needs either."""
     remote = wf.on_store(staging)
-    joined = [i for i, s in enumerate(shards) if format_of(s).assembles and remote]
-    indexed = [i for i, s in enumerate(shards) if cfg.layout == "megatron" or i in joined]
+    layout = LAYOUTS[cfg.layout]
+    joined = [i for i, s in enumerate(shards) if format_of(s).tags.assembles and remote]
+    indexed = [i for i, s in enumerate(shards) if layout.indexed or i in joined]
     if not indexed:
         return
     starts = [sorted(un.start for un in units if un.shard == i) for i in indexed]
@@ -313,7 +312,7 @@ def _assemble(cfg: AnnotateConfig, ex, shards, units, staging, id_type: np.dtype
         starts if joined else None,
         id_type.str,
         staging,
-        cfg.layout,
+        layout,
         cfg.storage,
     )
     ex.map(len(indexed), assembling.run)
@@ -336,7 +335,7 @@ def _annotate(
         folder = os.path.join(staging, "tags")
         os.makedirs(folder)
         for shard in shards:
-            format_of(shard).prepare_tags(folder, shard, _id_type(index), cfg.layout)
+            format_of(shard).tags.prepare(folder, shard, _id_type(index), LAYOUTS[cfg.layout])
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
     ident = index_id(index)
     tagging = AnnotateStage(cfg, shards, units, staging, ident)
@@ -374,8 +373,8 @@ def _annotate(
         ],
         "coverage": coverage,
         "layout": {f.name: f.tag_layout for f in registry.FORMATS}
-        if cfg.layout == "fgram"
-        else {"name": cfg.layout, "files": LAYOUTS[cfg.layout]},
+        if LAYOUTS[cfg.layout].own
+        else {"name": cfg.layout, "files": LAYOUTS[cfg.layout].about},
         "seconds": round(time.time() - t0, 3),
     }
     return manifest

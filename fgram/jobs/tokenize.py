@@ -56,7 +56,7 @@ from fgram.pipeline.text.text import (
     plan_text_units,
     read_ahead,
 )
-from fgram.pipeline.text.token_shards import ShardWriter
+from fgram.pipeline.text.token_shards import WRITERS, ShardWriter, TokenWriter
 from fgram.pipeline.text.tokenizer import TokenizerSpec, encode, encoder, load_spec, prove
 from fgram.version import __version__
 
@@ -143,8 +143,9 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
     unit = plan.units[u]
     file = plan.files[unit.file]
     tok = encoder(plan.spec, plan.threads)
+    writer = WRITERS[plan.cfg.format]
     shards = ShardWriter(
-        plan.staging, u, file.uri, plan.cfg.format, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
+        plan.staging, u, file.uri, writer, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
     )
     done = UnitTokens(u, 0, 0, 0, shards.names, shards.sizes, -1, 0, 0.0)  # so far
     limit = 2 ** (8 * np.dtype(plan.dtype).itemsize)
@@ -186,12 +187,12 @@ class CountStage(Stage, name="count"):
         return count_task(self.plan, self.todo[task])
 
 
-def counted(units: list[TextUnit], fmt: str) -> list[int]:
+def counted(units: list[TextUnit], fmt: TokenWriter) -> list[int]:
     """The units whose counts number something after them. Parquet shards: every one but
     the last (document ids and rows run on across units and files). Flat shards keep no
     ids: only a unit followed by one of the same file, whose line numbers (in an error's
     file:line) start after its lines; a compressed file, a unit of its own, needs none."""
-    if fmt == "parquet":
+    if fmt.numbers_documents:
         return list(range(len(units) - 1))
     return [u for u in range(len(units) - 1) if units[u + 1].file == units[u].file]
 
@@ -301,23 +302,9 @@ class TokenizeJob(Job):
     def check(self) -> None:
         cfg = self.cfg
         self.spec = spec = load_spec(cfg.tokenizer)
-        self.dtype, self.doc_sep = "int32", cfg.doc_sep
-        if cfg.format == "bin":
-            dtype = cfg.dtype or ("uint16" if spec.vocab_size <= 2**16 else "uint32")
-            doc_sep = spec.eos_id if cfg.doc_sep is None else cfg.doc_sep
-            if spec.vocab_size > 2 ** (8 * np.dtype(dtype).itemsize):
-                raise ConfigError(
-                    f"{spec.path}: its {spec.vocab_size} token ids do not fit {dtype}; "
-                    f"use --dtype uint32"
-                )
-            if doc_sep is None:
-                raise ConfigError(
-                    f"{spec.path}: the tokenizer names no end-of-document token; "
-                    f"give the separator with --doc-sep ID"
-                )
-            if doc_sep >= 2 ** (8 * np.dtype(dtype).itemsize):
-                raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
-            self.dtype, self.doc_sep = dtype, doc_sep
+        self.dtype, self.doc_sep = WRITERS[cfg.format].token_type(
+            spec.vocab_size, spec.eos_id, cfg.dtype, cfg.doc_sep, spec.path
+        )
         check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
 
     def plan(self, out) -> dict[str, Any] | None:
@@ -351,7 +338,7 @@ class TokenizeJob(Job):
 def _tokenize(run: Run, spec, files, units, dtype, doc_sep) -> dict[str, Any]:
     cfg, ex = run.cfg, run.executor()
     plan = Plan(cfg, spec, files, units, run.staging, dtype, doc_sep, task_threads(cfg, len(units)))
-    todo = counted(units, cfg.format)
+    todo = counted(units, WRITERS[cfg.format])
     counts = [(0, 0)] * len(units)
     if todo:
         PROGRESS.stage("count documents", len(todo))
@@ -390,9 +377,7 @@ def _tokenize(run: Run, spec, files, units, dtype, doc_sep) -> dict[str, Any]:
         "output_format": cfg.format,
         "dtype": dtype,
         "doc_sep": doc_sep,
-        "columns": ["doc_id", "tokens", "source", "row"] + (["id"] if cfg.id_field else [])
-        if cfg.format == "parquet"
-        else None,
+        "columns": WRITERS[cfg.format].columns(cfg.id_field),
         "config": {
             k: v
             for k, v in cfg.record().items()

@@ -577,11 +577,13 @@ def test_documents_read_as_the_standard_library_reads_them(tmp_path_factory, rec
 def test_the_units_counted_first_are_those_whose_counts_number_a_later_one():
     from fgram.jobs.tokenize import counted
     from fgram.pipeline.text.text import TextUnit
+    from fgram.pipeline.text.token_shards import WRITERS
 
     units = [TextUnit(0, 0, 5), TextUnit(0, 5, 9), TextUnit(1, 0, 1), TextUnit(2, 0, 4)]
-    assert counted(units, "parquet") == [0, 1, 2]  # ids run on over every file
-    assert counted(units, "bin") == [0]  # only unit 1's lines start after another's
-    assert counted(units[2:], "bin") == [] and counted([], "parquet") == []
+    parquet, flat = WRITERS["parquet"], WRITERS["bin"]
+    assert counted(units, parquet) == [0, 1, 2]  # ids run on over every file
+    assert counted(units, flat) == [0]  # only unit 1's lines start after another's
+    assert counted(units[2:], flat) == [] and counted([], parquet) == []
 
 
 def test_tokenize_spares_the_jvm_only_where_spark_would_run_on_this_machine_alone(

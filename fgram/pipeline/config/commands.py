@@ -259,7 +259,7 @@ class AnnotateConfig(ReadsShards, Options):
     layout: str = option(
         "fgram",
         "How the tags' files are laid out, for the trainer that reads them: "
-        + "; ".join(f"{k}: {v}" for k, v in LAYOUTS.items())
+        + "; ".join(f"{k}: {v.about}" for k, v in LAYOUTS.items())
         + " (docs/formats.md).",
         choices=tuple(LAYOUTS),
     )

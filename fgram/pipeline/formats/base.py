@@ -1,12 +1,13 @@
-"""A token-shard format as one object: `ShardFormat`, the protocol every format follows.
+"""A token-shard format as two objects: `ShardFormat`, how its shards are read, and
+`TagFiles`, where their tags go, each in a `layouts.TagLayout`.
 
 A format says which files are its own (their names), what a file holds without
 reading its tokens (`describe`: a `reading.Shard`, with a content checksum), how a
 shard is cut into units of work (`units`, `tokens_in`), how a unit is read as a token
-stream with document starts (`read`), and where tags of its tokens go and how they are
-read back (`tag`, `write_tags`, `read_tags`). Jobs never ask which format a shard has:
-they call its format (`registry.format_of`). A new format is one module with a
-subclass and one line in `registry.FORMATS` (docs/internals.md shows one).
+stream with document starts (`read`) and tagged (`tag`). Its `tags` say where the tags
+go and how they are read back (`TagFiles.write`, `read`). Jobs never ask which format a
+shard has: they call its format (`registry.format_of`). A new format is one module with
+a subclass and one line in `registry.FORMATS` (docs/internals.md shows one).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow.fs as pafs
 
+from fgram.pipeline.formats.layouts import FGRAM, TagLayout
 from fgram.pipeline.formats.reading import ReadOptions, Shard, Stream, Unit
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels.keys import MAX_TOKEN
@@ -51,9 +53,8 @@ class ShardFormat(ABC):
     name: ClassVar[str]
     extensions: ClassVar[tuple[str, ...]]
     tag_layout: ClassVar[str]
-    assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
-    tags_by_range: ClassVar[bool] = False  # `read_tags_range` reads part of a unit's tags
-    layouts: ClassVar[tuple[str, ...]] = ("fgram",)  # `layouts.LAYOUTS` its tags are written in
+    layouts: ClassVar[tuple[TagLayout, ...]] = (FGRAM,)  # the layouts its tags are written in
+    tags: TagFiles  # its tags' files (set by each format)
 
     def reads_doc_sep(self, opts: ReadOptions) -> bool:
         """Whether ``--doc-sep`` splits this format's documents (not where the format
@@ -129,56 +130,64 @@ class ShardFormat(ABC):
 
     @abstractmethod
     def tag(self, shard: Shard, unit: Unit, opts: ReadOptions, back: int, match: Match) -> Tagged:
-        """The unit's tags by ``match``; ``back``: how many tokens before the unit a
-        match may start at (K - 1)."""
+        """The unit read and tagged by ``match``; ``back``: how many tokens before the unit
+        a match may start at (K - 1)."""
 
-    def prepare_tags(  # noqa: B027
-        self, folder: str, shard: Shard, id_type: np.dtype, layout: str = "fgram"
+
+class TagFiles(ABC):
+    """Where a format's tags go and how they are read back, in a `layouts.TagLayout`:
+    the second protocol of a format (`ShardFormat.tags`), apart from its reading."""
+
+    assembles: ClassVar[bool] = False  # tags written per unit on a store are joined after
+    by_range: ClassVar[bool] = False  # `read_range` reads part of a unit's tags
+
+    def prepare(  # noqa: B027
+        self, folder: str, shard: Shard, id_type: np.dtype, layout: TagLayout
     ) -> None:
         """Make what a local tags folder needs before the tasks write (nothing by
         default)."""
 
     @abstractmethod
-    def write_tags(
+    def write(
         self,
         tagged: Tagged,
         shard: Shard,
         unit: Unit,
         staging: Any,
         id_type: np.dtype,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> None:
         """Write one unit's tags into the staging folder (a local path or a Location)."""
 
-    def assemble_tags(  # noqa: B027
+    def assemble(  # noqa: B027
         self,
         shard: Shard,
         starts: list[int],
         id_type: np.dtype,
         staging: Location,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> None:
-        """Join a shard's per-unit tag objects on a store (``assembles`` formats only)."""
+        """Join a shard's per-unit tag objects on a store (``assembles`` only)."""
 
-    def index_tags(  # noqa: B027
-        self, shard: Shard, staging: Any, id_type: np.dtype, layout: str, storage: Any
+    def index(  # noqa: B027
+        self, shard: Shard, staging: Any, id_type: np.dtype, layout: TagLayout, storage: Any
     ) -> None:
         """After a shard's tags are written: the files a layout adds beside them (a
         Megatron index), a shard per task (nothing by default)."""
 
     @abstractmethod
-    def read_tags(
+    def read(
         self,
         shard: Shard,
         unit: Unit,
         column: str,
         storage: dict[str, Any] | None,
         where: TagFile,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, fgram ids, match lengths) of one unit of a tags output."""
 
-    def read_tags_range(
+    def read_range(
         self,
         shard: Shard,
         unit: Unit,
@@ -186,17 +195,17 @@ class ShardFormat(ABC):
         b: int,
         storage: dict[str, Any] | None,
         where: TagFile,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions [a, b) of one unit of a tags output (``tags_by_range`` formats)."""
-        raise NotImplementedError(self.name)
+        """Positions [a, b) of one unit of a tags output (``by_range`` only)."""
+        raise NotImplementedError(type(self).__name__)
 
-    def tag_maps(
-        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile, layout: str = "fgram"
+    def maps(
+        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile, layout: TagLayout
     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         """(tokens or None, fgram ids, match lengths) of a shard's tags as arrays indexed
-        like its tokens, kept by a reader (``tags_by_range`` formats)."""
-        raise NotImplementedError(self.name)
+        like its tokens, kept by a reader (``by_range`` only)."""
+        raise NotImplementedError(type(self).__name__)
 
 
 def digest(size: int, blocks: list[tuple[int, bytes]]) -> str:

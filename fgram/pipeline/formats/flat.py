@@ -8,7 +8,8 @@ A unit is a token range ``[start, stop)``, read with K-1 tokens past its end so 
 every n-gram starting in it is seen once, whatever the range boundaries. Tags:
 ``<name>.fgid.npy`` and ``<name>.mlen.npy``, indexed exactly like the tokens (a
 separator holds id -1 and length 0); each unit fills its range of the two arrays, on an
-object store as one object per unit that `assemble_tags` streams into the two files.
+object store as one object per unit that `SidecarTags.assemble` streams into the two
+files.
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from fgram.pipeline.formats.base import (
     Match,
     ShardFormat,
     TagFile,
+    TagFiles,
     Tagged,
     digest,
     even_ranges,
     mtime,
 )
 from fgram.pipeline.formats.guards import check_flat, report
+from fgram.pipeline.formats.layouts import FGRAM, OLMO, TagLayout
 from fgram.pipeline.formats.reading import (
     FLAT_DTYPES,
     ReadOptions,
@@ -59,9 +62,10 @@ class FlatFormat(ShardFormat):
     tag_layout = (
         "<name>.fgid.npy, <name>.mlen.npy aligned with the tokens; separators: id -1, length 0"
     )
-    assembles = True
-    tags_by_range = True
-    layouts: ClassVar[tuple[str, ...]] = ("fgram", "olmo")
+    layouts: ClassVar[tuple[TagLayout, ...]] = (FGRAM, OLMO)
+
+    def __init__(self) -> None:
+        self.tags: TagFiles = SidecarTags()
 
     def reads_doc_sep(self, opts: ReadOptions) -> bool:
         return True
@@ -151,25 +155,32 @@ class FlatFormat(ShardFormat):
         fid, mlen = match_values(match, raw, opts.doc_sep, shard.uri)
         return Tagged(fid[unit.start - lo :], mlen[unit.start - lo :])
 
-    def prepare_tags(
-        self, folder: str, shard: Shard, id_type: np.dtype, layout: str = "fgram"
-    ) -> None:
+
+class SidecarTags(TagFiles):
+    """Tags of flat files: two arrays aligned with a shard's tokens (`layouts.TagLayout`
+    names them), filled in place by the units' tasks, or written per unit on a store and
+    joined after (`assemble`); read back by any range."""
+
+    assembles = True
+    by_range = True
+
+    def prepare(self, folder: str, shard: Shard, id_type: np.dtype, layout: TagLayout) -> None:
         for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
             path = sidecar(folder, shard, what, layout)
-            if layout == "fgram":
+            if not layout.raw:
                 np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(shard.n_items,))
             else:  # raw, headerless: a file of its final size, filled by the units' tasks
                 with open(path, "wb") as f:
                     f.truncate(shard.n_items * dtype.itemsize)
 
-    def write_tags(
+    def write(
         self,
         tagged: Tagged,
         shard: Shard,
         unit: Unit,
         staging: Any,
         id_type: np.dtype,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> None:
         if isinstance(staging, Location) and not staging.local:
             wf.save_array(part(staging, shard, unit.start, "fgid"), tagged.fid.astype(id_type))
@@ -180,20 +191,20 @@ class FlatFormat(ShardFormat):
             path = sidecar(folder, shard, what, layout)
             arr = (
                 np.load(path, mmap_mode="r+")
-                if layout == "fgram"
+                if not layout.raw
                 else np.memmap(path, dtype=dtype or np.uint8, mode="r+")
             )
             arr[unit.start : unit.stop] = values
             arr.flush()
             del arr
 
-    def assemble_tags(
+    def assemble(
         self,
         shard: Shard,
         starts: list[int],
         id_type: np.dtype,
         staging: Location,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> None:
         """Stream the shard's per-unit tag objects, in order, into its two ``.npy``
         objects (raw files in the layouts of other trainers), one upload each."""
@@ -203,22 +214,22 @@ class FlatFormat(ShardFormat):
                 [part(staging, shard, start, what) for start in starts],
                 dtype,
                 (shard.n_items,),
-                header=layout == "fgram",
+                header=not layout.raw,
             )
 
-    def read_tags(
+    def read(
         self,
         shard: Shard,
         unit: Unit,
         column: str,
         storage: dict[str, Any] | None,
         where: TagFile,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = unit.stop - unit.start
-        return self.read_tags_range(shard, unit, 0, n, storage, where, layout)
+        return self.read_range(shard, unit, 0, n, storage, where, layout)
 
-    def read_tags_range(
+    def read_range(
         self,
         shard: Shard,
         unit: Unit,
@@ -226,22 +237,22 @@ class FlatFormat(ShardFormat):
         b: int,
         storage: dict[str, Any] | None,
         where: TagFile,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lo, hi = unit.start + a, unit.start + b
-        tokens, fid, mlen = self.tag_maps(shard, storage, where, layout)
+        tokens, fid, mlen = self.maps(shard, storage, where, layout)
         raw = tokens[lo:hi] if tokens is not None else read_range(shard, lo, hi, storage=storage)
         return raw.astype(np.int64), np.asarray(fid[lo:hi]), np.asarray(mlen[lo:hi])
 
-    def tag_maps(
-        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile, layout: str = "fgram"
+    def maps(
+        self, shard: Shard, storage: dict[str, Any] | None, where: TagFile, layout: TagLayout
     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         """A shard's tokens (None on an object store: read by range) and its tags, memory
         maps indexed like its tokens (a reader keeps them for its windows)."""
         at = locate(shard.uri, storage)
         tokens = mapped(at.path, np.dtype(shard.dtype), shard.offset) if at.local else None
         fid, mlen = (local_path(where(sidecar("tags", shard, w, layout))) for w in ("fgid", "mlen"))
-        if layout == "fgram":
+        if not layout.raw:
             return tokens, mapped(fid), mapped(mlen)
         width = os.path.getsize(fid) // shard.n_items if shard.n_items else 4  # int32 or int64
         return tokens, mapped(fid, np.dtype(f"<i{width}")), mapped(mlen, np.dtype(np.uint8))
@@ -381,17 +392,14 @@ def match_values(
     return fid, mlen
 
 
-def sidecar(folder: Any, shard: Shard, what: str, layout: str = "fgram") -> Any:
-    """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder: ``<name>.<what>.npy``
-    in fgram's layout, raw ``<stem>.<what>.bin`` in the others (`layouts.LAYOUTS`)."""
-    name = os.path.basename(shard.uri)
-    if layout == "fgram":
-        return wf.join(folder, f"{name}.{what}.npy")
-    return wf.join(folder, f"{os.path.splitext(name)[0]}.{what}.bin")
+def sidecar(folder: Any, shard: Shard, what: str, layout: TagLayout) -> Any:
+    """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder, named by its
+    layout (`layouts.TagLayout.sidecar`)."""
+    return wf.join(folder, layout.sidecar(os.path.basename(shard.uri), what))
 
 
 def part(staging: Location, shard: Shard, start: int, what: str) -> Location:
-    """A flat shard's tags of the unit at ``start``, before `assemble_tags` joins them."""
+    """A flat shard's tags of the unit at ``start``, before `SidecarTags.assemble` joins them."""
     return wf.join(
         staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy"
     )

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from fgram.pipeline.errors import InputError
-from fgram.pipeline.formats.base import Exists
-from fgram.pipeline.formats.flat import sidecar
+from fgram.pipeline.formats.base import Exists, TagFiles
+from fgram.pipeline.formats.flat import SidecarTags, sidecar
 from fgram.pipeline.formats.indexed import (
     FileArray,
     IndexedFormat,
@@ -29,6 +29,7 @@ from fgram.pipeline.formats.indexed import (
     open_beside,
     pair_shard,
 )
+from fgram.pipeline.formats.layouts import FGRAM, MEGATRON, OLMO, TagLayout
 from fgram.pipeline.formats.reading import ReadOptions, Shard, reading
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.storage import filesystem
@@ -44,7 +45,10 @@ class MegatronFormat(IndexedFormat):
     extensions: ClassVar[tuple[str, ...]] = (".bin",)
     listed = (".idx",)
     tag_layout = "<name>.fgid.npy, <name>.mlen.npy aligned with the .bin's tokens"
-    layouts: ClassVar[tuple[str, ...]] = ("fgram", "olmo", "megatron")
+    layouts: ClassVar[tuple[TagLayout, ...]] = (FGRAM, OLMO, MEGATRON)
+
+    def __init__(self) -> None:
+        self.tags: TagFiles = MegatronTags()
 
     def claims(self, path: str, exists: Exists | None = None) -> bool:
         return path.lower().endswith(".bin") and exists is not None and exists(path[:-4] + ".idx")
@@ -105,14 +109,18 @@ class MegatronFormat(IndexedFormat):
             raise InputError(uri, "its sequence pointers and lengths disagree (a corrupt index?)")
         return np.asarray(at[seqs - first] // item, np.int64)
 
-    def index_tags(
-        self, shard: Shard, staging: Any, id_type: np.dtype, layout: str, storage: Any
+
+class MegatronTags(SidecarTags):
+    """Flat tags, and in the megatron layout an IndexedDataset index beside each."""
+
+    def index(
+        self, shard: Shard, staging: Any, id_type: np.dtype, layout: TagLayout, storage: Any
     ) -> None:
         """In the megatron layout: an ``.idx`` beside each raw tags file (``<prefix>.fgid``,
         ``<prefix>.mlen``), the input's own with its dtype code and byte pointers for the
         tags' width, so that Megatron's ``IndexedDataset`` reads them as it reads the
         tokens."""
-        if layout != "megatron":
+        if not layout.indexed:
             return
         uri = shard.layout["uri"]
         fs, path = filesystem(uri, storage)

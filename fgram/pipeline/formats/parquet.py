@@ -20,11 +20,13 @@ from fgram.pipeline.formats.base import (
     Match,
     ShardFormat,
     TagFile,
+    TagFiles,
     Tagged,
     digest,
     group_ranges,
     mtime,
 )
+from fgram.pipeline.formats.layouts import FGRAM, HF, TagLayout
 from fgram.pipeline.formats.reading import (
     ReadOptions,
     Shard,
@@ -49,7 +51,10 @@ class ParquetFormat(ShardFormat):
         "fgram_ids list<int>, match_len list<uint8>"
     )
     listed = (".parquet",)
-    layouts: ClassVar[tuple[str, ...]] = ("fgram", "hf")
+    layouts: ClassVar[tuple[TagLayout, ...]] = (FGRAM, HF)
+
+    def __init__(self) -> None:
+        self.tags: TagFiles = RowTags(self)
 
     def describe(
         self, fs: pafs.FileSystem, path: str, uri: str, info: pafs.FileInfo, opts: ReadOptions
@@ -126,17 +131,25 @@ class ParquetFormat(ShardFormat):
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         return Tagged(fid, mlen, (table.drop_columns([column]), offsets, values))
 
-    def write_tags(
+
+class RowTags(TagFiles):
+    """Tags of row formats: a Parquet file per unit, rows in the input's order, the
+    input's other columns kept beside the tags (and in the hf layout its tokens)."""
+
+    def __init__(self, reader: ParquetFormat) -> None:
+        self.reader = reader  # the format whose rows the tags are of
+
+    def write(
         self,
         tagged: Tagged,
         shard: Shard,
         unit: Unit,
         staging: Any,
         id_type: np.dtype,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> None:
         out, offsets, values = tagged.rest
-        if layout == "hf":  # the tokens beside their tags, as Hugging Face names them
+        if layout.tokens_beside:  # the tokens beside their tags, as Hugging Face names them
             if "input_ids" in out.column_names:
                 raise InputError(
                     shard.uri,
@@ -149,30 +162,30 @@ class ParquetFormat(ShardFormat):
             )
         out = out.append_column("fgram_ids", arrow_list(offsets, tagged.fid, id_type))
         out = out.append_column("match_len", arrow_list(offsets, tagged.mlen))
-        write_table(out, wf.join(staging, "tags", self.tag_file(shard, unit)))
+        write_table(out, wf.join(staging, "tags", self.file(shard, unit)))
 
-    def read_tags(
+    def read(
         self,
         shard: Shard,
         unit: Unit,
         column: str,
         storage: dict[str, Any] | None,
         where: TagFile,
-        layout: str = "fgram",
+        layout: TagLayout,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        f = where(f"tags/{self.tag_file(shard, unit)}")
+        f = where(f"tags/{self.file(shard, unit)}")
         t = pq.read_table(f.path, filesystem=f.fs, columns=["fgram_ids", "match_len"])
         column = shard.layout.get("column", column)
-        _, tokens = list_column(self.rows(shard, unit, [column], storage), column, shard.uri)
+        _, tokens = list_column(self.reader.rows(shard, unit, [column], storage), column, shard.uri)
         return (
             tokens.astype(np.int64),
             pc.list_flatten(t.column("fgram_ids")).to_numpy().astype(np.int64),
             pc.list_flatten(t.column("match_len")).to_numpy(),
         )
 
-    def tag_file(self, shard: Shard, unit: Unit) -> str:
+    def file(self, shard: Shard, unit: Unit) -> str:
         """A unit's tags file: ``<stem>.<first row group>.parquet``."""
-        return f"{os.path.splitext(self.tag_name(shard))[0]}.{unit.start:06d}.parquet"
+        return f"{os.path.splitext(self.reader.tag_name(shard))[0]}.{unit.start:06d}.parquet"
 
 
 def token_column(schema: pa.Schema, column: str, uri: str) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fgram.pipeline.errors import FgramError
+from fgram.pipeline.formats.layouts import LAYOUTS
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io.publish import MANIFEST, SUCCESS, generation_name
@@ -83,7 +84,7 @@ class FgramTags:
     ) -> None:
         self.loc, self.manifest, self.index, self.storage = loc, manifest, index, storage
         self.column = manifest["config"]["column"]
-        self.layout = manifest["config"].get("layout", "fgram")  # `layouts.LAYOUTS`
+        self.layout = LAYOUTS[manifest["config"].get("layout", "fgram")]
         self.shards = [Shard(**rec) for rec in manifest["inputs"]]
         self.units = [Unit(u["shard"], u["start"], u["stop"]) for u in manifest["units"]]
         sizes = [u.get("tokens") for u in manifest["units"]]
@@ -115,8 +116,8 @@ class FgramTags:
             return self._cached[i]
         unit = self.units[i]
         shard = self.shards[unit.shard]
-        fmt = format_of(shard)
-        t, f, m = fmt.read_tags(shard, unit, self.column, self.storage, self._where, self.layout)
+        tags = format_of(shard).tags
+        t, f, m = tags.read(shard, unit, self.column, self.storage, self._where, self.layout)
         got = (np.asarray(t, np.int64), np.asarray(f, np.int64), np.asarray(m, np.uint8))
         if not keep:
             return got
@@ -129,16 +130,14 @@ class FgramTags:
         """Positions [a, b) of unit i."""
         unit = self.units[i]
         shard = self.shards[unit.shard]
-        fmt = format_of(shard)
-        if fmt.tags_by_range:
+        tags = format_of(shard).tags
+        if tags.by_range:
             if unit.shard not in self._maps:
-                self._maps[unit.shard] = fmt.tag_maps(shard, self.storage, self._where, self.layout)
+                self._maps[unit.shard] = tags.maps(shard, self.storage, self._where, self.layout)
             tokens, fid, mlen = self._maps[unit.shard]
             lo, hi = unit.start + a, unit.start + b
             if tokens is None:  # on an object store: the range read
-                t, _, _ = fmt.read_tags_range(
-                    shard, unit, a, b, self.storage, self._where, self.layout
-                )
+                t, _, _ = tags.read_range(shard, unit, a, b, self.storage, self._where, self.layout)
             else:
                 t = tokens[lo:hi]
             return np.asarray(t, np.int64), np.asarray(fid[lo:hi], np.int64), np.array(mlen[lo:hi])

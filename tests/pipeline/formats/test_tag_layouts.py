@@ -212,3 +212,20 @@ def test_a_layout_the_inputs_format_has_not_is_one_line(tmp_path, layout, kind, 
         f"{'flat' if kind == 'bin' else 'parquet'} inputs' ({allowed})"
     )
     assert not (tmp_path / "x").exists()
+
+
+def test_each_layout_says_how_its_files_are_named():
+    from fgram.pipeline.formats import registry
+    from fgram.pipeline.formats.layouts import FGRAM, LAYOUTS
+
+    assert LAYOUTS["fgram"].sidecar("part-0.bin", "fgid") == "part-0.bin.fgid.npy"
+    assert LAYOUTS["olmo"].sidecar("part-0.bin", "mlen") == "part-0.mlen.bin"
+    assert LAYOUTS["megatron"].sidecar("corpus_text_document.bin", "fgid") == (
+        "corpus_text_document.fgid.bin"
+    )
+    assert LAYOUTS["olmo"].tag_name("a.npy") == LAYOUTS["olmo"].tag_name("a.bin") == "a"
+    assert LAYOUTS["fgram"].tag_name("a.npy") != LAYOUTS["fgram"].tag_name("a.bin")
+    assert [n for n, t in LAYOUTS.items() if t.indexed] == ["megatron"]
+    assert [n for n, t in LAYOUTS.items() if t.tokens_beside] == ["hf"]
+    for fmt in registry.FORMATS:  # every format writes fgram's own, and only known layouts
+        assert FGRAM in fmt.layouts and set(fmt.layouts) <= set(LAYOUTS.values())
