@@ -340,7 +340,7 @@ def test_a_reader_reads_one_version_while_current_switches(tmp_path, monkeypatch
 READER_LOOP = """
 import os, sys
 from fgram import FgramStore
-root, stop = sys.argv[1], sys.argv[2]
+root, stop, said = sys.argv[1], sys.argv[2], sys.argv[3]
 opens = failures = 0
 first = None
 seen = set()
@@ -348,13 +348,28 @@ while not os.path.exists(stop):
     try:
         store = FgramStore.open(root, mode="mmap")
         assert store.index.meta["table"] == store.meta["table"]  # one version's both
-        seen.add(str(store.meta["table"]))
+        if str(store.meta["table"]) not in seen:  # the versions seen so far, told
+            seen.add(str(store.meta["table"]))
+            with open(said + ".tmp", "w") as f:
+                f.write(" ".join(sorted(seen)))
+            os.replace(said + ".tmp", said)
         opens += 1
     except Exception as exc:  # noqa: BLE001 - counted: the test wants none
         failures += 1
         first = first or repr(exc)
 print(opens, failures, len(seen), first)
 """
+
+
+def _seen(said, version: str, reader) -> None:
+    """Wait until the reader has opened ``version`` (it reads on between refreshes: on a
+    busy machine its first open may come after a refresh or two)."""
+    import time
+
+    deadline = time.time() + 60
+    while not (said.exists() and version in said.read_text().split()):
+        assert reader.poll() is None and time.time() < deadline, "the reader never opened it"
+        time.sleep(0.01)
 
 
 @pytest.mark.slow
@@ -371,15 +386,21 @@ def test_readers_never_fail_while_refreshes_switch_current(tmp_path):
     fgram.refresh(root, shards, **opts)
     fgram.index(root)
     fgram.embed(root, model="fgram.pipeline.models:hashed", engine="local")
+    said = tmp_path / "seen"
     reader = subprocess.Popen(
-        [sys.executable, "-c", READER_LOOP, root, str(stop)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", READER_LOOP, root, str(stop), str(said)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
+        _seen(said, str(fgram.FgramStore.open(root).meta["table"]), reader)
         for i in range(1, 6):
             rng = np.random.default_rng(i)
             docs = [list(rng.integers(1, 9, 12)) for _ in range(30)]
             shards.append(write_bin(str(tmp_path / f"s{i}.bin"), docs, sep=0))
             fgram.refresh(root, shards, keep=3, model="fgram.pipeline.models:hashed", **opts)
+            if i <= 2:  # it opens the first versions while the later ones are refreshed
+                _seen(said, str(fgram.FgramStore.open(root).meta["table"]), reader)
     finally:
         stop.touch()
     opens, failures, versions, first = reader.communicate(timeout=120)[0].split(maxsplit=3)
