@@ -214,7 +214,7 @@ class AnnotateJob(Job):
     def stages(self, run: Run) -> dict:
         return _annotate(
             self.cfg,
-            run.executor(),
+            run.executor(tokens=tokens_of(self.shards, self.units)),
             self.table,
             self.index,
             self.shards,

@@ -12,6 +12,7 @@ import functools
 import multiprocessing as mp
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from typing import NoReturn
@@ -80,6 +81,10 @@ class Executor:
         task to `progress.PROGRESS` (the job's current stage counts them)."""
         raise NotImplementedError
 
+    def fit(self, tokens: int) -> None:
+        """Fit the executor to a job of ``tokens`` input tokens, before its first task
+        (nothing by default)."""
+
     def map_batched(self, n: int, fn) -> list:
         """``map`` for many small work items: at most 2 x parallelism tasks, each
         running a contiguous batch of items in turn (a task launch costs tens of
@@ -96,11 +101,10 @@ EXECUTOR_WAIT = "spark.fgram.executorWait"  # seconds a job waits with no execut
 
 
 class ExecutorGuard:
-    """A job on a cluster that has no executor left (every worker lost, or none ever
-    came) would wait for one forever: this watch, beside the job, cancels it once there
-    has been none for ``spark.fgram.executorWait`` seconds (default 120: long enough for
-    a cluster that scales up from nothing to bring its first), and `error` is the one
-    line to raise. Local mode (the driver is the executor) is never watched."""
+    """A job on a cluster with no executor left (every worker lost, or none came) would
+    wait forever: this watch cancels it once there has been none for
+    ``spark.fgram.executorWait`` seconds (default 120: a cluster scaling up from nothing
+    brings its first), `error` the line to raise. Local mode is never watched."""
 
     def __init__(self, sc, every: float = 1.0):
         import threading
@@ -226,6 +230,7 @@ class SparkExecutor(Executor):
             time.sleep(0.02)
 
 
+SMALL_JOB_TOKENS = 2_000_000  # below it, the local engine's tasks run in the driver
 _FN: Callable | None = None  # the forked pool's job (set before the fork)
 
 
@@ -310,6 +315,13 @@ class LocalExecutor(Executor):
 
     def __init__(self, processes: int | None = None):
         self.parallelism = processes or os.cpu_count() or 1
+        self.chosen = processes is not None  # asked for (``local[N]``), kept whatever the job
+
+    def fit(self, tokens: int) -> None:
+        """A job under `SMALL_JOB_TOKENS` runs its tasks in this process (workers forked
+        for each stage cost more than they save); processes asked for stay."""
+        if tokens < SMALL_JOB_TOKENS and not self.chosen:
+            self.parallelism = 1
 
     def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
         global _FN
@@ -385,22 +397,27 @@ def chosen_engine(cfg, spark=None) -> str:
 def engine_for(
     engine: str, spark=None, master: str | None = None, conf: dict[str, str] | None = None
 ) -> str:
-    """``engine``, or for ``auto``: ``local`` (the job's tasks in local processes) when
-    Spark would run on this machine alone: a local master, no ``--conf``, no session
-    given, none running and no spark-submit. There the JVM would add its start (seconds,
-    and its cores' time meanwhile) and nothing else; a JVM already up, Spark's settings
-    given, or a cluster: ``spark``."""
+    """``engine``, or for ``auto``: ``local`` (local processes) when Spark would run on
+    this machine alone: a local master, no ``--conf``, no session given or running, no
+    spark-submit (the JVM would add its start and nothing else); else ``spark``."""
     if engine != "auto":
         return engine
     if spark is not None or conf:
         return "spark"
-    from pyspark import SparkContext
-
     from fgram.spark.session import under_spark_submit
 
-    if SparkContext._active_spark_context is not None or under_spark_submit():
+    if jvm_up() or under_spark_submit():
         return "spark"
     return "local" if (master or "local").startswith("local") else "spark"
+
+
+def jvm_up() -> bool:
+    """Whether this process has a SparkContext (none where pyspark is not imported)."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def make_executor(

@@ -156,6 +156,14 @@ class HeadStart(Executor):
             reraise(exc)
         return out, len(out)
 
+    def fit(self, tokens: int) -> None:
+        """The executor fitted to the job, where it is up already (a local one is made
+        at once; a Spark one has nothing to fit)."""
+        if self._starting.ready():
+            ex = self._starting.result()
+            ex.fit(tokens)
+            self.parallelism = ex.parallelism
+
     def _executor(self):
         ex = self._starting.result()
         self.parallelism = ex.parallelism

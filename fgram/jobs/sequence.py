@@ -67,14 +67,19 @@ class Run:
         """The run's work folder (its markers and work files; it goes at the publish)."""
         return wf.join(self.staging, "_work")
 
-    def executor(self, release=None, processes: int | None = None):
+    def executor(self, release=None, processes: int | None = None, tokens: int | None = None):
         """The run's executor: the driver's head start on the one starting (``release``
         called when it hands over), or, for a job without one, the executor itself
-        (``processes``: local processes, where not every core's)."""
+        (``processes``: local processes, where not every core's); fitted to a job of
+        ``tokens`` input tokens where given (`Executor.fit`)."""
         if self.starting is None:
             cfg = self.cfg
-            return make_executor(cfg.engine, self.spark, cfg.master, cfg.conf, processes)
-        return HeadStart(self.starting, self.cfg.master, release=release)
+            ex = make_executor(cfg.engine, self.spark, cfg.master, cfg.conf, processes)
+        else:
+            ex = HeadStart(self.starting, self.cfg.master, release=release)
+        if tokens is not None:
+            ex.fit(tokens)
+        return ex
 
 
 class Job:

@@ -226,9 +226,13 @@ def test_spark_submit_gives_the_same_table(spark, tmp_path):
     unit=st.integers(1, 40),
     size=st.one_of(st.none(), st.integers(1, 60)),
     flat=st.booleans(),
+    forked=st.booleans(),
 )
-def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit, size, flat):
-    """The same tasks without Spark: cheap enough for many examples (all K up to 8)."""
+def test_local_engine_matches_oracle(
+    tmp_path_factory, docs, k, min_count, unit, size, flat, forked
+):
+    """The same tasks without Spark: cheap enough for many examples (all K up to 8); in
+    the driver (a small job's way), or in two forked workers (``local[2]``)."""
     if not any(docs):
         docs = docs + [[1, 2, 1, 2]]
     d = tmp_path_factory.mktemp("local")
@@ -249,6 +253,7 @@ def test_local_engine_matches_oracle(tmp_path_factory, docs, k, min_count, unit,
         size=size,
         unit_tokens=unit,
         engine="local",
+        master="local[2]" if forked else None,
         **kw,
     )
     expect = select(docs, k, min_count, size)

@@ -74,3 +74,15 @@ def test_workers_see_the_environment_of_the_job_not_of_their_start(monkeypatch, 
     assert LocalExecutor(2).map(3, _env_of) == ["first"] * 3
     monkeypatch.setenv("FGRAM_TEST_SETTING", "second")
     assert LocalExecutor(2).map(3, _env_of) == ["second"] * 3
+
+
+def test_a_small_job_runs_in_the_driver_unless_processes_are_asked_for():
+    cores = os.cpu_count() or 1
+    small, big = executors.SMALL_JOB_TOKENS - 1, executors.SMALL_JOB_TOKENS
+    for tokens, asked, want in [(small, None, 1), (big, None, cores), (small, 2, 2)]:
+        ex = LocalExecutor(asked)
+        ex.fit(tokens)
+        assert ex.parallelism == want, (tokens, asked)
+    seen = LocalExecutor()
+    seen.fit(small)
+    assert seen.map(3, lambda i: os.getpid()) == [os.getpid()] * 3  # no fork

@@ -34,7 +34,7 @@ from fgram.jobs.sequence import Job, Run, begin
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.config.options import KEEP_VERSIONS
 from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record
+from fgram.pipeline.formats.inputs import plan_shards, plan_units, shard_record, tokens_of
 from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
@@ -381,6 +381,9 @@ def _refresh(
     plan, changes = _plan(cfg, root, wf.join(staging, "_work"), shards, old_store, code)
     warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
+    ex.fit(  # the new units counted, the kept ones scanned
+        tokens_of(plan.new_shards, plan.new_units) + tokens_of(plan.kept_shards, plan.kept_units)
+    )
     timing = {"plan": round(time.time() - t_begin, 3)}
     old_shards = old_store.shards if old_store else {}
     current = set(changes.digests)

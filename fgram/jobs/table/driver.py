@@ -153,7 +153,7 @@ class BuildJob(Job):
         cfg = self.cfg
         plan = Plan(cfg, self.shards, self.units, run.work)
         resumed = resume_record(plan, self.state)
-        executor = run.executor(release=SCRATCH.clear)
+        executor = run.executor(release=SCRATCH.clear, tokens=tokens_of(self.shards, self.units))
         manifest = _build(
             executor, plan, run.staging, self.t_start, self.state or BuildState.fresh(cfg)
         )
