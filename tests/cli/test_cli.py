@@ -423,7 +423,7 @@ def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
     (tmp_path / "fgram" / "fgram").mkdir(parents=True)
     (tmp_path / "fgram" / "fgram" / "__init__.py").write_text("raise ImportError('wrong fgram')\n")
     subprocess.run(
-        [fgram, "synth", "-o", "syn", "--tokens", "30000000", "--format", "bin"],
+        [fgram, "synth", "-o", "syn", "--tokens", "12000000", "--format", "bin"],
         check=True,
         capture_output=True,
         cwd=tmp_path,
@@ -441,7 +441,7 @@ def test_a_build_run_from_the_folder_above_a_checkout_named_fgram(tmp_path):
                 "--doc-sep",
                 "0",
                 "--unit-tokens",
-                "2000000",
+                "1000000",
                 "--overwrite",
                 "--engine",
                 "spark",

@@ -341,7 +341,7 @@ def test_store_stopped_mid_build_fails_cleanly_and_resume_finishes(tmp_path, how
             "--min-count",
             "3",
             "--unit-tokens",
-            "3000",
+            "10000",
             "--engine",
             "local",
         ]
