@@ -52,6 +52,8 @@ def test_synth_build_show(runner, tmp_path):
             "50",
             "-K",
             "4",
+            "--engine",
+            "local",  # the command's path, not Spark's (a JVM of this file may be up)
         ],
     )
     assert res.exit_code == 0, res.output
@@ -68,12 +70,25 @@ def test_synth_build_show(runner, tmp_path):
     )
     assert res.exit_code == 0 and "--tokenizer" in res.output, res.output
     tok = str(text / "tokenizer.json")
-    res = runner.invoke(cli, ["build", str(tmp_path / "o2"), str(text), "--tokenizer", tok])
+    local = ["--engine", "local"]
+    res = runner.invoke(cli, ["build", str(tmp_path / "o2"), str(text), "--tokenizer", tok, *local])
     assert res.exit_code == 0, res.output
     res = runner.invoke(cli, ["build", str(tmp_path / "o3"), str(text), "-S", "50", "-K", "4"])
     assert "it holds text: build with --tokenizer" in _err(res)  # no --tokenizer
     res = runner.invoke(
-        cli, ["build", str(tmp_path / "o3"), str(text), "-S", "50", "-K", "4", "--tokenizer", tok]
+        cli,
+        [
+            "build",
+            str(tmp_path / "o3"),
+            str(text),
+            "-S",
+            "50",
+            "-K",
+            "4",
+            "--tokenizer",
+            tok,
+            *local,
+        ],
     )
     assert res.exit_code == 0 and result(tmp_path / "o3") == result(out), res.output
     res = runner.invoke(cli, ["show", str(tmp_path / "o3"), "--top", "3"])
