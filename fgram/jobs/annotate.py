@@ -203,8 +203,9 @@ class AnnotateJob(Job):
                 ) from None
             raise
         self.units = plan_units(shards, cfg.unit_tokens)
-        check_layout(cfg.layout, shards)
-        names = [LAYOUTS[cfg.layout].tag_name(format_of(s).tag_name(s)) for s in shards]
+        layout = LAYOUTS[cfg.layout]
+        check_layout(layout, shards)
+        names = [layout.tag_name(format_of(s).tag_name(s)) for s in shards]
         if len(set(names)) != len(names):
             raise ConfigError(
                 "two inputs share a file name; tags are named after their input files"
@@ -225,14 +226,14 @@ class AnnotateJob(Job):
         )
 
 
-def check_layout(layout: str, shards: list[Shard]) -> None:
+def check_layout(layout: TagLayout, shards: list[Shard]) -> None:
     """Every input's format writes tags in ``layout``, else one line naming the first
     that does not and the layouts it has."""
     for shard in shards:
         fmt = format_of(shard)
-        if LAYOUTS[layout] not in fmt.layouts:
+        if layout not in fmt.layouts:
             raise ConfigError(
-                f"{shard.uri}: --layout {layout} is not one of {fmt.name} inputs' "
+                f"{shard.uri}: --layout {layout.name} is not one of {fmt.name} inputs' "
                 f"({', '.join(t.name for t in fmt.layouts)})"
             )
 
@@ -296,11 +297,12 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     return manifest
 
 
-def _assemble(cfg: AnnotateConfig, ex, shards, units, staging, id_type: np.dtype) -> None:
+def _assemble(
+    cfg: AnnotateConfig, ex, shards, units, staging, id_type: np.dtype, layout: TagLayout
+) -> None:
     """Join flat tags written per unit on a store, and write what the layout adds beside
     a shard's tags (a Megatron index): a task per shard that needs either."""
     remote = wf.on_store(staging)
-    layout = LAYOUTS[cfg.layout]
     joined = [i for i, s in enumerate(shards) if format_of(s).tags.assembles and remote]
     indexed = [i for i, s in enumerate(shards) if layout.indexed or i in joined]
     if not indexed:
@@ -331,17 +333,18 @@ def _annotate(
     staging,
     t0: float,
 ) -> dict:
+    layout = LAYOUTS[cfg.layout]
     if staging is not None and not wf.on_store(staging):
         folder = os.path.join(staging, "tags")
         os.makedirs(folder)
         for shard in shards:
-            format_of(shard).tags.prepare(folder, shard, _id_type(index), LAYOUTS[cfg.layout])
+            format_of(shard).tags.prepare(folder, shard, _id_type(index), layout)
     PROGRESS.stage("annotate" if out else "coverage", len(units), tokens_of(shards, units))
     ident = index_id(index)
     tagging = AnnotateStage(cfg, shards, units, staging, ident)
     results = ex.map(len(units), tagging.run, progress=True)
     if staging is not None:
-        _assemble(cfg, ex, shards, units, staging, _id_type(index))
+        _assemble(cfg, ex, shards, units, staging, _id_type(index), layout)
     k = index.max_len
     hist = [sum(h[i] for h, _ in results) for i in range(k + 1)]
     coverage = coverage_table(hist)
@@ -373,8 +376,8 @@ def _annotate(
         ],
         "coverage": coverage,
         "layout": {f.name: f.tag_layout for f in registry.FORMATS}
-        if LAYOUTS[cfg.layout].own
-        else {"name": cfg.layout, "files": LAYOUTS[cfg.layout].about},
+        if layout.own
+        else {"name": layout.name, "files": layout.about},
         "seconds": round(time.time() - t0, 3),
     }
     return manifest

@@ -95,6 +95,7 @@ class Plan:
     files: list[TextFile]
     units: list[TextUnit]
     staging: Place
+    writer: TokenWriter  # the shards' format (`--format`)
     dtype: str  # bin: uint16 | uint32; parquet: int32
     doc_sep: int | None  # bin's separator
     threads: int  # the tokenizer's threads in a task (`task_threads`)
@@ -143,9 +144,8 @@ def tokenize_task(plan: Plan, u: int, doc_base: int, row_base: int, line: int) -
     unit = plan.units[u]
     file = plan.files[unit.file]
     tok = encoder(plan.spec, plan.threads)
-    writer = WRITERS[plan.cfg.format]
     shards = ShardWriter(
-        plan.staging, u, file.uri, writer, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
+        plan.staging, u, file.uri, plan.writer, plan.cfg.shard_tokens, plan.dtype, plan.doc_sep
     )
     done = UnitTokens(u, 0, 0, 0, shards.names, shards.sizes, -1, 0, 0.0)  # so far
     limit = 2 ** (8 * np.dtype(plan.dtype).itemsize)
@@ -302,7 +302,8 @@ class TokenizeJob(Job):
     def check(self) -> None:
         cfg = self.cfg
         self.spec = spec = load_spec(cfg.tokenizer)
-        self.dtype, self.doc_sep = WRITERS[cfg.format].token_type(
+        self.writer = WRITERS[cfg.format]
+        self.dtype, self.doc_sep = self.writer.token_type(
             spec.vocab_size, spec.eos_id, cfg.dtype, cfg.doc_sep, spec.path
         )
         check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
@@ -328,17 +329,20 @@ class TokenizeJob(Job):
         return resumed
 
     def stages(self, run: Run) -> dict[str, Any]:
-        manifest = _tokenize(run, self.spec, self.files, self.units, self.dtype, self.doc_sep)
+        manifest = _tokenize(
+            run, self.spec, self.files, self.units, self.writer, self.dtype, self.doc_sep
+        )
         manifest["resumed"] = run.resumed
         manifest["run_fingerprint"] = self.digest
         manifest["seconds"] = round(time.time() - self.t0, 3)
         return manifest
 
 
-def _tokenize(run: Run, spec, files, units, dtype, doc_sep) -> dict[str, Any]:
+def _tokenize(run: Run, spec, files, units, writer, dtype, doc_sep) -> dict[str, Any]:
     cfg, ex = run.cfg, run.executor()
-    plan = Plan(cfg, spec, files, units, run.staging, dtype, doc_sep, task_threads(cfg, len(units)))
-    todo = counted(units, WRITERS[cfg.format])
+    threads = task_threads(cfg, len(units))
+    plan = Plan(cfg, spec, files, units, run.staging, writer, dtype, doc_sep, threads)
+    todo = counted(units, writer)
     counts = [(0, 0)] * len(units)
     if todo:
         PROGRESS.stage("count documents", len(todo))
@@ -377,7 +381,7 @@ def _tokenize(run: Run, spec, files, units, dtype, doc_sep) -> dict[str, Any]:
         "output_format": cfg.format,
         "dtype": dtype,
         "doc_sep": doc_sep,
-        "columns": WRITERS[cfg.format].columns(cfg.id_field),
+        "columns": writer.columns(cfg.id_field),
         "config": {
             k: v
             for k, v in cfg.record().items()

@@ -182,7 +182,7 @@ class SidecarTags(TagFiles):
         id_type: np.dtype,
         layout: TagLayout,
     ) -> None:
-        if isinstance(staging, Location) and not staging.local:
+        if wf.on_store(staging):
             wf.save_array(part(staging, shard, unit.start, "fgid"), tagged.fid.astype(id_type))
             wf.save_array(part(staging, shard, unit.start, "mlen"), tagged.mlen)
             return

@@ -93,7 +93,8 @@ class BinTokens(TokenWriter):
     ) -> tuple[str, int | None]:
         dtype = dtype or ("uint16" if vocab <= 2**16 else "uint32")
         doc_sep = eos if doc_sep is None else doc_sep
-        if vocab > 2 ** (8 * np.dtype(dtype).itemsize):
+        room = 2 ** (8 * np.dtype(dtype).itemsize)  # the ids the type holds
+        if vocab > room:
             raise ConfigError(
                 f"{where}: its {vocab} token ids do not fit {dtype}; use --dtype uint32"
             )
@@ -102,7 +103,7 @@ class BinTokens(TokenWriter):
                 f"{where}: the tokenizer names no end-of-document token; "
                 f"give the separator with --doc-sep ID"
             )
-        if doc_sep >= 2 ** (8 * np.dtype(dtype).itemsize):
+        if doc_sep >= room:
             raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
         return dtype, doc_sep
 
