@@ -350,6 +350,38 @@ def test_every_job_runs_in_the_one_sequence():
     assert found == []
 
 
+HOOKS_AFTER_PLACES = ("ahead", "plan", "claim", "stages", "published", "failed")
+
+
+def _hooks_given_the_output(source: str) -> list[str]:
+    """The run sequence's hooks (after `Job.places`) in ``source`` that take a parameter
+    named ``out``: the output's places are derived once, by ``places``."""
+    return [
+        f"{node.name}({a.arg})"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef) and node.name in HOOKS_AFTER_PLACES
+        for a in node.args.args
+        if a.arg == "out"
+    ]
+
+
+def test_the_places_rule_sees_the_output_handed_on():
+    source = "class J(Job):\n def plan(self, out): pass\n def places(self, out): pass"
+    assert _hooks_given_the_output(source) == ["plan(out)"]
+
+
+def test_only_places_derives_from_the_output():
+    """A job's output reaches it once, in ``places`` (its staging folder and any other
+    folder of the run); no later step is handed the output to derive a place again."""
+    found = [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if mod.startswith("fgram.jobs")
+        for c in _hooks_given_the_output(open(path).read())
+    ]
+    assert found == []
+
+
 def _place_branches(source: str) -> list[str]:
     """Where ``source`` asks whether a place is a path or a `Location` (``isinstance(x,
     str)``, ``getattr(x, "uri", x)``): the storage layer answers that (`uri_of`,

@@ -268,12 +268,12 @@ class EmbedJob(Job):
         with OutputLock(where):
             yield where
 
-    def staging(self, out: Location):
+    def places(self, out: Location):
         if self.on_store:
             return self.table.child("_embeddings-staging")
         return out.path + ".staging" if self.table.local else staging_path(out)
 
-    def claim(self, staging, out) -> bool:
+    def claim(self, staging) -> bool:
         cfg, total = self.cfg, self.total
         self.nchunks = nchunks = -(-total // cfg.chunk_rows)
         if self.on_store:

@@ -6,7 +6,9 @@ the same way for all:
 1. the config checked and its engine chosen, once (`begin`);
 2. the job's own checks (its inputs: a missing file is one line before anything starts);
 3. the output checked, locked, and checked again under the lock (`held_output`): an
-   output another run published while this one waited is never replaced;
+   output another run published while this one waited is never replaced; the places
+   the job derives from it (its staging folder, a build's text folder) derived once
+   (`Job.places`), and no later step is handed the output again;
 4. what the job does first under the lock (`Job.ahead`: a build tokenizes its text);
    the executor made in the background (a JVM's seconds) while the driver plans, and
    runs the first tasks itself meanwhile where the job takes a head start (`HeadStart`);
@@ -116,24 +118,27 @@ class Job:
     def resume(self) -> bool:
         return bool(getattr(self.cfg, "resume", False))
 
-    def ahead(self, out: Location) -> None:
+    def places(self, out: Location) -> Place:
+        """The places the job derives from its output, once, under the output's lock and
+        before any other step: where the output is built before it is published (returned;
+        `publish.staging_for`), and what else the job keeps (a build's text folder)."""
+        return staging_for(out, runs_here(self.cfg), unique=self.unique)
+
+    def ahead(self, staging: Place) -> None:
         """Under the output's lock, before the executor starts (a build's text inputs
         tokenized by a run of their own)."""
 
     def check_executor(self, ex) -> None:
         """May refuse the executor made (raising) before any task runs."""
 
-    def plan(self, out: Location | None) -> dict[str, Any] | None:
+    def plan(self) -> dict[str, Any] | None:
         """The job's plan, under the output's lock, the executor starting. A manifest
         returned ends the run there (published already, by this very run)."""
         return None
 
-    def staging(self, out: Location) -> Place:
-        """Where the output is built before it is published (`publish.staging_for`)."""
-        return staging_for(out, runs_here(self.cfg), unique=self.unique)
-
-    def claim(self, staging: Place, out: Location) -> bool:
+    def claim(self, staging: Place) -> bool:
         """The staging folder made, or a resumed run's kept; whether it resumes."""
+        wf.make_dirs(staging)
         return False
 
     def stages(self, run: Run) -> dict[str, Any]:
@@ -177,7 +182,7 @@ def _unpublished(job: Job) -> dict[str, Any]:
     """A job that measures and publishes nothing: its plan and stages, no lock."""
     starting = _starting(job)
     try:
-        job.plan(None)
+        job.plan()
         return job.stages(Run(job.cfg, None, None, False, starting, job.spark))  # type: ignore[arg-type]
     finally:
         if starting is not None:
@@ -185,16 +190,16 @@ def _unpublished(job: Job) -> dict[str, Any]:
 
 
 def _locked(job: Job, out: Location) -> dict[str, Any]:
-    job.ahead(out)
+    staging = job.places(out)  # once: no later step derives a place from the output
+    job.ahead(staging)
     starting = None if job.plans_first else _starting(job)
     try:
-        done = job.plan(out)
+        done = job.plan()
         if done is not None:
             return done
         if job.plans_first:
             starting = _starting(job)
-        staging = job.staging(out)
-        resumed = job.claim(staging, out)  # refused: another run's work, left as it is
+        resumed = job.claim(staging)  # refused: another run's work, left as it is
         try:
             run = Run(job.cfg, out, staging, resumed, starting, job.spark)
             with working_in(run.work):  # this run's (`fgram clean`)

@@ -43,7 +43,7 @@ from fgram.pipeline.formats.inputs import check_inputs
 from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.markers import Markers
-from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.storage import Location, Place
 from fgram.pipeline.io.workdir import claim_staging
 from fgram.pipeline.records import JsonRecord
 from fgram.pipeline.text.text import (
@@ -308,7 +308,11 @@ class TokenizeJob(Job):
         )
         check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
 
-    def plan(self, out) -> dict[str, Any] | None:
+    def places(self, out: Location) -> Place:
+        self.published_manifest = out.child("manifest.json")
+        return super().places(out)
+
+    def plan(self) -> dict[str, Any] | None:
         """Plan and prove the backend; a manifest when this very run is published."""
         cfg = self.cfg
         self.files = plan_text(cfg.inputs, cfg.text_options())
@@ -316,15 +320,15 @@ class TokenizeJob(Job):
         self.spec = _backend(cfg, self.spec, self.files, self.units)
         self.fingerprint = _fingerprint(cfg, self.spec, self.files)
         self.digest = fingerprint_digest(self.fingerprint)
-        done = out.child("manifest.json")
+        done = self.published_manifest
         if cfg.resume and done.exists():
             published = done.read_json()
             if published.get("run_fingerprint") == self.digest:
                 return dict(published)  # finished already: nothing to resume
         return None
 
-    def claim(self, staging, out) -> bool:
-        resumed = claim_staging(staging, self.fingerprint, self.cfg.resume, out.uri, self.what)
+    def claim(self, staging: Place) -> bool:
+        resumed = claim_staging(staging, self.fingerprint, self.cfg.resume, self.what)
         wf.make_dirs(wf.join(staging, "shards"))
         return resumed
 

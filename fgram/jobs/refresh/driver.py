@@ -39,7 +39,7 @@ from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.publish import staging_for
-from fgram.pipeline.io.storage import check_bucket, locate
+from fgram.pipeline.io.storage import Location, check_bucket, locate
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.layout import group_slots
@@ -84,12 +84,12 @@ def reusable_store(root, previous: str, cfg: BuildConfig, code: KeyCode) -> Stor
     return store if store is not None and store.options == store_options(cfg, code) else None
 
 
-def _staging(cfg: BuildConfig, root, vid: str):
+def _staging(cfg: BuildConfig, root: Location, vid: str):
     """A new version's staging folder: beside it on a local disk; for a root on an object
     store, this machine's cache when the tasks run here, else the store itself (a hidden
     folder in versions/, which every executor reaches and `clear_leftovers` removes)."""
     if not wf.on_store(root) or not runs_here(cfg):
-        return staging_for(vs.version_path(root, vid), here=False)
+        return staging_for(root.child(vs.VERSIONS, vid), here=False)
     # on this machine, one per root: the next run clears what a killed one left
     return staging_for(root.child(vs.VERSIONS, ".next"), here=True)
 
@@ -138,10 +138,16 @@ class RefreshJob(Job):
     def check_executor(self, ex) -> None:
         check_work_reach(self.cfg, ex)
 
-    def plan(self, out) -> dict | None:
+    def places(self, out):
+        """The new version's staging folder; its id, after the newest (the folder of
+        versions is the output)."""
+        self.vid = vs.new_version_id(after=max(vs.list_versions(out), default=None))
+        return _staging(self.cfg, out, self.vid)
+
+    def plan(self) -> dict | None:
         root = self.root
         vs.clear_leftovers(root)  # of a refresh killed before it could clean up
-        self.current = current = settled(self.cfg, root, self.given, self.rebuild, out.uri)
+        self.current = current = settled(self.cfg, root, self.given, self.rebuild, self.where.uri)
         previous, old = current.previous, current.manifest or {}
         self.cfg, self.canonical = same_map(current.cfg, old, current.rebuilt, self.tokenizer)
         cfg = self.cfg
@@ -164,13 +170,9 @@ class RefreshJob(Job):
                 }
             self.old_store = reusable_store(root, previous, cfg, self.code)
             check_model(root, previous, self.model)  # before counting: its embeddings need one
-        self.vid = vs.new_version_id(after=max(vs.list_versions(root), default=None))
         return None
 
-    def staging(self, out):
-        return _staging(self.cfg, self.root, self.vid)
-
-    def claim(self, staging, out) -> bool:
+    def claim(self, staging) -> bool:
         wf.remove_tree(staging)
         wf.make_dirs(wf.join(staging, "_work"))
         wf.make_dirs(objects_dir(self.root))

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from fgram.jobs import sequence
-from fgram.jobs.executors import runs_here
 from fgram.jobs.passes import (
     Merged,
     PassSteps,
@@ -49,7 +48,7 @@ from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.publish import staging_for
+from fgram.pipeline.io.publish import run_folder
 from fgram.pipeline.io.storage import Location, Place, uri_of
 from fgram.pipeline.io.workdir import Sweeper
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
@@ -111,15 +110,19 @@ class BuildJob(Job):
             check_inputs(cfg.inputs, cfg.storage)
             self.cfg, self.tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how
 
-    def ahead(self, out: Location) -> None:
-        """Text inputs tokenized into a folder of the run, the output's lock held from
-        before the first token."""
+    def places(self, out: Location) -> Place:
+        """The staging folder: `--work-dir`'s, or beside the output."""
+        return work_location(self.cfg, out)
+
+    def ahead(self, staging: Place) -> None:
+        """Text inputs tokenized into a folder of the run beside its staging folder, the
+        output's lock held from before the first token."""
         cfg = self.cfg
         if not cfg.tokenizer:
             return
+        self.text_folder = folder = run_folder(staging, "text")
         from fgram.jobs.tokenize import tokenize_inputs
 
-        self.text_folder = folder = staging_for(out, runs_here(cfg), what="text")
         where = uri_of(folder)
         tokens = tokenize_inputs(cfg, where, cfg.resume)
         self.text = {
@@ -133,7 +136,7 @@ class BuildJob(Job):
     def check_executor(self, ex) -> None:
         check_work_reach(self.cfg, ex)
 
-    def plan(self, out: Location | None) -> None:
+    def plan(self) -> None:
         self.cfg, self.canonical = canonical_run(self.cfg, self.tokenizer)
         cfg = self.cfg
         self.shards = plan_shards(cfg.inputs, cfg.read_options())
@@ -142,11 +145,8 @@ class BuildJob(Job):
         self.fingerprint = run_fingerprint(cfg, self.shards)
         return None
 
-    def staging(self, out: Location):
-        return work_location(self.cfg, out)
-
-    def claim(self, staging, out: Location) -> bool:
-        self.state = claimed_state(self.cfg, staging, out, self.fingerprint)
+    def claim(self, staging: Place) -> bool:
+        self.state = claimed_state(self.cfg, staging, self.fingerprint)
         return self.state is not None
 
     def stages(self, run: Run) -> dict:

@@ -18,7 +18,7 @@ from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 
 
-def claimed_state(cfg: BuildConfig, staging, out: Location, fingerprint: dict) -> BuildState | None:
+def claimed_state(cfg: BuildConfig, staging, fingerprint: dict) -> BuildState | None:
     """The staging folder claimed (`claim_staging`) and, with --resume, the state of a
     previous run to continue (None: a fresh run).
 
@@ -26,7 +26,7 @@ def claimed_state(cfg: BuildConfig, staging, out: Location, fingerprint: dict) -
     belong to this very run (same options, same inputs); then its completed
     passes and counted units are kept.
     """
-    if claim_staging(staging, fingerprint, cfg.resume, out.uri):
+    if claim_staging(staging, fingerprint, cfg.resume):
         work = wf.join(staging, "_work")
         state = load_state(work)
         if state is not None and (bad := damaged(work, state)):

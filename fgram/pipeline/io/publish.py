@@ -74,45 +74,57 @@ def foreign_output(out: Place) -> bool:
     return loc.exists() and not any(loc.child(n).exists() for n in (MANIFEST, SUCCESS))
 
 
-def _beside(out: Place, what: str) -> str:
+def _beside(out: Location, what: str) -> str:
     """A hidden local sibling of ``out``: ``.<name>.fgram-<what>``; for an output on an
     object store, a folder of the local cache named after its URI (the run's work
     stays on this machine; only the finished output is uploaded)."""
-    loc = as_location(out)
-    if not loc.local:
+    if not out.local:
         import hashlib
 
-        digest = hashlib.sha256(loc.uri.encode()).hexdigest()[:16]
-        return os.path.join(cache_dir("remote-runs"), f".{loc.name}-{digest}.fgram-{what}")
-    parent, name = os.path.split(loc.path)
+        digest = hashlib.sha256(out.uri.encode()).hexdigest()[:16]
+        return os.path.join(cache_dir("remote-runs"), f".{out.name}-{digest}.fgram-{what}")
+    return _hidden(out.path, what)
+
+
+def _hidden(path: str, what: str) -> str:
+    """``.<name>.fgram-<what>`` beside a local ``path``."""
+    parent, name = os.path.split(path)
     return os.path.join(parent, f".{name}.fgram-{what}")
 
 
 def staging_path(out: Place) -> str:
     """The one (local) staging folder of an output: a crashed run's work stays there for
     --resume."""
-    return _beside(out, "staging")
+    return _beside(as_location(out), "staging")
 
 
 def lock_path(out: Place) -> str:
-    return _beside(out, "lock")
+    return _beside(as_location(out), "lock")
 
 
-def staging_for(out: Place, here: bool, unique: bool = False, what: str = "staging") -> Place:
+def staging_for(out: Location, here: bool, unique: bool = False, what: str = "staging") -> Place:
     """Where a run stages ``out`` before publishing it. On this machine when ``out`` is
     local or the run's tasks run here (`staging_path`: beside a local output, the local
     cache for one on an object store); else on the store beside ``out``, a hidden
     `Location` every executor reaches (a cluster without a shared mount). ``unique``: a
-    folder of its own (made here), not the one a killed run left for --resume.
-    ``what``: another folder of the run's, named so (``text``: a build's tokens)."""
-    loc = as_location(out)
+    name of its own (the run makes the folder), not the one a killed run left for
+    --resume. ``what``: another folder of the run's, named so (``text``: a build's
+    tokens)."""
     what = f"{what}-{uuid.uuid4().hex[:12]}" if unique else what
-    if not (loc.local or here):
-        return loc.sibling(f".{loc.name}.fgram-{what}")
-    path = _beside(loc, what)
-    if unique:
-        os.makedirs(path)
-    return path
+    if not (out.local or here):
+        return out.sibling(f".{out.name}.fgram-{what}")
+    return _beside(out, what)
+
+
+def run_folder(staging: Place, what: str) -> Place:
+    """Another folder of a run, beside its staging folder (``.X.fgram-staging``):
+    ``.X.fgram-<what>`` (``text``: a build's tokens)."""
+    suffix = "fgram-staging"
+    if isinstance(staging, Location):
+        assert staging.name.endswith(suffix)
+        return staging.sibling(staging.name[: -len(suffix)] + f"fgram-{what}")
+    assert staging.endswith(suffix)
+    return staging[: -len(suffix)] + f"fgram-{what}"
 
 
 def publish(staging: str, out: str) -> None:
@@ -131,7 +143,7 @@ def publish(staging: str, out: str) -> None:
     else:  # the run's work goes last, at the rename: a failure before it keeps it
         shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)
     if os.path.exists(out):
-        old = _beside(out, f"old-{uuid.uuid4().hex[:12]}")
+        old = _hidden(out, f"old-{uuid.uuid4().hex[:12]}")
         os.rename(out, old)
         os.rename(src, out)
         shutil.rmtree(old, ignore_errors=True)
@@ -147,7 +159,7 @@ def _copied_beside(staging: str, out: str) -> str:
     one atomic step on the output's filesystem."""
     from fgram.pipeline.io.failures import writing
 
-    copy = _beside(out, f"copy-{uuid.uuid4().hex[:12]}")
+    copy = _hidden(out, f"copy-{uuid.uuid4().hex[:12]}")
     try:
         with writing(copy):
             shutil.copytree(staging, copy, ignore=lambda d, _: ["_work"] if d == staging else [])

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from fgram.pipeline.io.failures import aside
-from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.storage import Location, Place, uri_of
 from fgram.pipeline.kernels.scratch import Scratch
 
 
@@ -289,9 +289,7 @@ def load_json(path: Place) -> Any:
         return json.load(f)
 
 
-def claim_staging(
-    staging: Place, fingerprint: Any, resume: bool, out: str, what: str = "run"
-) -> bool:
+def claim_staging(staging: Place, fingerprint: Any, resume: bool, what: str = "run") -> bool:
     """Make a run's staging folder (``_work/run.json`` holds the run's ``fingerprint``),
     or keep an unfinished run's when ``resume`` and it is this very run (same options,
     same inputs); returns whether it resumes. ``--resume`` onto another run's work is
@@ -306,13 +304,14 @@ def claim_staging(
         if resume and old is not None:
             other = "inputs" if old.get("inputs") != fingerprint.get("inputs") else "options"
             raise OutputError(
-                f"{out}: cannot resume: the unfinished {what} there had other {other}; "
+                f"{uri_of(staging)}: cannot resume: the unfinished {what} there had other "
+                f"{other}; "
                 f"rerun without --resume to start over"
             )
         if old is not None:
             sys.stderr.write(
                 f"fgram: removing an unfinished {what}'s work in "
-                f"{getattr(staging, 'uri', staging)} (--resume would continue it)\n"
+                f"{uri_of(staging)} (--resume would continue it)\n"
             )
         remove_tree(staging)
     make_dirs(join(staging, "_work"))
