@@ -544,7 +544,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     third = job.count_task(plan, 3, 0, prev, code)
     assert third.counted == 6 and third.distinct == 3  # 123 231 312 123 231 312
     assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w))] == []
-    assert job.count_markers(plan.work, 2).done(0) and os.path.exists(wd.unit(3, 0, "pos"))
+    assert job.count_markers(plan.work, 2).done(0) and os.path.exists(wd.unit(3, 0, "order"))
 
     marker = job.count_markers(plan.work, 3).path(0)
     saved = open(marker).read()

@@ -24,6 +24,7 @@ from fgram.pipeline.kernels import scans
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
 from fgram.pipeline.kernels.merging import part_range
+from fgram.pipeline.kernels.packing import pack_order, unpack_order
 from fgram.pipeline.kernels.ranking import Groups
 from fgram.pipeline.kernels.selection import histogram
 from fgram.pipeline.records import JsonRecord, int_keys
@@ -160,10 +161,8 @@ def count_task(plan: RPlan, k: int, u: int) -> UnitCount:
         prev = tokens
     else:
         uniq = load_array(unit_file(plan, k - 1, u, "uniq"), mmap=False)
-        prev_order = (
-            read_into(unit_file(plan, k - 1, u, "pos"), SCRATCH, "prev_pos"),
-            read_into(unit_file(plan, k - 1, u, "starts"), SCRATCH, "prev_starts"),
-        )
+        packed = read_into(unit_file(plan, k - 1, u, "order"), SCRATCH, "packed_order")
+        prev_order = unpack_order(packed, SCRATCH)
         prev = ids_at(id_table(plan, k - 1).lookup(uniq), prev_order, len(tokens), SCRATCH)
     at = rare_windows(tokens, prev, k - 1) if k >= 3 else None
     rare = put(plan.root, at) if at is not None else None
@@ -174,8 +173,7 @@ def count_task(plan: RPlan, k: int, u: int) -> UnitCount:
     if not last:
         assert order is not None  # asked for
         save_array(unit_file(plan, k, u, "uniq"), uniq)
-        save_array(unit_file(plan, k, u, "pos"), order[0])
-        save_array(unit_file(plan, k, u, "starts"), order[1])
+        save_array(unit_file(plan, k, u, "order"), pack_order(order, SCRATCH))
     nz = counts > 0
     run = put_run(plan.root, uniq[nz], counts[nz])
     return UnitCount(

@@ -26,6 +26,7 @@ from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, read_range
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.merging import ids_in, key_slice, merge_counts_bucketed, part_range
+from fgram.pipeline.kernels.packing import pack_order, unpack_order
 from fgram.pipeline.kernels.selection import histogram
 from fgram.pipeline.kernels.streams import positions_by_length
 from fgram.pipeline.records import JsonRecord, int_keys
@@ -153,9 +154,8 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
         ids = tokens
     else:  # each position's (k-1)-gram id, from its key's global id (INVALID elsewhere)
         try:
-            prev_order = (
-                read_into(wd.unit(k - 1, u, "pos"), SCRATCH, "prev_pos"),
-                read_into(wd.unit(k - 1, u, "starts"), SCRATCH, "prev_starts"),
+            prev_order = unpack_order(
+                read_into(wd.unit(k - 1, u, "order"), SCRATCH, "packed_order"), SCRATCH
             )
             assert prev is not None  # the previous pass's record, after pass 2
             answers = _unit_answers(plan, wd, k - 1, u, prev)
@@ -179,8 +179,7 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
     }
     if not last:
         assert order is not None  # asked for
-        files["pos"] = save_array(wd.unit(k, u, "pos"), order[0])
-        files["starts"] = save_array(wd.unit(k, u, "starts"), order[1])
+        files["order"] = save_array(wd.unit(k, u, "order"), pack_order(order, SCRATCH))
     stats = UnitCount(
         unit=u,
         documents=stream.documents,
@@ -230,7 +229,7 @@ def _damaged(wd: WorkDir, k: int, stats: UnitCount) -> str | None:
     return None
 
 
-UNIT_FILES = ("keys", "counts", "pos", "starts")
+UNIT_FILES = ("keys", "counts", "order")
 
 
 def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
