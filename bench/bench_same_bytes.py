@@ -32,6 +32,7 @@ VOLATILE = {
     "previous", "versions", "fgram_version", "uri", "path", "where", "output", "table",
     "inputs", "reused_from", "staging", "generation", "files", "store", "mtime",
     "engine", "work_dir", "head_start", "run_fingerprint", "fingerprint", "timing",
+    "unit_bytes",  # what a pass's work files took: a measure, as its seconds are
 }  # fmt: skip
 OBJECT = r"[0-9a-f]{32}\.(\d+)\.x([0-9a-f]+)\.npy"  # a store object: uuid.size.xhash.npy
 
