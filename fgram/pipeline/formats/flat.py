@@ -186,7 +186,7 @@ class SidecarTags(TagFiles):
             wf.save_array(part(staging, shard, unit.start, "fgid"), tagged.fid.astype(id_type))
             wf.save_array(part(staging, shard, unit.start, "mlen"), tagged.mlen)
             return
-        folder = os.path.join(staging if isinstance(staging, str) else staging.path, "tags")
+        folder = wf.local_path(wf.join(staging, "tags"))
         for what, values, dtype in (("fgid", tagged.fid, id_type), ("mlen", tagged.mlen, None)):
             path = sidecar(folder, shard, what, layout)
             arr = (

@@ -31,13 +31,14 @@ def on_store(path: Place) -> TypeGuard[Location]:
     return isinstance(path, Location) and not path.local
 
 
-def _local(path: Place) -> str:
+def local_path(path: Place) -> str:
+    """The path on this machine of a place that is not on an object store."""
     return path.path if isinstance(path, Location) else path
 
 
 def is_link(path: Place) -> bool:
     """Whether a local place is a symbolic link (an object store has none)."""
-    return not on_store(path) and os.path.islink(_local(path))
+    return not on_store(path) and os.path.islink(local_path(path))
 
 
 HASH = "xxh3"  # the records' key: an older record (a word sum) is never taken as intact
@@ -63,7 +64,7 @@ def save_array(path: Place, arr: np.ndarray) -> dict[str, int]:
         np.save(buf, arr, allow_pickle=False)
         path.write_bytes(buf.getbuffer())
         return record
-    path = _local(path)
+    path = local_path(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with aside(tmp, path), open(tmp, "wb") as f:
         np.save(f, arr, allow_pickle=False)
@@ -136,15 +137,15 @@ def read_range(path: Place, start: int, stop: int) -> np.ndarray:
     that keeps a slice of each of thousands of units would run out of them)."""
     if on_store(path):
         return np.array(load_array(path)[start:stop])
-    mapped = np.load(_local(path), mmap_mode="r", allow_pickle=False)
+    mapped = np.load(local_path(path), mmap_mode="r", allow_pickle=False)
     dtype, offset = mapped.dtype, int(mapped.offset)
     del mapped  # its descriptor closes here
     count = max(stop - start, 0)
     out: np.ndarray = np.fromfile(
-        _local(path), dtype=dtype, count=count, offset=offset + start * dtype.itemsize
+        local_path(path), dtype=dtype, count=count, offset=offset + start * dtype.itemsize
     )
     if len(out) != count:
-        raise EOFError(f"{_local(path)}: {len(out)} of {count} items")
+        raise EOFError(f"{local_path(path)}: {len(out)} of {count} items")
     return out
 
 
@@ -153,7 +154,7 @@ def load_array(path: Place, mmap: bool = True) -> np.ndarray:
     if on_store(path):
         arr: np.ndarray = np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
         return arr
-    arr = np.load(_local(path), mmap_mode="r" if mmap else None, allow_pickle=False)
+    arr = np.load(local_path(path), mmap_mode="r" if mmap else None, allow_pickle=False)
     return arr
 
 
@@ -166,7 +167,7 @@ def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
         out = scratch.get(name, len(arr), arr.dtype)
         out[:] = arr
         return out
-    local = _local(path)
+    local = local_path(path)
     with open(local, "rb") as f:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0)):  # np.save writes these: anything else, plainly
@@ -246,7 +247,7 @@ def save_bytes(path: Place, data: bytes) -> None:
     if on_store(path):
         path.write_bytes(data)
         return
-    path = _local(path)
+    path = local_path(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with aside(tmp, path), open(tmp, "wb") as f:
         f.write(data)
@@ -259,7 +260,7 @@ def remove_partial(folder: Place) -> None:
     kept for a resume, never their pieces. An object store's uploads appear whole."""
     if on_store(folder):
         return
-    for root, _, files in os.walk(_local(folder)):
+    for root, _, files in os.walk(local_path(folder)):
         for name in files:
             if name.endswith(".tmp"):
                 with contextlib.suppress(OSError):
@@ -271,7 +272,7 @@ def save_json(path: Place, obj: Any, durable: bool = True) -> None:
     if on_store(path):
         path.write_json(obj)
         return
-    path = _local(path)
+    path = local_path(path)
     tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     with aside(tmp, path), open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
@@ -285,7 +286,7 @@ def save_json(path: Place, obj: Any, durable: bool = True) -> None:
 def load_json(path: Place) -> Any:
     if on_store(path):
         return path.read_json()
-    with open(_local(path)) as f:
+    with open(local_path(path)) as f:
         return json.load(f)
 
 
@@ -320,7 +321,7 @@ def claim_staging(staging: Place, fingerprint: Any, resume: bool, what: str = "r
 
 
 def exists(path: Place) -> bool:
-    return path.exists() if on_store(path) else os.path.exists(_local(path))
+    return path.exists() if on_store(path) else os.path.exists(local_path(path))
 
 
 def remove(path: Place) -> None:
@@ -329,7 +330,7 @@ def remove(path: Place) -> None:
         path.remove()
         return
     with contextlib.suppress(OSError):
-        os.remove(_local(path))
+        os.remove(local_path(path))
 
 
 def remove_tree(path: Place) -> None:
