@@ -68,6 +68,17 @@ def _imports(mod: str, path: str, known: set[str]):
     return {m for m in inner if m in known and m != mod}, outer, private
 
 
+def _found(finder, reads) -> list[str]:
+    """``module: finding`` for each finding of ``finder`` (a module's source -> what a
+    rule found in it) in the package's modules that ``reads`` (a module's name -> bool)."""
+    return [
+        f"{mod}: {c}"
+        for mod, path in _modules().items()
+        if reads(mod)
+        for c in finder(open(path).read())
+    ]
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One cycle of the graph (its modules in order), or None."""
     state: dict[str, int] = {}
@@ -251,13 +262,7 @@ def test_the_engine_rule_sees_comparisons():
 
 
 def test_no_engine_name_is_compared_past_the_config_and_the_executor():
-    found = [
-        f"{mod}: {c}"
-        for mod, path in _modules().items()
-        if not mod.startswith(DECIDE_ENGINES)
-        for c in _engine_compares(open(path).read())
-    ]
-    assert found == []
+    assert _found(_engine_compares, lambda mod: not mod.startswith(DECIDE_ENGINES)) == []
 
 
 LAYOUT_NAMES = {"fgram", "olmo", "megatron", "hf"}  # `formats.layouts.LAYOUTS`
@@ -274,14 +279,11 @@ def test_the_layout_rule_sees_comparisons():
 def test_no_tag_layout_is_known_by_its_name_past_its_object():
     """A format asks its `TagLayout` (raw, indexed, tokens beside) and never compares
     a layout's name (shard formats named alike, "megatron", are not layouts)."""
-    found = [
-        f"{mod}: {c}"
-        for mod, path in _modules().items()
-        if mod.startswith(("fgram.pipeline", "fgram.jobs"))
-        for c in _engine_compares(open(path).read(), LAYOUT_NAMES)
-        if "format" not in c
-    ]
-    assert found == []
+
+    def layout_names(source: str) -> list[str]:
+        return [c for c in _engine_compares(source, LAYOUT_NAMES) if "format" not in c]
+
+    assert _found(layout_names, lambda mod: mod.startswith(("fgram.pipeline", "fgram.jobs"))) == []
 
 
 def _marker_paths(source: str) -> list[str]:
@@ -310,13 +312,7 @@ def test_the_marker_rule_sees_marker_paths():
 
 def test_every_job_marks_its_units_done_one_way():
     """One completion marker scheme (`fgram.pipeline.io.markers`) for every job."""
-    found = [
-        f"{mod}: {c}"
-        for mod, path in _modules().items()
-        if mod != "fgram.pipeline.io.markers"
-        for c in _marker_paths(open(path).read())
-    ]
-    assert found == []
+    assert _found(_marker_paths, lambda mod: mod != "fgram.pipeline.io.markers") == []
 
 
 # the steps every job takes in one order (`fgram.jobs.sequence`): called there alone
@@ -341,13 +337,8 @@ def test_the_sequence_rule_sees_the_steps():
 def test_every_job_runs_in_the_one_sequence():
     """The engine chosen and the output locked and checked again under the lock by the
     run sequence alone: no job spells out its own order."""
-    found = [
-        f"{mod}: {c}"
-        for mod, path in _modules().items()
-        if mod not in ("fgram.jobs.sequence", "fgram.jobs.executors", "fgram.pipeline.io.locks")
-        for c in _steps_called(open(path).read())
-    ]
-    assert found == []
+    takes_steps = ("fgram.jobs.sequence", "fgram.jobs.executors", "fgram.pipeline.io.locks")
+    assert _found(_steps_called, lambda mod: mod not in takes_steps) == []
 
 
 HOOKS_AFTER_PLACES = ("ahead", "plan", "claim", "stages", "published", "failed")
@@ -373,13 +364,7 @@ def test_the_places_rule_sees_the_output_handed_on():
 def test_only_places_derives_from_the_output():
     """A job's output reaches it once, in ``places`` (its staging folder and any other
     folder of the run); no later step is handed the output to derive a place again."""
-    found = [
-        f"{mod}: {c}"
-        for mod, path in _modules().items()
-        if mod.startswith("fgram.jobs")
-        for c in _hooks_given_the_output(open(path).read())
-    ]
-    assert found == []
+    assert _found(_hooks_given_the_output, lambda mod: mod.startswith("fgram.jobs")) == []
 
 
 def _place_branches(source: str) -> list[str]:
@@ -409,13 +394,7 @@ def test_the_place_rule_sees_branches():
 
 
 def test_no_job_asks_whether_a_place_is_a_path():
-    found = [
-        f"{mod}: {c}"
-        for mod, path in _modules().items()
-        if mod.startswith("fgram.jobs")
-        for c in _place_branches(open(path).read())
-    ]
-    assert found == []
+    assert _found(_place_branches, lambda mod: mod.startswith("fgram.jobs")) == []
 
 
 def test_the_tests_mirror_the_package():
