@@ -306,8 +306,7 @@ def claim_staging(staging: Place, fingerprint: Any, resume: bool, what: str = "r
             other = "inputs" if old.get("inputs") != fingerprint.get("inputs") else "options"
             raise OutputError(
                 f"{uri_of(staging)}: cannot resume: the unfinished {what} there had other "
-                f"{other}; "
-                f"rerun without --resume to start over"
+                f"{other}; rerun without --resume to start over"
             )
         if old is not None:
             sys.stderr.write(
