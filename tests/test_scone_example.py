@@ -114,7 +114,8 @@ def test_the_example_smoke_run(tmp_path):
     """examples/scone_tiny --smoke: every arm (baseline, baseline x2, SCONE, Engram) and
     seed on a tiny corpus. SCONE's validation loss from the store equals the training
     path's within float16 rounding of the rows; the arms' FLOPs, parameters and tables
-    are as described; a run stopped after a checkpoint continues to the same result."""
+    are as described; a finished run is kept as a record and not trained again; a run
+    stopped after a checkpoint continues to the same result."""
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
     out = _example("--out", str(tmp_path / "out"))
@@ -137,9 +138,22 @@ def test_the_example_smoke_run(tmp_path):
     assert engram["ppl"] != base["ppl"]  # the module is in the network
     assert len(res["verdict"]) == 3 and os.path.exists(tmp_path / "out" / "loss.png")
     assert "| Engram |" in open(tmp_path / "out" / "results.md").read()
-    # the Engram run of seed 0 again (its data kept), stopped after its checkpoint at step
-    # 8 of 12, then run once more: it continues there, to the same model
-    shutil.rmtree(tmp_path / "out" / "runs" / "engram-seed0")
+    # each finished run is one record; with the records, no run trains again (its run
+    # folder gone), and a record of other settings is refused, naming the file
+    records = tmp_path / "out" / "results"
+    assert sorted(os.listdir(records)) == sorted(f"{k}-seed{s}.json" for k in m for s in range(3))
+    shutil.rmtree(tmp_path / "out" / "runs")
+    kept = _example("--kinds", "baseline,scone", "--out", str(tmp_path / "out"))
+    assert kept.returncode == 0, kept.stderr[-3000:]
+    assert kept.stdout.count("from its record") == 6 and "step 0" not in kept.stdout
+    again_m = json.load(open(tmp_path / "out" / "results.json"))["models"]
+    assert again_m["scone"]["ppl"] == scone["ppl"] and again_m["baseline"] == base
+    other = _example("--kinds", "baseline", "--lr", "0.002", "--out", str(tmp_path / "out"))
+    assert other.returncode != 0
+    assert f"{records / 'baseline-seed0.json'}: recorded with other settings (lr)" in other.stderr
+    # the Engram run of seed 0 again (its data kept, its record gone), stopped after its
+    # checkpoint at step 8 of 12, then run once more: it continues there, to the same model
+    os.remove(records / "engram-seed0.json")
     one = ("--kinds", "engram", "--seeds", "0", "--out", str(tmp_path / "out"))
     stopped = _example(*one, "--stop-at", "8")
     assert stopped.returncode != 0 and "stopped at step 8" in stopped.stderr

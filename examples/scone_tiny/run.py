@@ -10,7 +10,10 @@ way. See README.md beside this file.
 
 Every step writes under --out and is skipped when its output is there (delete a step's
 folder to redo it): data, tokenizer, shards, the choice of S, the table, tags, then per
-model and seed a run folder, the embeddings, the evaluations and results.json.
+model and seed a run folder, the embeddings, the evaluations and results.json. A finished
+run (trained and evaluated) is also kept as one record in --records (for the measured
+run, `results/` beside this file, committed): a run with a record is not trained again,
+on this machine or another, and the results are made from the records.
 """
 
 from __future__ import annotations
@@ -642,17 +645,61 @@ def evaluate(
 
 # ---- 6. results ---------------------------------------------------------------------
 
+# what a run's numbers depend on besides its arm and seed: a record made with other
+# settings is never mixed into the results
+CONFIG = ("vocab", "max_len", "layers", "dim", "heads", "seq_len", "batch", "steps", "lr",
+          "engram_heads", "eval_every", "probe", "device")  # fmt: skip
 
-def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict], engram=None) -> dict:
+
+def config_of(args, size: int) -> dict:
+    return {"size": size, **{k: getattr(args, k) for k in CONFIG}}
+
+
+def recorded(records: str, config: dict, kind: str, seed: int) -> dict | None:
+    """The run's record when it is kept, or None; one made with other settings stops the
+    run, naming the file and the settings that differ."""
+    path = os.path.join(records, f"{kind}-seed{seed}.json")
+    if not os.path.exists(path):
+        return None
+    rec = read_json(path)
+    differ = sorted(k for k in config.keys() | rec["config"].keys()
+                    if config.get(k) != rec["config"].get(k))  # fmt: skip
+    if differ:
+        raise SystemExit(
+            f"{path}: recorded with other settings ({', '.join(differ)}); "
+            "give --records another folder"
+        )
+    return rec
+
+
+def keep_record(records: str, config: dict, rec: dict) -> None:
+    """A finished run's record, written aside and renamed: one file per arm and seed."""
+    os.makedirs(records, exist_ok=True)
+    path = os.path.join(records, f"{rec['kind']}-seed{rec['seed']}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({"config": config, **rec}, f, indent=1)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def ppl_of(run: dict, key: str = "val") -> float:
+    """A run's validation perplexity (``key`` "store_val": SCONE's, served from the store):
+    from its loss, or as printed where a record keeps only that."""
     import math
 
+    ev = run["eval"]
+    return math.exp(ev[f"{key}_loss"]) if f"{key}_loss" in ev else ev[f"{key}_ppl"]
+
+
+def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict], engram=None) -> dict:
     tags = read_json(os.path.join(fg_info["tags"]["val"], "manifest.json"))["coverage"]
     by_kind: dict = {}
     for r in runs:
         by_kind.setdefault(r["kind"], []).append(r)
     table = {}
     for kind, rs in by_kind.items():
-        ppl = [math.exp(r["eval"]["val_loss"]) for r in rs]
+        ppl = [ppl_of(r) for r in rs]
+        full = next((r for r in rs if "params_main" in r), rs[0])  # a record of every figure
         row = {
             "seeds": [r["seed"] for r in rs],
             "ppl": ppl,
@@ -661,13 +708,14 @@ def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict], engra
             "ppl_max": float(np.max(ppl)),
             "ppl_spread": float(np.ptp(ppl)),
             "train_seconds": [r["train_seconds"] for r in rs],
-            **{k: rs[0][k] for k in ("params_main", "params_fgram_model", "rows_off",
+            **{k: full[k] for k in ("params_main", "params_fgram_model", "rows_off",
                                      "values_off", "inference_flops_per_token", "tokens")},
         }  # fmt: skip
         if kind == "scone":
-            row["store_ppl"] = [math.exp(r["eval"]["store_val_loss"]) for r in rs]
-            row["lookup_share"] = [r["eval"]["decode"]["lookup_share"] for r in rs]
-            row["seconds_per_token"] = [r["eval"]["decode"]["seconds_per_token"] for r in rs]
+            row["store_ppl"] = [ppl_of(r, "store_val") for r in rs]
+            decoded = [r["eval"]["decode"] for r in rs if "decode" in r["eval"]]
+            row["lookup_share"] = [d["lookup_share"] for d in decoded]
+            row["seconds_per_token"] = [d["seconds_per_token"] for d in decoded]
         table[kind] = row
     res = {
         "size": fg_info["size"],
@@ -750,7 +798,9 @@ def markdown(res: dict) -> str:
             f"| {NAMES[k]} | {r['ppl_mean']:.2f} ({r['ppl_min']:.2f}, {r['ppl_max']:.2f}) | "
             + ", ".join(f"{p:.2f}" for p in r["ppl"])
             + f" | {r['inference_flops_per_token'] / 1e6:.2f}M | {r['params_main']:,} | {off} "
-            f"| {r['tokens']:,} | " + ", ".join(f"{t:.0f}" for t in r["train_seconds"]) + " |"
+            f"| {r['tokens']:,} | "
+            + ", ".join("-" if t is None else f"{t:.0f}" for t in r["train_seconds"])
+            + " |"
         )
     if "scone" in m:
         s = m["scone"]
@@ -781,6 +831,8 @@ def plot(runs: list[dict], path: str) -> None:
     seeds = sorted({r["seed"] for r in runs})
     styles = ["-", "--", ":", "-."]
     for r in runs:
+        if not r.get("curve"):  # a record that keeps the final numbers only
+            continue
         steps = [c["step"] for c in r["curve"]]
         ax.plot(
             steps,
@@ -806,6 +858,10 @@ def main() -> None:
         "--corpus", default=CORPUS, help="english-dev (tokens.bin; its tokenizer beside)"
     )
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
+    ap.add_argument(
+        "--records", default=None, help="a folder of finished runs' records (default: "
+        "results/ beside this file for the measured run, else results/ under --out)",
+    )  # fmt: skip
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--kinds", default=",".join(KINDS), help="the arms, of " + ", ".join(KINDS))
     ap.add_argument("--engram-heads", type=int, default=4, help="Engram's heads per order")
@@ -877,12 +933,20 @@ def main() -> None:
     if unknown:
         ap.error(f"--kinds: {', '.join(sorted(unknown))}: not one of {', '.join(KINDS)}")
     engram = engram_setup(args, tok_path, len(data["fgrams"][1])) if "engram" in kinds else None
+    measured = out == os.path.join(HERE, "out") and not args.smoke
+    records = args.records or os.path.join(HERE if measured else out, "results")
+    config = config_of(args, fg_info["size"])
     runs = []
     for seed in [int(s) for s in args.seeds.split(",")]:
         for kind in kinds:
-            folder = os.path.join(out, "runs", f"{kind}-seed{seed}")
-            rec = train(args, kind, seed, data, data["fgrams"], folder, engram)
-            rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok, engram)
+            rec = recorded(records, config, kind, seed)
+            if rec is None:
+                folder = os.path.join(out, "runs", f"{kind}-seed{seed}")
+                rec = train(args, kind, seed, data, data["fgrams"], folder, engram)
+                rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok, engram)
+                keep_record(records, config, rec)
+            else:
+                log(f"{kind} seed {seed}: from its record in {records}")
             runs.append(rec)
     res = summarize(args, out, fg_info, data, runs, engram)
     for kind, row in res["models"].items():
