@@ -233,8 +233,8 @@ def test_modules_and_functions_are_short():
     assert long_functions == []  # compiled kernels apart
 
 
-ENGINES = {"spark", "local"}  # "auto" is resolved in the executor alone
-DECIDE_ENGINES = ("fgram.pipeline.config", "fgram.jobs.executors")  # the engine's two rooms
+ENGINES = {"spark", "local"}  # "auto" is resolved where the executor is chosen alone
+DECIDE_ENGINES = ("fgram.pipeline.config", "fgram.jobs.engines")  # the engine's two rooms
 
 
 def _engine_compares(source: str, names: set[str] = ENGINES) -> list[str]:
@@ -337,7 +337,7 @@ def test_the_sequence_rule_sees_the_steps():
 def test_every_job_runs_in_the_one_sequence():
     """The engine chosen and the output locked and checked again under the lock by the
     run sequence alone: no job spells out its own order."""
-    takes_steps = ("fgram.jobs.sequence", "fgram.jobs.executors", "fgram.pipeline.io.locks")
+    takes_steps = ("fgram.jobs.sequence", "fgram.jobs.engines", "fgram.pipeline.io.locks")
     assert _found(_steps_called, lambda mod: mod not in takes_steps) == []
 
 

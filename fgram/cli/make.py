@@ -26,6 +26,7 @@ REFRESH_TAKES_NOT = (
     "overwrite",
     "resume",
     "work_dir",
+    "work_budget",
     "tokenizer",
     "text_field",
     "doc_per_line",

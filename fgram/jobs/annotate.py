@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from fgram.jobs import sequence
-from fgram.jobs.executors import as_task, runs_here
+from fgram.jobs.engines import runs_here
+from fgram.jobs.executors import as_task
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.sequence import Job, Run, begin
 from fgram.jobs.stages import Stage

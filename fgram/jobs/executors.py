@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
-import re
-import sys
 import time
 from collections.abc import Callable
 from typing import NoReturn
@@ -27,6 +25,8 @@ from fgram.pipeline.errors import (
     task_failure,
 )
 from fgram.pipeline.io.storage import object_store_used
+
+Watch = Callable[[object], None] | None  # shown each task's result in the driver (`map`)
 
 
 def as_task(fn):
@@ -74,11 +74,15 @@ class Executor:
     remote = False
     shares_memory = False
 
-    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
+    def map(
+        self, n: int, fn, overlap: bool = False, progress: bool = False, watch: Watch = None
+    ) -> list:
         """Run ``fn(0) .. fn(n-1)``; results in order. ``overlap`` says the tasks are
         idempotent and leave completion markers (see `HeadStart`); an executor that
         is up from the start has no use for it. ``progress``: report each finished
-        task to `progress.PROGRESS` (the job's current stage counts them)."""
+        task to `progress.PROGRESS` (the job's current stage counts them). ``watch``:
+        called in the driver with each result as it comes (on Spark, once all are in);
+        what it raises ends the stage, its tasks with it."""
         raise NotImplementedError
 
     def fit(self, tokens: int) -> None:
@@ -169,7 +173,9 @@ class SparkExecutor(Executor):
             self._spark = session()
         return self._spark
 
-    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
+    def map(
+        self, n: int, fn, overlap: bool = False, progress: bool = False, watch: Watch = None
+    ) -> list:
         if n == 0:
             return []
         watched = progress and PROGRESS.enabled
@@ -178,7 +184,11 @@ class SparkExecutor(Executor):
         guard = ExecutorGuard(self.sc)
         try:
             with guard:
-                return self.sc.parallelize(range(n), n).map(fn).collect()
+                out = self.sc.parallelize(range(n), n).map(fn).collect()
+            if watch is not None:
+                for r in out:
+                    watch(r)
+            return out
         except Exception as exc:  # noqa: BLE001 - recover our own error from the task failure
             if guard.lost:
                 raise guard.error() from None
@@ -284,11 +294,13 @@ def _drop_clean_pool() -> None:
         _CLEAN = None
 
 
-def _answers(workers: Workers, items, progress: bool, end: Callable[[], None]) -> list:
-    """The workers' answers in order; the first failure ends them all at once (``end``)
-    and is raised as our own error when it is one."""
+def _answers(
+    workers: Workers, items, progress: bool, end: Callable[[], None], watch: Watch = None
+) -> list:
+    """The workers' answers in order; the first failure (or what ``watch`` raises) ends
+    them all at once (``end``) and is raised as our own error when it is one."""
     try:
-        return list(_counted(workers.imap(items), progress))
+        return list(_counted(workers.imap(items), progress, watch))
     except BaseException as exc:
         end()
         if isinstance(exc, Exception):
@@ -296,11 +308,14 @@ def _answers(workers: Workers, items, progress: bool, end: Callable[[], None]) -
         raise
 
 
-def _counted(results, progress: bool):
-    """The results as they come, each one reported to the progress display."""
+def _counted(results, progress: bool, watch: Watch = None):
+    """The results as they come, each one reported to the progress display and shown to
+    ``watch``."""
     for r in results:
         if progress:
             PROGRESS.advance()
+        if watch is not None:
+            watch(r)
         yield r
 
 
@@ -323,128 +338,34 @@ class LocalExecutor(Executor):
         if tokens < SMALL_JOB_TOKENS and not self.chosen:
             self.parallelism = 1
 
-    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
+    def map(
+        self, n: int, fn, overlap: bool = False, progress: bool = False, watch: Watch = None
+    ) -> list:
         global _FN
         if n == 0:
             return []
         if self.parallelism == 1 or n == 1:
             try:
-                return list(_counted((fn(i) for i in range(n)), progress))
+                return list(_counted((fn(i) for i in range(n)), progress, watch))
             except Exception as exc:  # noqa: BLE001
                 reraise(exc)
         if object_store_used():
-            return self._map_clean(n, fn, progress)
+            return self._map_clean(n, fn, progress, watch)
         _FN = fn
         workers = Workers(
             mp.get_context("fork"), min(self.parallelism, n), functools.partial(serve, call=_call)
         )
         try:
-            return _answers(workers, range(n), progress, workers.kill)
+            return _answers(workers, range(n), progress, workers.kill, watch)
         finally:
             _FN = None
             workers.close()  # after a failure, they are gone already
 
-    def _map_clean(self, n: int, fn, progress: bool = False) -> list:
+    def _map_clean(self, n: int, fn, progress: bool = False, watch: Watch = None) -> list:
         """``map`` on the clean workers: the function travels pickled by value
         (cloudpickle, as Spark sends it), and the first failure ends the others' tasks."""
         from pyspark import cloudpickle
 
         payload = cloudpickle.dumps(fn)
         items = [(payload, i) for i in range(n)]
-        return _answers(_clean_pool(self.parallelism), items, progress, _drop_clean_pool)
-
-
-def guess_parallelism(master: str | None) -> int:
-    """Cores of a master, as far as its name tells: local[N] is N, local[*] (the
-    default) this machine's; a cluster's is known once it is up (2 until then)."""
-    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master or "local[*]")
-    if m is None:
-        return 2
-    return os.cpu_count() or 1 if m.group(1) in (None, "*") else int(m.group(1))
-
-
-def without_jvm(cfg) -> bool:
-    """Whether a job (its engine resolved) runs its tasks in local processes, with no
-    JVM to start."""
-    return cfg.engine == "local"
-
-
-def runs_here(cfg) -> bool:
-    """Whether a job's tasks run on this machine: ``cfg.engine`` local, or Spark in
-    local mode (``cfg.master``)."""
-    if without_jvm(cfg):
-        return True
-    from fgram.spark.session import effective_master
-
-    return effective_master(cfg.master).startswith("local")
-
-
-def cores_here(cfg) -> int:
-    """The cores a job's tasks share on this machine: every core for local processes, a
-    local master's (``local[N]``) for Spark."""
-    if without_jvm(cfg):
-        return os.cpu_count() or 1
-    from fgram.spark.session import effective_master
-
-    return guess_parallelism(effective_master(cfg.master))
-
-
-def chosen_engine(cfg, spark=None) -> str:
-    """The engine a job runs on: ``cfg.engine``, with ``auto`` resolved (`engine_for`)."""
-    return engine_for(cfg.engine, spark, cfg.master, cfg.conf)
-
-
-def engine_for(
-    engine: str, spark=None, master: str | None = None, conf: dict[str, str] | None = None
-) -> str:
-    """``engine``, or for ``auto``: ``local`` (local processes) when Spark would run on
-    this machine alone: a local master, no ``--conf``, no session given or running, no
-    spark-submit (the JVM would add its start and nothing else); else ``spark``."""
-    if engine != "auto":
-        return engine
-    if spark is not None or conf:
-        return "spark"
-    from fgram.spark.session import under_spark_submit
-
-    if jvm_up() or under_spark_submit():
-        return "spark"
-    return "local" if (master or "local").startswith("local") else "spark"
-
-
-def jvm_up() -> bool:
-    """Whether this process has a SparkContext (none where pyspark is not imported)."""
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is not None
-
-
-def make_executor(
-    engine: str,
-    spark=None,
-    master: str | None = None,
-    conf: dict[str, str] | None = None,
-    processes: int | None = None,
-):
-    """The executor for ``--engine``: local processes (``processes``, else as many as a
-    ``local[N]`` master names, else a core each; one runs the tasks in this process), or
-    Spark (a given session, the active one, or a new context: SQL starts only if a job
-    needs it); ``auto`` as `engine_for` decides."""
-    engine = engine_for(engine, spark, master, conf)
-    if engine == "local":
-        local = master is not None and master.startswith("local")
-        return LocalExecutor(processes or (guess_parallelism(master) if local else None))
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-    if spark is None:
-        from fgram.spark.session import get_context
-
-        spark = get_context(master, conf)
-    elif conf:
-        from fgram.spark.session import get_session
-
-        get_session(master, conf)  # applies the runtime settings to the active session
-    return SparkExecutor(spark)
+        return _answers(_clean_pool(self.parallelism), items, progress, _drop_clean_pool, watch)

@@ -7,14 +7,8 @@ from __future__ import annotations
 
 import time
 
-from fgram.jobs.executors import (
-    Executor,
-    as_task,
-    guess_parallelism,
-    make_executor,
-    reraise,
-    without_jvm,
-)
+from fgram.jobs.engines import guess_parallelism, make_executor, without_jvm
+from fgram.jobs.executors import Executor, Watch, as_task, reraise
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.kernels.warmup import warm_up
 
@@ -141,7 +135,9 @@ class HeadStart(Executor):
     def spark(self):
         return self._starting.result().spark
 
-    def _split(self, n: int, fn, up=None, progress: bool = False) -> tuple[list, int]:
+    def _split(
+        self, n: int, fn, up=None, progress: bool = False, watch: Watch = None
+    ) -> tuple[list, int]:
         """The driver runs tasks 0, 1, .. until ``up()`` (default: the executor is
         ready) or the job is done: (their results, how many)."""
         up = up or self._starting.ready
@@ -152,6 +148,8 @@ class HeadStart(Executor):
                 self.in_driver += 1
                 if progress:
                     PROGRESS.advance()
+                if watch is not None:
+                    watch(out[-1])
         except Exception as exc:  # noqa: BLE001 - our errors come back from as_task as markers
             reraise(exc)
         return out, len(out)
@@ -172,7 +170,9 @@ class HeadStart(Executor):
             self._release = None
         return ex
 
-    def map(self, n: int, fn, overlap: bool = False, progress: bool = False) -> list:
+    def map(
+        self, n: int, fn, overlap: bool = False, progress: bool = False, watch: Watch = None
+    ) -> list:
         """``overlap``: the tasks are idempotent and each leaves a completion marker that
         a later run of it returns at once (the build's count tasks). Then the rest of
         the job goes to the executor as soon as it is made, not warm, and the driver
@@ -180,25 +180,25 @@ class HeadStart(Executor):
         executor's tasks for those find their markers (at most a task per executor
         slot runs twice, with the same result)."""
         if overlap and not self._starting.ready():
-            return self._overlapped(n, fn, progress)
-        out, i = self._split(n, fn, progress=progress)
-        return (
-            out + self._executor().map(n - i, lambda j: fn(i + j), progress=progress)
-            if i < n
-            else out
+            return self._overlapped(n, fn, progress, watch)
+        out, i = self._split(n, fn, progress=progress, watch=watch)
+        if i == n:
+            return out
+        return out + self._executor().map(
+            n - i, lambda j: fn(i + j), progress=progress, watch=watch
         )
 
-    def _overlapped(self, n: int, fn, progress: bool = False) -> list:
+    def _overlapped(self, n: int, fn, progress: bool = False, watch: Watch = None) -> list:
         import threading
 
-        out, i = self._split(n, fn, self._starting.made, progress)
+        out, i = self._split(n, fn, self._starting.made, progress, watch)
         if i == n:
             return out
         ex, box = self._starting.result(), {}
 
         def job():  # its count includes the tasks that find the driver's markers
             try:
-                box["out"] = ex.map(n - i, lambda j: fn(i + j), progress=progress)
+                box["out"] = ex.map(n - i, lambda j: fn(i + j), progress=progress, watch=watch)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                 box["exc"] = exc
 

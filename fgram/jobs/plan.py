@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from fgram.jobs.budget import work_estimate
 from fgram.jobs.refresh.store import STORE_OPTIONS, store_code
 from fgram.jobs.runs import fingerprint_digest, run_fingerprint
 from fgram.pipeline.config.commands import BuildConfig
@@ -42,7 +43,10 @@ def plan_build(cfg: BuildConfig) -> dict[str, Any]:
     cfg, _ = cfg.tokenized()
     shards = plan_shards(cfg.inputs, cfg.read_options())
     options = {k: getattr(cfg, k) for k in STORE_OPTIONS}
-    return {"would": "build", "options": options, **_inputs(cfg, shards)}
+    inputs = _inputs(cfg, shards)
+    # the estimate --work-budget is held to before a run (None: tokens not known unread)
+    need = None if inputs["tokens"] is None else work_estimate(inputs["tokens"])
+    return {"would": "build", "options": options, **inputs, "work_bytes_estimate": need}
 
 
 def plan_refresh(

@@ -3,7 +3,7 @@ check that a cluster's executors reach the work folder, and a worker's work arra
 
 from __future__ import annotations
 
-from fgram.jobs.executors import runs_here
+from fgram.jobs.engines import runs_here
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import shard_record
@@ -33,7 +33,7 @@ NOT_FINGERPRINTED = (
 def run_fingerprint(cfg: BuildConfig, shards) -> dict:
     """What a run's intermediates depend on: a rerun may reuse them only if it is equal."""
     rec = cfg.record()
-    for key in (*NOT_FINGERPRINTED, "work_dir", "strict"):
+    for key in (*NOT_FINGERPRINTED, "work_dir", "work_budget", "strict"):
         rec.pop(key, None)
     return {
         "fgram_version": __version__,

@@ -34,7 +34,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from fgram.jobs.executors import chosen_engine, make_executor, runs_here
+from fgram.jobs.engines import chosen_engine, make_executor, runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.errors import RESUMABLE, keeps_work
@@ -46,7 +46,7 @@ from fgram.pipeline.io.storage import Location, Place, uri_of
 
 def begin(cfg: Any, spark=None) -> Any:
     """A job's config checked (its own ``validate``) and its engine chosen, once: ``auto``
-    resolved (`executors.engine_for`); every later step asks the executor, not the name."""
+    resolved (`engines.engine_for`); every later step asks the executor, not the name."""
     cfg.validate()
     return dataclasses.replace(cfg, engine=chosen_engine(cfg, spark))
 

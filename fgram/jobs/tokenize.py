@@ -1,7 +1,7 @@
 """fgram tokenize: raw text (JSON Lines, Parquet text, plain text) to token shards that
 `fgram build` reads without options, with a Hugging Face tokenizer, on Spark or in local
 processes (`--engine auto`, the default: local processes on a local master with no JVM
-up, `executors.engine_for`).
+up, `engines.engine_for`).
 
 Two stages. Count: a task per unit (but the last) counts its documents and lines without
 parsing them, so every document's id (dense, in input order), its row and its line in its
@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from fgram.jobs import sequence
-from fgram.jobs.executors import as_task, cores_here, runs_here
+from fgram.jobs.engines import cores_here, runs_here
+from fgram.jobs.executors import as_task
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.runs import NOT_FINGERPRINTED, fingerprint_digest
 from fgram.jobs.sequence import Job, Run, begin

@@ -4,6 +4,7 @@ success, an unchanged refresh, bad input, a usage error and a killed task; the c
 lines and progress go to stderr."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from helpers import REPO, SUPPORT, manifest, write_bin
 from helpers import SMALL_DOCS as DOCS
 
 from fgram.cli import cli
+from fgram.jobs.budget import WORK_BYTES_PER_TOKEN
 
 HERE = SUPPORT  # slow_models
 SCHEMA = json.load(open(os.path.join(REPO, "fgram", "cli", "result.schema.json"), encoding="utf-8"))
@@ -147,6 +149,8 @@ def test_dry_runs_plan_from_metadata_and_write_nothing(corpus):
     assert plan["status"] == "planned" and not os.path.exists(t)
     assert plan["counts"]["tokens"] == sum(map(len, DOCS)) + len(DOCS) - 1  # the separators
     assert plan["counts"]["files"] == 1 and plan["details"]["passes"] == 4
+    tokens = plan["counts"]["tokens"]  # what --work-budget is held to before a run
+    assert plan["details"]["work_bytes_estimate"] == math.ceil(tokens * WORK_BYTES_PER_TOKEN)
     first = run_json(["refresh", root, str(corpus / "c"), *LOCAL, "--dry-run"])
     assert first["details"]["would"] == "build the first version" and not os.path.exists(root)
     run_json(["refresh", root, str(corpus / "c"), *LOCAL])

@@ -312,12 +312,12 @@ def test_build_by_default_spares_the_jvm_on_a_bare_local_master(monkeypatch, tmp
     table. --engine spark asks for Spark whatever the master."""
     from pyspark import SparkContext
 
-    from fgram.jobs.executors import engine_for
+    from fgram.jobs.engines import engine_for
 
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
-    monkeypatch.setattr("fgram.jobs.executors.SparkExecutor", None)  # made: it would fail
+    monkeypatch.setattr("fgram.jobs.engines.SparkExecutor", None)  # made: it would fail
     docs = [[1, 2, 3, 1, 2, 3, 4], [2, 3, 4, 2, 3]]
     write_parquet(str(tmp_path / "a.parquet"), docs)
     m = build(None, [tmp_path / "a.parquet"], tmp_path / "o", max_len=3, min_count=2)
@@ -328,7 +328,8 @@ def test_build_by_default_spares_the_jvm_on_a_bare_local_master(monkeypatch, tmp
 
 
 def test_head_start_runs_tasks_in_the_driver_until_the_executor_is_up():
-    from fgram.jobs.executors import LocalExecutor, guess_parallelism
+    from fgram.jobs.engines import guess_parallelism
+    from fgram.jobs.executors import LocalExecutor
     from fgram.jobs.headstart import HeadStart
 
     class Starting:
@@ -381,7 +382,7 @@ def test_overlapped_job_driver_from_the_end_executor_from_the_start():
     class SlowExecutor:  # runs its tasks in order, one at a time, slowly
         name, parallelism = "spark", 2
 
-        def map(self, n, fn, progress=False):
+        def map(self, n, fn, progress=False, watch=None):
             out = []
             for j in range(n):
                 time.sleep(0.02)

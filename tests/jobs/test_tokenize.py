@@ -594,7 +594,7 @@ def test_tokenize_spares_the_jvm_only_where_spark_would_run_on_this_machine_alon
     master, a --conf, or an engine named: Spark, or as asked."""
     from pyspark import SparkContext
 
-    from fgram.jobs.executors import chosen_engine
+    from fgram.jobs.engines import chosen_engine
 
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.delenv("SPARK_ENV_LOADED", raising=False)
@@ -615,7 +615,7 @@ def test_tokenize_spares_the_jvm_only_where_spark_would_run_on_this_machine_alon
     # the command on a local master: no JVM started, the manifest says where it ran
     monkeypatch.setattr(SparkContext, "_active_spark_context", None)
     monkeypatch.setattr(
-        "fgram.jobs.executors.SparkExecutor", None
+        "fgram.jobs.engines.SparkExecutor", None
     )  # a Spark executor made would fail here
     write_jsonl(tmp_path / "a.jsonl", [{"text": " ".join(WORDS)}] * 5)
     m = run_tokenize(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fgram.jobs import sequence
-from fgram.jobs.executors import runs_here
+from fgram.jobs.engines import runs_here
 from fgram.jobs.headstart import HeadStart, Starting
 from fgram.jobs.passes import Merged, PassSteps, check_tokens, run_passes, select, table_manifest
 from fgram.jobs.refresh.remembered import same_map, settled

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fgram.jobs import sequence
+from fgram.jobs.budget import PassBudget, check_fits
 from fgram.jobs.passes import (
     Merged,
     PassSteps,
@@ -141,6 +142,7 @@ class BuildJob(Job):
         cfg = self.cfg
         self.shards = plan_shards(cfg.inputs, cfg.read_options())
         self.units = plan_units(self.shards, cfg.unit_tokens)
+        check_fits(cfg.work_budget, tokens_of(self.shards, self.units))
         self.compile_seconds = kernels_ready()  # once here, not in every worker at once
         self.fingerprint = run_fingerprint(cfg, self.shards)
         return None
@@ -185,6 +187,8 @@ class BuildPasses(PassSteps):
     plan: Plan
     st: BuildState
     sweeper: Sweeper
+    watching: PassBudget | None = None  # the pass's work files against --work-budget
+    merged_before: int = 0  # bytes of the pass before's merged ranges, still on disk
 
     def count_size(self) -> tuple[int, int]:
         return len(self.plan.units), tokens_of(self.plan.shards, self.plan.units)
@@ -193,7 +197,14 @@ class BuildPasses(PassSteps):
         st, plan = self.st, self.plan
         code = pass_code(k, plan.shards, st.kept, st.top_token)
         counting = CountStage(plan, k, st.prev, code)
-        results = self.ex.map(len(plan.units), counting.run, overlap=True, progress=True)
+        if plan.cfg.work_budget is not None:
+            held = sum(r["bytes"] for files in st.files.values() for r in files.values())
+            self.watching = PassBudget(
+                plan.cfg.work_budget, k, self.count_size()[1], held + self.merged_before
+            )
+        results = self.ex.map(
+            len(plan.units), counting.run, overlap=True, progress=True, watch=self.watching
+        )
         say_notes(results)
         count = counting.summary(results)
         if k == 2:
@@ -210,7 +221,11 @@ class BuildPasses(PassSteps):
             self.ex.parallelism, cfg.key_ranges, math.ceil(count["distinct"] * 12 / MERGE_BYTES)
         )
         merging = MergeStage(self.plan, k, nparts, floor, code)
-        return Merged(merging.summary(self.ex.map_batched(nparts, merging.run))["hists"], nparts)
+        merged = merging.summary(self.ex.map_batched(nparts, merging.run))
+        if self.watching is not None:
+            self.watching.check_merged(merged["bytes"])
+        self.merged_before = merged["bytes"]
+        return Merged(merged["hists"], nparts)
 
     def keep(
         self, k: int, threshold: int | None, counted: tuple[dict, KeyCode], merged: Merged

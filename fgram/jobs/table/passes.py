@@ -74,6 +74,7 @@ class RangeMerge(JsonRecord):
 
     part: int
     hist: dict[int, int]
+    bytes: int = 0  # of the range's files (merged keys and counts)
 
     @classmethod
     def restore(cls, values: dict) -> dict:
@@ -274,9 +275,9 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCod
     # of the merged keys; the rest would be written and read once for nothing)
     kept = counts >= floor
     counts = counts[kept]
-    save_array(wd.merged(k, p, "keys"), keys[kept])
-    save_array(wd.merged(k, p, "counts"), counts)
-    return RangeMerge(part=p, hist=histogram(counts, floor))
+    written = save_array(wd.merged(k, p, "keys"), keys[kept])["bytes"]
+    written += save_array(wd.merged(k, p, "counts"), counts)["bytes"]
+    return RangeMerge(part=p, hist=histogram(counts, floor), bytes=written)
 
 
 @as_task
@@ -351,7 +352,7 @@ class MergeStage(Stage, name="merge", call=merge_task, index="p"):
     code: KeyCode
 
     def summary(self, results: list[RangeMerge]) -> dict:
-        return {"hists": [m.hist for m in results]}
+        return {"hists": [m.hist for m in results], "bytes": sum(m.bytes for m in results)}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from fgram.jobs.executors import runs_here
+from fgram.jobs.engines import runs_here
 from fgram.jobs.table.passes import Plan, count_markers
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.io import workdir as wf

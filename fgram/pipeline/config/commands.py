@@ -13,6 +13,7 @@ from fgram.pipeline.config.options import (
     REPORT_PAGE,
     TOP,
     Options,
+    bytes_option,
     canonical_option,
     column_option,
     conf_option,
@@ -23,7 +24,6 @@ from fgram.pipeline.config.options import (
     master_option,
     option,
     overwrite_option,
-    parse_bytes,
     parse_count,
     parse_counts,
     samples_option,
@@ -142,14 +142,10 @@ class BuildConfig(ReadsShards, Options):
     dtype: str | None = dtype_option()
     doc_sep: int | None = doc_sep_option()
     samples_are_documents: bool = samples_option()
-    broadcast_budget: int = option(
+    broadcast_budget: int = bytes_option(
         512 * 2**20,
         "Largest frequent set (and selection) shipped whole to every task; above it, a "
         "distributed join (and a decode by key range). Bytes (default: 512M; 2G, ...).",
-        parse=parse_bytes,
-        minimum=0,
-        metavar="BYTES",
-        show_default=False,
     )
     unit_tokens: int = unit_tokens_option()
     key_ranges: int = option(
@@ -183,6 +179,12 @@ class BuildConfig(ReadsShards, Options):
         "Folder or URI for the run's intermediates (default: beside a local TABLE; for an "
         "object-store TABLE, this machine's cache in local mode, else beside TABLE on the "
         "store).",
+    )
+    work_budget: int | None = bytes_option(
+        None,
+        "Most bytes the run's work files may take (50G, ...): refused before it starts "
+        "when its estimate (4.5 bytes per input token) is over, stopped when a pass would "
+        "go over (its completed passes kept for --resume). Default: no limit.",
     )
     strict: bool = strict_option()
     tokenizer: str | None = option(
@@ -294,14 +296,11 @@ class TokenizeConfig(Options):
         False,
         "Count a malformed record (per file, in the manifest) and go on, instead of failing.",
     )
-    max_record_bytes: int = option(
+    max_record_bytes: int = bytes_option(
         32 * 2**20,
         "A record (a JSON line, a .txt document) larger than this is a bad record: a "
         "tokenizer holds tens of times a document's size while it encodes it (default: 32M).",
-        parse=parse_bytes,
         minimum=1,
-        metavar="BYTES",
-        show_default=False,
     )
     dtype: str | None = option(
         None,
@@ -318,14 +317,11 @@ class TokenizeConfig(Options):
         minimum=1,
         metavar="N",
     )
-    unit_bytes: int = option(
+    unit_bytes: int = bytes_option(
         64 * 2**20,
         "Input bytes per task (uncompressed line files are split at line starts; "
         "compressed files are a task each; default: 64M).",
-        parse=parse_bytes,
         minimum=1,
-        metavar="BYTES",
-        show_default=False,
     )
     storage: dict[str, str] = storage_option()  # secrets inside: the manifest masks them
     engine: str = engine_option()

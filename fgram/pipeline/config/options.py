@@ -269,6 +269,13 @@ def strict_option() -> Any:
     )
 
 
+def bytes_option(default: int | None, help: str, minimum: int = 0) -> Any:
+    """A size in bytes, spelled as `parse_bytes` reads it (its default said in ``help``)."""
+    return option(
+        default, help, parse=parse_bytes, minimum=minimum, metavar="BYTES", show_default=False
+    )
+
+
 def unit_tokens_option() -> Any:
     return option(
         16 * 2**20,

@@ -1,0 +1,90 @@
+"""`--work-budget`: the most bytes a build's work files may take on their disk, held
+before the run starts (an estimate from its tokens) and while its passes run (the bytes
+they write, counted as their tasks finish)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from fgram.pipeline.errors import ConfigError, NoSpace
+
+# the largest pass's unit files per input token, measured (BENCHMARKS.md, "Work files per
+# input token": 4.37 on real text, 4.41 on a synthetic corpus): the estimate before a run
+WORK_BYTES_PER_TOKEN = 4.5
+# a pass's total is projected from its finished units once this share of its tokens is in
+PROJECT_AFTER = 0.1
+
+
+class OverBudget(NoSpace):
+    """A pass whose work files would not fit --work-budget: stopped, its completed passes
+    kept for --resume."""
+
+    resume_when = "with a larger --work-budget"
+
+
+def gib(n: float) -> str:
+    """Bytes as the option spells them (binary units): 52.1G, 3.5M, 800."""
+    for suffix, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def work_estimate(tokens: int) -> int:
+    """The bytes a build of ``tokens`` input tokens writes at its largest pass, about."""
+    return math.ceil(tokens * WORK_BYTES_PER_TOKEN)
+
+
+def check_fits(budget: int | None, tokens: int) -> None:
+    """Before a run: refused when its estimated work files are over the budget."""
+    if budget is None:
+        return
+    need = work_estimate(tokens)
+    if need > budget:
+        raise ConfigError(
+            f"--work-budget {gib(budget)}: a build of {tokens:,} tokens writes about "
+            f"{gib(need)} of work files at its largest pass ({WORK_BYTES_PER_TOKEN} bytes per "
+            f"input token); give a larger budget, or --work-dir on a disk with room"
+        )
+
+
+@dataclass
+class PassBudget:
+    """Pass k's work files against the budget, shown each count task's result as it comes
+    (`Executor.map`'s ``watch``): the files kept from earlier passes (``held``) plus what
+    this pass's units wrote, and once `PROJECT_AFTER` of its tokens are counted, what
+    they will write at that rate. A unit's files of the pass before are removed as this
+    pass counts it, so they are not added: the larger of the two passes is the peak."""
+
+    budget: int
+    k: int
+    tokens: int  # the pass's input tokens
+    held: int  # bytes kept from earlier passes (frequent sets, answers, merged ranges)
+    written: int = 0
+    counted: int = 0  # tokens of the units counted so far
+
+    def __call__(self, stats) -> None:  # a `UnitCount`
+        self.written += sum(f["bytes"] for f in stats.files.values())
+        self.counted += stats.tokens
+        total = self.held + self.written
+        if total <= self.budget and self.counted < PROJECT_AFTER * self.tokens:
+            return
+        projected = self.held + math.ceil(self.written * self.tokens / max(self.counted, 1))
+        if max(total, projected) > self.budget:
+            share = self.counted / max(self.tokens, 1)
+            raise OverBudget(
+                f"pass {self.k}: its work files would take about {gib(max(total, projected))} "
+                f"({gib(self.written)} written for {share:.0%} of its tokens, "
+                f"{gib(self.held)} kept from earlier passes), over --work-budget "
+                f"{gib(self.budget)}"
+            )
+
+    def check_merged(self, merged: int) -> None:
+        """After the merge: its ranges' files too (written beside the units')."""
+        total = self.held + self.written + merged
+        if total > self.budget:
+            raise OverBudget(
+                f"pass {self.k}: its work files take {gib(total)} after its merge, over "
+                f"--work-budget {gib(self.budget)}"
+            )
