@@ -87,24 +87,13 @@ class ReadsShards:
                 raise ConfigError(
                     f"{path} and {first_path}: tokenized with other tokenizers or formats"
                 )
+        from fgram.pipeline.text.token_shards import WRITERS
+
         new = copy.copy(self)
-        if first["output_format"] == "parquet":
-            new.column = "tokens"
-            new.dtype = self.dtype or DEFAULT_DTYPE  # not read: Parquet has its own types
-        else:
-            # one rule for both: an option given is the manifest's or refused, naming it
-            theirs = {
-                "--dtype": (self.dtype, first["dtype"]),
-                "--doc-sep": (self.doc_sep, first["doc_sep"]),
-            }
-            for name, (given, recorded) in theirs.items():
-                if given is not None and given != recorded:
-                    what = "holds tokens as" if name == "--dtype" else "is separated by"
-                    raise ConfigError(
-                        f"{name} {given}: {first_path} {what} {recorded} (its manifest.json); "
-                        f"leave {name} out: a `fgram tokenize` output's manifest gives it"
-                    )
-            new.dtype, new.doc_sep = first["dtype"], first["doc_sep"]
+        new.dtype = self.dtype or DEFAULT_DTYPE
+        writer = WRITERS[first["output_format"]]
+        for name, value in writer.read_as(first, self.dtype, self.doc_sep, first_path).items():
+            setattr(new, name, value)
         return new, first["tokenizer"]
 
     def read_options(self) -> ReadOptions:

@@ -42,6 +42,14 @@ class TokenWriter(ABC):
         """The columns its shards hold (None: no columns, raw tokens)."""
         return None
 
+    def read_as(
+        self, manifest: dict[str, Any], dtype: str | None, doc_sep: int | None, where: str
+    ) -> dict[str, Any]:
+        """The shard options a reader of an output of this format takes from its
+        ``manifest`` (at ``where``): ``dtype`` and ``doc_sep`` as given (or None); one
+        given that the shards contradict is refused, naming it."""
+        return {}
+
     @abstractmethod
     def write(
         self, path: Place, parts: list[Part], source: str, dtype: str, sep: int | None
@@ -59,6 +67,11 @@ class ParquetTokens(TokenWriter):
 
     def columns(self, id_field: str | None) -> list[str] | None:
         return ["doc_id", "tokens", "source", "row"] + (["id"] if id_field else [])
+
+    def read_as(
+        self, manifest: dict[str, Any], dtype: str | None, doc_sep: int | None, where: str
+    ) -> dict[str, Any]:
+        return {"column": "tokens"}  # Parquet has its own types: no dtype is read
 
     def write(
         self, path: Place, parts: list[Part], source: str, dtype: str, sep: int | None
@@ -106,6 +119,23 @@ class BinTokens(TokenWriter):
         if doc_sep >= room:
             raise ConfigError(f"--doc-sep {doc_sep} does not fit {dtype}")
         return dtype, doc_sep
+
+    def read_as(
+        self, manifest: dict[str, Any], dtype: str | None, doc_sep: int | None, where: str
+    ) -> dict[str, Any]:
+        # one rule for both: an option given is the manifest's or refused, naming it
+        theirs = {
+            "--dtype": (dtype, manifest["dtype"]),
+            "--doc-sep": (doc_sep, manifest["doc_sep"]),
+        }
+        for name, (given, recorded) in theirs.items():
+            if given is not None and given != recorded:
+                what = "holds tokens as" if name == "--dtype" else "is separated by"
+                raise ConfigError(
+                    f"{name} {given}: {where} {what} {recorded} (its manifest.json); "
+                    f"leave {name} out: a `fgram tokenize` output's manifest gives it"
+                )
+        return {"dtype": manifest["dtype"], "doc_sep": manifest["doc_sep"]}
 
     def write(
         self, path: Place, parts: list[Part], source: str, dtype: str, sep: int | None
