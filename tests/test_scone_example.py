@@ -2,6 +2,7 @@
 numpy f-gram model (no torch): the tags a training loop reads, the store that inference
 reads, and decoding a token at a time; then the example's own smoke run (with torch)."""
 
+import importlib.util
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from fgram.pipeline.tables.embed import to_stored
 
 SEQ = 64
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(REPO, "examples", "scone_tiny")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +106,7 @@ def test_decoding_a_token_at_a_time_agrees_with_the_whole_sequence(made):
 
 def _example(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, os.path.join(REPO, "examples", "scone_tiny", "run.py"), "--smoke",
+        [sys.executable, os.path.join(EXAMPLE, "run.py"), "--smoke",
          "--threads", "1", *args],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -148,9 +150,14 @@ def test_the_example_smoke_run(tmp_path):
     assert kept.stdout.count("from its record") == 6 and "step 0" not in kept.stdout
     again_m = json.load(open(tmp_path / "out" / "results.json"))["models"]
     assert again_m["scone"]["ppl"] == scone["ppl"] and again_m["baseline"] == base
-    other = _example("--kinds", "baseline", "--lr", "0.002", "--out", str(tmp_path / "out"))
-    assert other.returncode != 0
-    assert f"{records / 'baseline-seed0.json'}: recorded with other settings (lr)" in other.stderr
+    spec = importlib.util.spec_from_file_location("scone_run", os.path.join(EXAMPLE, "run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    kept_with = json.load(open(records / "baseline-seed0.json"))["config"]
+    with pytest.raises(SystemExit) as refused:
+        run.recorded(str(records), {**kept_with, "lr": 0.002}, "baseline", 0)
+    want = f"{records / 'baseline-seed0.json'}: recorded with other settings (lr)"
+    assert str(refused.value).startswith(want)
     # the Engram run of seed 0 again (its data kept, its record gone), stopped after its
     # checkpoint at step 8 of 12, then run once more: it continues there, to the same model
     os.remove(records / "engram-seed0.json")

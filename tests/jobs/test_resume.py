@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import build, interrupted_run, result, said, wait_for_files, write_bin
+from helpers import build, interrupted_run, random_corpus, result, said, wait_for_files, write_bin
 from oracle import select, split_flat
 
 from fgram.pipeline.errors import LockedError, OutputError
@@ -403,3 +403,18 @@ def test_resume_takes_the_same_input_spelled_otherwise(spark, tmp_path, monkeypa
     m = build(spark, [str(tmp_path / "a.bin")], tmp_path / "o", resume=True, **kw)
     assert m["resumed"]["from_pass"] == 3
     assert result(tmp_path / "o") == select(docs, 4, 2, None)
+
+
+def test_on_spark_a_pass_over_its_work_budget_stops_then_resumes(spark, tmp_path):
+    """--work-budget on Spark, whose tasks report when their stage ends (the driver's
+    head-start tasks as each finishes): the pass stops over the budget, and the resume
+    on Spark gives the oracle's table (`test_work_budget.py`: the local engine)."""
+    from fgram.jobs.budget import OverBudget
+
+    src, docs = random_corpus(str(tmp_path / "c.bin"), 100_000)
+    kw = {"dtype": "uint16", "doc_sep": 0, "max_len": 3, "size": 500, "unit_tokens": 20_000}
+    with pytest.raises(OverBudget, match=r"^pass 2: .* over --work-budget "):
+        build(spark, [src], tmp_path / "t", work_budget=100_000 * 7, **kw)
+    resumed = build(spark, [src], tmp_path / "t", resume=True, **kw)
+    assert resumed["resumed"]["units_counted_before"] > 0
+    assert result(tmp_path / "t") == select(docs, 3, 5, 500)

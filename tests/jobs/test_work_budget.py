@@ -5,43 +5,27 @@ gives the table a build without a budget gives."""
 import os
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
-from helpers import build, result, write_bin
+from helpers import build, random_corpus, result
 from oracle import select
 
 from fgram.jobs.budget import WORK_BYTES_PER_TOKEN, OverBudget, PassBudget
 from fgram.pipeline.errors import ConfigError
 
-N = 200_000
+N = 100_000
 
 
-def _corpus(tmp_path) -> tuple[str, list[list[int]]]:
-    """Documents of random tokens (nearly every bigram distinct: a pass 2 of several
-    times `WORK_BYTES_PER_TOKEN`) with a few phrases repeated in them."""
-    rng = np.random.default_rng(7)
-    phrases = [rng.integers(1, 60_000, size=5).tolist() for _ in range(40)]
-    docs, n = [], 0
-    while n < N:
-        doc = rng.integers(1, 60_000, size=int(rng.integers(50, 400))).tolist()
-        for _ in range(int(rng.integers(0, 4))):
-            at = int(rng.integers(0, len(doc)))
-            doc[at:at] = phrases[int(rng.integers(0, len(phrases)))]
-        docs.append(doc)
-        n += len(doc) + 1
-    return write_bin(str(tmp_path / "c.bin"), docs, 0), docs
-
-
-def _build(src, out, spark=None, **kw):
+def build_with(src, out, spark=None, **kw):
+    """The build these tests run (``kw``: the budget, the engine, --resume)."""
     opts = {"dtype": "uint16", "doc_sep": 0, "max_len": 4, "size": 500, "engine": "local"}
-    return build(spark, [src], out, unit_tokens=20_000, **{**opts, **kw})
+    return build(spark, [src], out, unit_tokens=10_000, **{**opts, **kw})
 
 
 def test_a_build_over_its_budget_is_refused_before_it_starts(tmp_path):
-    src, _ = _corpus(tmp_path)
+    src, _ = random_corpus(str(tmp_path / "c.bin"), N)
     tokens = os.path.getsize(src) // 2
     with pytest.raises(ConfigError) as err:
-        _build(src, tmp_path / "t", work_budget=int(tokens * WORK_BYTES_PER_TOKEN) - 1)
+        build_with(src, tmp_path / "t", work_budget=int(tokens * WORK_BYTES_PER_TOKEN) - 1)
     assert str(err.value).startswith("--work-budget ") and "at its largest pass" in str(err.value)
     assert sorted(os.listdir(tmp_path)) == ["c.bin"]  # nothing written, no staging left
 
@@ -51,10 +35,10 @@ def test_a_pass_that_would_go_over_stops_then_resumes_with_room(tmp_path):
     stops once a tenth of its tokens show it: before its files pass the budget. A resume
     without the budget reuses the units counted and gives the table of a plain build,
     which is the oracle's."""
-    src, docs = _corpus(tmp_path)
+    src, docs = random_corpus(str(tmp_path / "c.bin"), N)
     budget = int(N * WORK_BYTES_PER_TOKEN * 1.5)
     with pytest.raises(OverBudget) as err:
-        _build(src, tmp_path / "t", work_budget=budget)
+        build_with(src, tmp_path / "t", work_budget=budget)
     line = str(err.value)
     assert line.startswith("pass 2: its work files would take about ") and "--resume" in line
     staging = [n for n in os.listdir(tmp_path) if n.endswith("fgram-staging")]
@@ -66,26 +50,12 @@ def test_a_pass_that_would_go_over_stops_then_resumes_with_room(tmp_path):
         if f.startswith("unit-")
     )
     assert 0 < unit_bytes <= budget  # stopped before the files passed it
-    resumed = _build(src, tmp_path / "t", resume=True)
+    resumed = build_with(src, tmp_path / "t", resume=True)
     assert resumed["resumed"]["units_counted_before"] > 0
     plain = tmp_path / "plain"
-    plain_manifest = _build(src, plain)
+    plain_manifest = build_with(src, plain)
     assert result(tmp_path / "t") == result(plain) == select(docs, 4, 5, 500)
     assert plain_manifest["passes"][0]["unit_bytes"] > budget  # it would have gone over
-
-
-@pytest.mark.spark
-def test_on_spark_too_a_pass_over_its_budget_stops_then_resumes(spark, tmp_path):
-    """On Spark the tasks report when their stage ends (the driver's head-start tasks as
-    each finishes): the pass stops there, over the budget; the resume on Spark gives the
-    oracle's table."""
-    src, docs = _corpus(tmp_path)
-    budget = int(N * WORK_BYTES_PER_TOKEN * 1.5)
-    with pytest.raises(OverBudget, match=r"^pass 2: .* over --work-budget 1\.3M"):
-        _build(src, tmp_path / "t", spark, engine="spark", work_budget=budget)
-    resumed = _build(src, tmp_path / "t", spark, engine="spark", resume=True)
-    assert resumed["resumed"]["units_counted_before"] > 0
-    assert result(tmp_path / "t") == select(docs, 4, 5, 500)
 
 
 def _unit(tokens: int, nbytes: int):

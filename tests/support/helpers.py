@@ -40,6 +40,23 @@ def write_bin(path: str, docs: list[list[int]], sep: int, dtype=np.uint16) -> st
     return path
 
 
+def random_corpus(path: str, tokens: int) -> tuple[str, list[list[int]]]:
+    """A flat uint16 shard (separator 0) of about ``tokens`` tokens: documents of random
+    ids below 60,000 (nearly every bigram distinct, so a pass writes several times the
+    bytes per token of real text) with a few phrases repeated in them; (path, docs)."""
+    rng = np.random.default_rng(7)
+    phrases = [rng.integers(1, 60_000, size=5).tolist() for _ in range(40)]
+    docs, n = [], 0
+    while n < tokens:
+        doc = rng.integers(1, 60_000, size=int(rng.integers(50, 400))).tolist()
+        for _ in range(int(rng.integers(0, 4))):
+            at = int(rng.integers(0, len(doc)))
+            doc[at:at] = phrases[int(rng.integers(0, len(phrases)))]
+        docs.append(doc)
+        n += len(doc) + 1
+    return write_bin(path, docs, 0), docs
+
+
 def build(spark, inputs, out, **kw) -> dict:
     cfg = BuildConfig(inputs=[str(i) for i in inputs], output=str(out), **kw)
     return run_build(cfg, spark=spark)
