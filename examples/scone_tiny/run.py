@@ -820,31 +820,34 @@ def markdown(res: dict) -> str:
 
 
 def plot(runs: list[dict], path: str) -> None:
+    """The probe loss of every run with a curve: the whole run, and its second half
+    closer (where the arms part and the curves flatten)."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
         return
-    fig = Figure(figsize=(8, 4.2), dpi=110, layout="constrained")
-    ax = fig.subplots()
+    drawn = [r for r in runs if r.get("curve")]  # a record of final numbers has none
+    fig = Figure(figsize=(10, 4.2), dpi=110, layout="constrained")
+    whole, late = fig.subplots(1, 2)
     colors = {"baseline": "#4c72b0", "baseline_x2": "#55a868", "scone": "#c44e52",
               "engram": "#8172b2"}  # fmt: skip
-    seeds = sorted({r["seed"] for r in runs})
+    seeds = sorted({r["seed"] for r in drawn})
     styles = ["-", "--", ":", "-."]
-    for r in runs:
-        if not r.get("curve"):  # a record that keeps the final numbers only
-            continue
-        steps = [c["step"] for c in r["curve"]]
-        ax.plot(
-            steps,
-            [c["val_loss"] for c in r["curve"]],
-            color=colors[r["kind"]],
-            ls=styles[seeds.index(r["seed"]) % len(styles)],
-            lw=1.2,
-            label=f"{NAMES[r['kind']]} seed {r['seed']}",
-        )
-    ax.set_xlabel("step")
-    ax.set_ylabel("validation loss (probe windows)")
-    ax.set_title("baseline, baseline x2, SCONE and Engram")
+    for ax, start in ((whole, 0), (late, max((r["steps"] for r in drawn), default=0) // 2)):
+        for r in drawn:
+            points = [c for c in r["curve"] if c["step"] >= start]
+            ax.plot(
+                [c["step"] for c in points],
+                [c["val_loss"] for c in points],
+                color=colors[r["kind"]],
+                ls=styles[seeds.index(r["seed"]) % len(styles)],
+                lw=1.3,
+                label=f"{NAMES[r['kind']]} seed {r['seed']}" if ax is whole else None,
+            )
+        ax.set_xlabel("step")
+    whole.set_ylabel("validation loss (probe windows)")
+    late.set_title("from half way", fontsize=9)
+    whole.set_title("baseline, baseline x2, SCONE and Engram", fontsize=9)
     fig.legend(loc="outside right upper", fontsize=7)
     fig.savefig(path)
 
