@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from fgram.pipeline.errors import ConfigError, NoSpace
 
 # the largest pass's unit files per input token, measured (BENCHMARKS.md, "Work files per
-# input token": 4.37 on real text, 4.41 on a synthetic corpus): the estimate before a run
-WORK_BYTES_PER_TOKEN = 4.5
+# input token": 4.37 on real text, 383M tokens; 4.41 and 6.20 on synthetic corpora of
+# 100M and 1B tokens), a little over the most: the estimate before a run
+WORK_BYTES_PER_TOKEN = 6.5
 # a pass's total is projected from its finished units once this share of its tokens is in
 PROJECT_AFTER = 0.1
 

@@ -172,7 +172,7 @@ class BuildConfig(ReadsShards, Options):
     work_budget: int | None = bytes_option(
         None,
         "Most bytes the run's work files may take (50G, ...): refused before it starts "
-        "when its estimate (4.5 bytes per input token) is over, stopped when a pass would "
+        "when its estimate (6.5 bytes per input token) is over, stopped when a pass would "
         "go over (its completed passes kept for --resume). Default: no limit.",
     )
     strict: bool = strict_option()
