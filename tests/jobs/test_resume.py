@@ -409,12 +409,13 @@ def test_on_spark_a_pass_over_its_work_budget_stops_then_resumes(spark, tmp_path
     """--work-budget on Spark, whose tasks report when their stage ends (the driver's
     head-start tasks as each finishes): the pass stops over the budget, and the resume
     on Spark gives the oracle's table (`test_work_budget.py`: the local engine)."""
-    from fgram.jobs.budget import OverBudget
+    from fgram.jobs.budget import WORK_BYTES_PER_TOKEN, OverBudget
 
     src, docs = random_corpus(str(tmp_path / "c.bin"), 100_000)
     kw = {"dtype": "uint16", "doc_sep": 0, "max_len": 3, "size": 500, "unit_tokens": 20_000}
+    budget = int(100_000 * WORK_BYTES_PER_TOKEN * 1.5)  # over the estimate: the run starts
     with pytest.raises(OverBudget, match=r"^pass 2: .* over --work-budget "):
-        build(spark, [src], tmp_path / "t", work_budget=100_000 * 7, **kw)
+        build(spark, [src], tmp_path / "t", work_budget=budget, **kw)
     resumed = build(spark, [src], tmp_path / "t", resume=True, **kw)
     assert resumed["resumed"]["units_counted_before"] > 0
     assert result(tmp_path / "t") == select(docs, 3, 5, 500)

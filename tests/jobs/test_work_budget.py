@@ -15,10 +15,10 @@ from fgram.pipeline.errors import ConfigError
 N = 100_000
 
 
-def build_with(src, out, spark=None, **kw):
-    """The build these tests run (``kw``: the budget, the engine, --resume)."""
+def build_with(src, out, **kw):
+    """The build these tests run, on the local engine (``kw``: the budget, --resume)."""
     opts = {"dtype": "uint16", "doc_sep": 0, "max_len": 4, "size": 500, "engine": "local"}
-    return build(spark, [src], out, unit_tokens=10_000, **{**opts, **kw})
+    return build(None, [src], out, unit_tokens=10_000, **{**opts, **kw})
 
 
 def test_a_build_over_its_budget_is_refused_before_it_starts(tmp_path):
