@@ -120,7 +120,7 @@ def test_the_example_smoke_run(tmp_path):
     stopped after a checkpoint continues to the same result."""
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
-    out = _example("--out", str(tmp_path / "out"))
+    out = _example("--jobs", "1", "--out", str(tmp_path / "out"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     res = json.load(open(tmp_path / "out" / "results.json"))
     assert set(res["models"]) == {"baseline", "baseline_x2", "scone", "engram"}
@@ -158,6 +158,17 @@ def test_the_example_smoke_run(tmp_path):
         run.recorded(str(records), {**kept_with, "lr": 0.002}, "baseline", 0)
     want = f"{records / 'baseline-seed0.json'}: recorded with other settings (lr)"
     assert str(refused.value).startswith(want)
+    # two runs again side by side (their records and folders gone), each its own process
+    # of one thread: the same records, bit for bit
+    for run_of in ("scone-seed1", "baseline-seed2"):
+        os.remove(records / f"{run_of}.json")
+    lanes = _example("--jobs", "2", "--out", str(tmp_path / "out"))
+    assert lanes.returncode == 0, lanes.stdout[-2000:] + lanes.stderr[-3000:]
+    assert "2 runs, 2 side by side with 1 threads each" in lanes.stdout
+    assert lanes.stdout.count("from its record") == 12
+    assert "step 0" in open(tmp_path / "out" / "runs" / "scone-seed1.log").read()
+    lanes_m = json.load(open(tmp_path / "out" / "results.json"))["models"]
+    assert lanes_m["scone"]["ppl"] == scone["ppl"] and lanes_m["baseline"]["ppl"] == base["ppl"]
     # the Engram run of seed 0 again (its data kept, its record gone), stopped after its
     # checkpoint at step 8 of 12, then run once more: it continues there, to the same model
     os.remove(records / "engram-seed0.json")

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -411,6 +413,11 @@ def train(args, kind: str, seed: int, data: dict, fg, folder: str, engram=None) 
     if os.path.exists(done):
         return read_json(done)
     os.makedirs(folder, exist_ok=True)
+    held = open(os.path.join(folder, ".lock"), "w")  # noqa: SIM115 (held while training)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"{folder}: another process is training this run") from None
     torch.manual_seed(seed)  # the same initial main model for every kind at a seed
     cfg = model_config(args, data["vocab"], kind, engram)
     model = make_model(kind, cfg, fg, engram).to(args.device)
@@ -593,10 +600,17 @@ def evaluate(
             "SCONE_TINY_CHECKPOINT": os.path.join(folder, "model.pt"),
             "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", ""),
         }
+        # the run's own store: the table's files linked, the embeddings this run's (runs
+        # side by side each fill theirs)
+        table = os.path.join(folder, "table")
+        if not os.path.exists(table):
+            shutil.copytree(fg_info["table"], table + ".tmp", copy_function=os.link,
+                            ignore=shutil.ignore_patterns("embeddings", ".*"))  # fmt: skip
+            os.replace(table + ".tmp", table)
         t0 = time.time()
         fgram(
             "embed",
-            fg_info["table"],
+            table,
             "--model",
             "scone_model:fgram_model",
             "--engine",
@@ -607,7 +621,7 @@ def evaluate(
             env=env,
         )
         res["embed_seconds"] = round(time.time() - t0, 1)
-        store = FgramStore.open(fg_info["table"], mode="ram")
+        store = FgramStore.open(table, mode="ram")
         res["store_val_loss"] = store_loss(model, store, val_t)
         # the stored rows against the f-gram model's, on the validation windows' f-grams
         ids = np.unique(val_f[val_f >= 0])[:4096]
@@ -852,6 +866,57 @@ def plot(runs: list[dict], path: str) -> None:
     fig.savefig(path)
 
 
+# a run's training time against the baseline's (measured on 2 cores): the longest start
+# first, so that runs side by side end together
+COST = {"baseline": 1.0, "engram": 1.2, "baseline_x2": 1.9, "scone": 2.0}
+
+
+def side_by_side(args, todo: list[tuple[str, int]], jobs: int, records: str) -> None:
+    """Train the runs without a record in ``jobs`` processes at a time (this script again,
+    one arm and seed each, --threads cores / jobs unless given), the longest first; each
+    writes its log to runs/ARM-seedN.log and its record as a run alone would. A failed
+    run stops the others' successors, and the script, naming its log."""
+    threads = args.threads or max(1, (os.cpu_count() or 1) // jobs)
+    queue = sorted(todo, key=lambda ks: (-COST[ks[0]], ks[1]))
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    log(f"{len(queue)} runs, {jobs} side by side with {threads} threads each")
+    t0, running, failed = time.time(), {}, []
+    try:
+        while queue or running:
+            while queue and len(running) < jobs and not failed:
+                kind, seed = queue.pop(0)
+                path = os.path.join(args.out, "runs", f"{kind}-seed{seed}.log")
+                cmd = [sys.executable, os.path.abspath(__file__), *sys.argv[1:],
+                       "--kinds", kind, "--seeds", str(seed), "--jobs", "1",
+                       "--threads", str(threads), "--records", records, "--lane"]  # fmt: skip
+                with open(path, "a") as f:
+                    running[subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)] = path
+                log(f"{kind} seed {seed}: started, its log {path}")
+            if not running:
+                break
+            proc, path = _first_done(running)
+            del running[proc]
+            if proc.returncode:
+                failed.append(path)
+            log(f"{os.path.basename(path)[:-4]}: " + ("failed" if proc.returncode else "done"))
+    finally:
+        for proc in running:
+            proc.terminate()
+    if failed:
+        with open(failed[0]) as f:
+            tail = f.read()[-2000:]
+        raise SystemExit(f"{', '.join(failed)}: the run failed; its log ends:\n{tail}")
+    log(f"{len(todo)} runs side by side in {time.time() - t0:.0f} s")
+
+
+def _first_done(running: dict):
+    while True:
+        for proc, path in running.items():
+            if proc.poll() is not None:
+                return proc, path
+        time.sleep(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -893,7 +958,11 @@ def main() -> None:
     ap.add_argument("--probe", type=int, default=64, help="validation windows of the curve")
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--new-tokens", type=int, default=48)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: every core, "
+                    "or cores / --jobs side by side)")  # fmt: skip
+    ap.add_argument("--jobs", type=int, default=0, help="runs trained side by side, each its "
+                    "own process (0: one a core on a CPU, one on a GPU)")  # fmt: skip
+    ap.add_argument("--lane", action="store_true", help=argparse.SUPPRESS)  # one run of many
     ap.add_argument("--prepare-only", action="store_true", help="stop once the tags are made")
     ap.add_argument(
         "--stop-at", type=int, default=None, help="end the run after its checkpoint at this "
@@ -939,8 +1008,13 @@ def main() -> None:
     measured = out == os.path.join(HERE, "out") and not args.smoke
     records = args.records or os.path.join(HERE if measured else out, "results")
     config = config_of(args, fg_info["size"])
+    seeds = [int(s) for s in args.seeds.split(",")]
+    todo = [(k, s) for s in seeds for k in kinds if recorded(records, config, k, s) is None]
+    jobs = min(args.jobs or (os.cpu_count() or 1 if args.device == "cpu" else 1), len(todo))
+    if jobs > 1:
+        side_by_side(args, todo, jobs, records)
     runs = []
-    for seed in [int(s) for s in args.seeds.split(",")]:
+    for seed in seeds:
         for kind in kinds:
             rec = recorded(records, config, kind, seed)
             if rec is None:
@@ -951,6 +1025,8 @@ def main() -> None:
             else:
                 log(f"{kind} seed {seed}: from its record in {records}")
             runs.append(rec)
+    if args.lane:
+        return
     res = summarize(args, out, fg_info, data, runs, engram)
     for kind, row in res["models"].items():
         log(
