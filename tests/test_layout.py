@@ -369,8 +369,8 @@ def test_only_places_derives_from_the_output():
 
 def _place_branches(source: str) -> list[str]:
     """Where ``source`` asks whether a place is a path or a `Location` (``isinstance(x,
-    str)``, ``getattr(x, "uri", x)``): the storage layer answers that (`uri_of`,
-    `workdir.on_store`), not a job."""
+    str)``, ``getattr(x, "uri", x)``): every place is a `Location` there, which says
+    where it is (``.local``, `workdir.on_store`)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
@@ -395,6 +395,54 @@ def test_the_place_rule_sees_branches():
 
 def test_no_job_asks_whether_a_place_is_a_path():
     assert _found(_place_branches, lambda mod: mod.startswith("fgram.jobs")) == []
+
+
+# the library's doors: a caller may name a place by its path or URI there, made a
+# `Location` at once (`publish.as_location`); past them every place is a `Location`
+DOORS = {
+    "fgram.pipeline.io.publish": {"as_location", "check_output", "foreign_output"},
+    "fgram.pipeline.io.storage": {"upload"},
+    "fgram.pipeline.tables.versions": {
+        "check_root", "list_versions", "current", "version_path", "switch_current",
+        "clear_leftovers", "prune", "resolve_table", "table_part", "open_table",
+    },
+    "fgram.pipeline.tables.index": {"write_index", "open"},
+    "fgram.pipeline.tables.embed": {"open"},
+    "fgram.pipeline.tables.tags": {"open_tags", "open", "training_sequences"},
+    "fgram.pipeline.tables.verify": {"verify"},
+}  # fmt: skip
+
+
+def _path_or_place(source: str) -> list[str]:
+    """The functions of ``source`` taking a place as a path or a `Location` (a parameter
+    annotated with both ``str`` and ``Location``), and any ``Place`` alias."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and node.id == "Place":
+            found.append("Place")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for arg in node.args.args + node.args.kwonlyargs:
+                names = set() if arg.annotation is None else set(
+                    ast.unparse(arg.annotation).replace(" ", "").split("|")
+                )  # fmt: skip
+                if {"str", "Location"} <= names:
+                    found.append(node.name)
+    return found
+
+
+def test_the_place_door_rule_sees_both_kinds():
+    source = "def f(a: str | Location, b: Location): pass\ndef g(p: Location): pass\nx: Place"
+    assert sorted(_path_or_place(source)) == ["Place", "f"]
+
+
+def test_a_place_is_a_location_past_the_library_doors():
+    """Places are `Location`s: only the doors of `DOORS` take a path as well, and no
+    ``Place = str | Location`` is left to carry either kind inward."""
+    found = {}
+    for line in _found(_path_or_place, lambda mod: mod.startswith("fgram.")):
+        mod, name = line.split(": ")
+        found.setdefault(mod, set()).add(name)
+    assert found == DOORS
 
 
 def test_the_tests_mirror_the_package():

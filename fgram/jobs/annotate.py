@@ -53,7 +53,7 @@ from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.failures import public_options
 from fgram.pipeline.io.publish import check_output, staging_for
-from fgram.pipeline.io.storage import Location, uri_of
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.tables.coverage import (
     check_sizes,
     count_by_size,
@@ -126,7 +126,7 @@ class AnnotateStage(Stage, name="annotate", call=annotate_task, index="u"):
     cfg: AnnotateConfig
     shards: list[Shard]
     units: list[Unit]
-    staging: Any  # where the tags go (a local path or a `Location`)
+    staging: Location | None  # where the tags go (None: coverage writes none)
     ident: str  # the index's identity (`index_id`): a worker's cached index is this one
 
 
@@ -138,7 +138,7 @@ class AssembleStage(Stage, name="assemble"):
     shards: list[Shard]
     starts: list[list[int]] | None  # each one's units' first positions (None: joined)
     id_type: str
-    staging: Any
+    staging: Location
     layout: TagLayout
     storage: dict[str, str]
 
@@ -286,7 +286,7 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     check_tokenizer(manifest, given, cfg.tokenizer, table.uri)
     _sizes_checked(cfg, table, manifest)
     folder = staging_for(table, runs_here(cfg), unique=True, what="text")
-    where = uri_of(folder)
+    where = folder.uri
     try:
         tokens = tokenize_inputs(cfg, where, spark=spark)
         manifest = run_annotate(
@@ -336,7 +336,7 @@ def _annotate(
 ) -> dict:
     layout = LAYOUTS[cfg.layout]
     if staging is not None and not wf.on_store(staging):
-        folder = os.path.join(staging, "tags")
+        folder = wf.local_path(staging.child("tags"))
         os.makedirs(folder)
         for shard in shards:
             format_of(shard).tags.prepare(folder, shard, _id_type(index), layout)

@@ -48,7 +48,7 @@ from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import file_record
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.markers import Markers
-from fgram.pipeline.io.publish import commit_generation, generation_name, staging_path
+from fgram.pipeline.io.publish import commit_generation, generation_name, here, staging_path
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.tables.embed import load_model, model_factory, storage_dtype, to_stored
@@ -158,7 +158,7 @@ def _reused(cfg: EmbedConfig) -> Any:
 
 
 def embed_chunk(
-    cfg: EmbedConfig, table: Location, c: int, total: int, max_len: int, staging
+    cfg: EmbedConfig, table: Location, c: int, total: int, max_len: int, staging: Location
 ) -> tuple[float, int]:
     """Compute chunk c's rows, write them into the staging matrix, then its marker (on
     an object store: as the chunk's own object, which is its marker).
@@ -169,10 +169,10 @@ def embed_chunk(
     model = _model(cfg.model, cfg.device)
     made, reused = _chunk_rows(model, _dataset(table), lo, hi, max_len, cfg.batch, _reused(cfg))
     rows = to_stored(made, cfg.float)
-    if isinstance(staging, Location):
+    if not staging.local:
         wf.save_array(_chunk(staging, c), rows)
         return _MODEL_SECONDS[0] - before, reused
-    matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r+")
+    matrix = np.load(os.path.join(staging.path, "matrix.npy"), mmap_mode="r+")
     if matrix.shape[1] != rows.shape[1]:
         raise FgramError(
             f"{cfg.model}: rows of width {rows.shape[1]} in chunk {c}, "
@@ -185,19 +185,19 @@ def embed_chunk(
     return _MODEL_SECONDS[0] - before, reused
 
 
-def _markers(staging: str) -> Markers:
-    return Markers(os.path.join(staging, "_work"), "embed")
+def _markers(staging: Location) -> Markers:
+    return Markers(staging.child("_work"), "embed")
 
 
 def _rows_hash(rows: np.ndarray) -> str:
     return f"{wf.HASH}:{wf.content_hash(rows):016x}"
 
 
-def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
+def _chunks_to_do(staging: Location, nchunks: int, chunk_rows: int) -> list[int]:
     """The chunks of a local staging matrix still to embed: those without a marker, and
     those whose rows are not what their marker says was written (a killed run's rows
     changed since: said, and embedded again)."""
-    matrix = np.load(os.path.join(staging, "matrix.npy"), mmap_mode="r")
+    matrix = np.load(os.path.join(staging.path, "matrix.npy"), mmap_mode="r")
     todo, markers = [], _markers(staging)
     for c in range(nchunks):
         if not markers.done(c):
@@ -206,7 +206,7 @@ def _chunks_to_do(staging: str, nchunks: int, chunk_rows: int) -> list[int]:
         rows = matrix[c * chunk_rows : (c + 1) * chunk_rows]
         if markers.read(c).get("rows") != _rows_hash(rows):  # an older one: again
             sys.stderr.write(
-                f"fgram: warning: {os.path.join(staging, 'matrix.npy')}: the rows of chunk "
+                f"fgram: warning: {os.path.join(staging.path, 'matrix.npy')}: the rows of chunk "
                 f"{c} are not as they were written; embedded again\n"
             )
             todo.append(c)
@@ -269,12 +269,12 @@ class EmbedJob(Job):
         with OutputLock(where):
             yield where
 
-    def places(self, out: Location):
+    def places(self, out: Location) -> Location:
         if self.on_store:
             return self.table.child("_embeddings-staging")
-        return out.path + ".staging" if self.table.local else staging_path(out)
+        return here(out.path + ".staging" if self.table.local else staging_path(out))
 
-    def claim(self, staging) -> bool:
+    def claim(self, staging: Location) -> bool:
         cfg, total = self.cfg, self.total
         self.nchunks = nchunks = -(-total // cfg.chunk_rows)
         if self.on_store:
@@ -289,16 +289,16 @@ class EmbedJob(Job):
             have = set(staging.child("chunks").files())
             self.todo = [c for c in range(nchunks) if f"{c:08d}.npy" not in have]
             return resumed
-        params_path = os.path.join(staging, "params.json")
-        self.matrix = path = os.path.join(staging, "matrix.npy")
+        params_path = staging.child("params.json")
+        self.matrix = path = os.path.join(staging.path, "matrix.npy")
         resumed = (
-            os.path.exists(params_path)
+            os.path.exists(params_path.path)
             and load_json(params_path) == self.params
             and os.path.exists(path)
         )
         if not resumed:
-            shutil.rmtree(staging, ignore_errors=True)
-            os.makedirs(staging)
+            shutil.rmtree(staging.path, ignore_errors=True)
+            os.makedirs(staging.path)
             first = _first_row(cfg, self.table, total, self.max_len)
             width = first.shape[1] if total else 0
             np.lib.format.open_memmap(
@@ -324,13 +324,14 @@ class EmbedJob(Job):
         if self.on_store:
             _publish_on_store(self.cfg, run.out, self.chunks, meta, self.nchunks, self.t0)
         else:
-            _publish_here(run.out, os.path.dirname(self.matrix), meta, self.t0)
+            _publish_here(run.out, run.staging, meta, self.t0)
 
 
-def _publish_here(final: Location, staging: str, meta: dict, t0: float) -> None:
+def _publish_here(final: Location, where: Location, meta: dict, t0: float) -> None:
     """The matrix staged on this machine published as ``final`` (the table's embeddings):
     renamed into place beside a local table, uploaded (its own generation,
     ``embeddings.json`` last) for one on a store."""
+    staging = where.path
     path = os.path.join(staging, "matrix.npy")
     shutil.rmtree(os.path.join(staging, "_work"), ignore_errors=True)  # markers too
     os.remove(os.path.join(staging, "params.json"))
@@ -343,7 +344,7 @@ def _publish_here(final: Location, staging: str, meta: dict, t0: float) -> None:
         return
     # what `FgramStore.open` (size, xxh3) and `fgram verify` (sha256) check
     meta["files"] = {"matrix.npy": {"object": "matrix.npy", **record}}
-    save_json(os.path.join(staging, "embeddings.json"), meta)
+    save_json(where.child("embeddings.json"), meta)
     old = final.path + ".old"
     shutil.rmtree(old, ignore_errors=True)
     if os.path.exists(final.path):
@@ -368,7 +369,7 @@ class EmbedStage(Stage, name="embed"):
     todo: list[int]  # the chunks still to embed
     total: int  # rows
     max_len: int
-    staging: Any
+    staging: Location
 
     def run(self, task: int) -> tuple[float, int]:
         return embed_task(

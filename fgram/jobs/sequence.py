@@ -41,7 +41,7 @@ from fgram.pipeline.errors import RESUMABLE, keeps_work
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import held_output, working_in
 from fgram.pipeline.io.publish import finish, staging_for
-from fgram.pipeline.io.storage import Location, Place, uri_of
+from fgram.pipeline.io.storage import Location
 
 
 def begin(cfg: Any, spark=None) -> Any:
@@ -59,13 +59,13 @@ class Run:
 
     cfg: Any
     out: Location
-    staging: Place
+    staging: Location
     resumed: bool
     starting: Starting | None
     spark: Any = None
 
     @property
-    def work(self) -> Place:
+    def work(self) -> Location:
         """The run's work folder (its markers and work files; it goes at the publish)."""
         return wf.join(self.staging, "_work")
 
@@ -105,12 +105,12 @@ class Job:
     def check(self) -> None:
         """The job's inputs checked, before the output's lock (one line, nothing started)."""
 
-    def output(self) -> Place | None:
+    def output(self) -> Location | None:
         """Where the job publishes (None: it measures and publishes nothing)."""
-        out: Place | None = self.cfg.output
+        out: Location | None = self.cfg.output
         return out
 
-    def lock(self, where: Place) -> contextlib.AbstractContextManager[Location]:
+    def lock(self, where: Location) -> contextlib.AbstractContextManager[Location]:
         """The output's lock, held while the job runs (`held_output`: the output checked,
         locked and checked again)."""
         return held_output(where, self.cfg.overwrite, self.cfg.storage, self.resume())
@@ -118,13 +118,13 @@ class Job:
     def resume(self) -> bool:
         return bool(getattr(self.cfg, "resume", False))
 
-    def places(self, out: Location) -> Place:
+    def places(self, out: Location) -> Location:
         """The places the job derives from its output, once, under the output's lock and
         before any other step: where the output is built before it is published (returned;
         `publish.staging_for`), and what else the job keeps (a build's text folder)."""
         return staging_for(out, runs_here(self.cfg), unique=self.unique)
 
-    def ahead(self, staging: Place) -> None:
+    def ahead(self, staging: Location) -> None:
         """Under the output's lock, before the executor starts (a build's text inputs
         tokenized by a run of their own)."""
 
@@ -136,7 +136,7 @@ class Job:
         returned ends the run there (published already, by this very run)."""
         return None
 
-    def claim(self, staging: Place) -> bool:
+    def claim(self, staging: Location) -> bool:
         """The staging folder made, or a resumed run's kept; whether it resumes."""
         wf.make_dirs(staging)
         return False
@@ -144,7 +144,7 @@ class Job:
     def stages(self, run: Run) -> dict[str, Any]:
         raise NotImplementedError
 
-    def target(self, out: Location) -> Place:
+    def target(self, out: Location) -> Location:
         """What the stages' staging folder is published as (the output itself)."""
         return out
 
@@ -217,7 +217,7 @@ def _locked(job: Job, out: Location) -> dict[str, Any]:
     return manifest
 
 
-def _failed(job: Job, staging: Place, exc: BaseException) -> BaseException:
+def _failed(job: Job, staging: Location, exc: BaseException) -> BaseException:
     """A run stopped by ``exc``: its staging folder removed, or (a resumable job, a
     failure that is not our verdict on the input) kept without what its stopped tasks
     half-wrote, and the line said to continue it. The error to raise: ``exc``, or for a
@@ -227,7 +227,7 @@ def _failed(job: Job, staging: Place, exc: BaseException) -> BaseException:
         job.failed()
         return exc
     wf.remove_partial(staging)
-    where = uri_of(staging)
+    where = staging.uri
     kept = f"{job.kept} are kept in {where}: {job.again}"
     if isinstance(exc, RESUMABLE):  # one line: the cause, then what is kept
         return type(exc)(f"{exc}; {kept} {exc.resume_when}")

@@ -44,7 +44,7 @@ from fgram.pipeline.formats.inputs import check_inputs
 from fgram.pipeline.formats.names import TEXT_FILES, is_text_file
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.markers import Markers
-from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import claim_staging
 from fgram.pipeline.records import JsonRecord
 from fgram.pipeline.text.text import (
@@ -95,7 +95,7 @@ class Plan:
     spec: TokenizerSpec
     files: list[TextFile]
     units: list[TextUnit]
-    staging: Place
+    staging: Location
     writer: TokenWriter  # the shards' format (`--format`)
     dtype: str  # bin: uint16 | uint32; parquet: int32
     doc_sep: int | None  # bin's separator
@@ -121,7 +121,7 @@ class UnitTokens(JsonRecord):
     first_skipped: str | None = None  # the first one: file:line: problem
 
 
-def _markers(staging: Place) -> Markers:
+def _markers(staging: Location) -> Markers:
     return Markers(wf.join(staging, "_work"), "tokenize")
 
 
@@ -309,7 +309,7 @@ class TokenizeJob(Job):
         )
         check_inputs(cfg.inputs, cfg.storage, is_text_file, TEXT_FILES)
 
-    def places(self, out: Location) -> Place:
+    def places(self, out: Location) -> Location:
         self.published_manifest = out.child("manifest.json")
         return super().places(out)
 
@@ -328,7 +328,7 @@ class TokenizeJob(Job):
                 return dict(published)  # finished already: nothing to resume
         return None
 
-    def claim(self, staging: Place) -> bool:
+    def claim(self, staging: Location) -> bool:
         resumed = claim_staging(staging, self.fingerprint, self.cfg.resume, self.what)
         wf.make_dirs(wf.join(staging, "shards"))
         return resumed

@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import select, split_flat
 
+from fgram.pipeline.io.publish import here
+
 pytestmark = pytest.mark.spark
 
 SPARK_SETTINGS = settings(
@@ -517,7 +519,7 @@ def test_count_task_returns_its_marker_when_done(tmp_path):
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2]], sep=0)
     cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)
     shards = plan_shards(cfg.inputs, cfg.read_options())
-    plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), str(tmp_path / "w"))
+    plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), here(str(tmp_path / "w")))
     first = job.count_task(plan, 2, 0, None, KeyCode(16, 16))
     os.remove(str(tmp_path / "a.bin"))  # reading it again would fail
     assert job.count_task(plan, 2, 0, None, KeyCode(16, 16)) == first
@@ -536,7 +538,7 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     write_bin(str(tmp_path / "a.bin"), [[1, 2, 3, 1, 2, 3, 1, 2]], sep=0)
     cfg = BuildConfig([str(tmp_path / "a.bin")], str(tmp_path / "o"), doc_sep=0)
     shards = plan_shards(cfg.inputs, cfg.read_options())
-    plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), str(tmp_path / "w"))
+    plan = job.Plan(cfg, shards, plan_units(shards, cfg.unit_tokens), here(str(tmp_path / "w")))
     wd = WorkDir(plan.work)
     code = KeyCode(16, 16)
     job.count_task(plan, 2, 0, None, code)
@@ -544,10 +546,10 @@ def test_count_task_drops_the_units_inputs_once_counted(tmp_path, monkeypatch):
     prev = {"broadcast": True, "nparts": 1}
     third = job.count_task(plan, 3, 0, prev, code)
     assert third.counted == 6 and third.distinct == 3  # 123 231 312 123 231 312
-    assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w))] == []
-    assert job.count_markers(plan.work, 2).done(0) and os.path.exists(wd.unit(3, 0, "order"))
+    assert [w for w in job.UNIT_FILES if os.path.exists(wd.unit(2, 0, w).path)] == []
+    assert job.count_markers(plan.work, 2).done(0) and os.path.exists(wd.unit(3, 0, "order").path)
 
-    marker = job.count_markers(plan.work, 3).path(0)
+    marker = job.count_markers(plan.work, 3).path(0).path
     saved = open(marker).read()
     os.remove(marker)
     with pytest.raises(FileNotFoundError):

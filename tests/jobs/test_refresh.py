@@ -13,6 +13,7 @@ from oracle import count_ngrams, select, split_flat
 import fgram
 from fgram.cli import cli
 from fgram.pipeline.errors import OutputError
+from fgram.pipeline.io.publish import here
 from fgram.pipeline.tables import versions as vs
 from fgram.pipeline.tables.diff import diff_tables
 
@@ -89,7 +90,7 @@ def test_refresh_refuses_a_plain_build_output_and_prune_keeps_current(spark, tmp
     root = str(tmp_path / "r")
     vs.check_root(root)
     for vid in ("20260101T000000Z-a", "20260102T000000Z-b", "20260103T000000Z-c"):
-        build(spark, [a], vs.version_path(root, vid), doc_sep=0, min_count=2)
+        build(spark, [a], vs.version_path(root, vid).path, doc_sep=0, min_count=2)
     vs.switch_current(root, "20260101T000000Z-a")  # an old one is current
     assert vs.prune(root, 2) == ["20260102T000000Z-b"]
     assert vs.list_versions(root) == ["20260101T000000Z-a", "20260103T000000Z-c"]
@@ -155,7 +156,7 @@ def test_a_failed_refresh_leaves_no_store_objects_behind(tmp_path, monkeypatch):
     root = tmp_path / "root"
     kw = dict(doc_sep=0, min_count=2, max_len=4, engine="local")
     fgram.refresh(root, [tmp_path / "a.bin"], **kw)
-    before = sorted(os.listdir(objects_dir(str(root))))
+    before = sorted(os.listdir(objects_dir(here(str(root))).path))
 
     def fails(self, k, threshold, record):
         raise RuntimeError("failed after writing objects")
@@ -164,7 +165,7 @@ def test_a_failed_refresh_leaves_no_store_objects_behind(tmp_path, monkeypatch):
     for _ in range(2):
         with pytest.raises(RuntimeError, match="after writing objects"):
             fgram.refresh(root, [tmp_path / "a.bin", tmp_path / "b.bin"], **kw)
-        assert sorted(os.listdir(objects_dir(str(root)))) == before
+        assert sorted(os.listdir(objects_dir(here(str(root))).path)) == before
 
 
 @pytest.mark.parametrize("engine", ["local", "spark"])

@@ -16,6 +16,7 @@ from fgram.jobs.refresh import stages as rstages
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError, FgramError
 from fgram.pipeline.formats.reading import stream_from_lists
+from fgram.pipeline.io.publish import here
 from fgram.pipeline.io.workdir import load_json
 from fgram.pipeline.kernels import partials as pt
 from fgram.pipeline.kernels import scans
@@ -120,8 +121,8 @@ def test_a_refresh_counts_only_new_shards_and_scans_old_ones_for_new_ids(tmp_pat
     assert len(vs.list_versions(root)) == 2  # --keep 2
     named = set()
     for vid in vs.list_versions(root):
-        named |= store.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
-    assert set(os.listdir(store.objects_dir(root))) == named
+        named |= store.referenced(load_json(vs.version_path(root, vid).child("store.json")))
+    assert set(os.listdir(store.objects_dir(here(root)).path)) == named
 
 
 def test_old_units_are_scanned_at_their_windows_without_id_or_whole_without_them(tmp_path):
@@ -144,7 +145,7 @@ def test_old_units_are_scanned_at_their_windows_without_id_or_whole_without_them
         root = tmp_path / kind.split()[0]
         first = _refresh(root, [a], unit=300, max_len=4, min_count=4)
         units = first["manifest"]["passes"][0]["new_units"]
-        store_json = os.path.join(vs.version_path(str(root), first["version"]), "store.json")
+        store_json = vs.version_path(str(root), first["version"]).child("store.json")
         store = load_json(store_json)
         rare = [r for e in store["shards"].values() for r in e["rare"]]
         assert sorted(r[3] for r in rare) == [2] * units + [3] * units and units > 1
@@ -153,7 +154,7 @@ def test_old_units_are_scanned_at_their_windows_without_id_or_whole_without_them
                 del e["rare"]
             elif kind.startswith("bigrams"):
                 e["rare"] = [r[:3] for r in e["rare"] if r[3] == 2]
-        with open(store_json, "w") as f:
+        with open(store_json.path, "w") as f:
             json.dump(store, f)
         m = _refresh(root, [a, b], unit=300, max_len=4, min_count=4)["manifest"]
         p3, p4 = m["passes"][1], m["passes"][2]
@@ -230,7 +231,7 @@ def test_the_store_keys_16_bit_tokens_narrowly_and_wider_tokens_start_it_afresh(
     opts = dict(unit=70, max_len=4, min_count=2, size=120)
     for paths, want in (([a], docs[:10]), ([a, b], docs), ([a, b, c], docs + docs[:5])):
         r = _refresh(root, paths, **opts)
-        store = load_json(os.path.join(vs.version_path(str(root), r["version"]), "store.json"))
+        store = load_json(vs.version_path(str(root), r["version"]).child("store.json"))
         assert store["options"]["key_bits"] == [32, 32 if c in paths else 16]
         assert r["manifest"]["refresh"]["store_reused"] == (paths == [a, b])
         assert result(root / "current") == select(want, 4, 2, 120)
@@ -455,8 +456,10 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
     assert vs.current(root) == first and vs.list_versions(root) == [first]
     assert result(os.path.join(root, "current")) == select(docs, 4, 2, None)
     assert not [n for n in os.listdir(os.path.join(root, "versions")) if n.startswith(".")]
-    named = store.referenced(load_json(os.path.join(vs.version_path(root, first), "store.json")))
-    assert set(os.listdir(store.objects_dir(root))) == named  # the failed run's: collected
+    named = store.referenced(load_json(vs.version_path(root, first).child("store.json")))
+    assert (
+        set(os.listdir(store.objects_dir(here(root)).path)) == named
+    )  # the failed run's: collected
     monkeypatch.setattr(rstages.TableStage, "call", staticmethod(real))
     r = _refresh(root, [a, b], min_count=2, max_len=4)
     assert r["collected"] == 0 and result(os.path.join(root, "current")) == select(
@@ -464,8 +467,8 @@ def test_a_failed_refresh_publishes_nothing_and_its_objects_are_collected(tmp_pa
     )
     named = set()
     for vid in vs.list_versions(root):
-        named |= store.referenced(load_json(os.path.join(vs.version_path(root, vid), "store.json")))
-    assert set(os.listdir(store.objects_dir(root))) == named
+        named |= store.referenced(load_json(vs.version_path(root, vid).child("store.json")))
+    assert set(os.listdir(store.objects_dir(here(root)).path)) == named
 
 
 def test_leftovers_of_a_killed_refresh_are_removed(tmp_path):

@@ -16,7 +16,7 @@ from helpers import build, interrupted_run, random_corpus, result, said, wait_fo
 from oracle import select, split_flat
 
 from fgram.pipeline.errors import LockedError, OutputError
-from fgram.pipeline.io.publish import lock_path, staging_path
+from fgram.pipeline.io.publish import here, lock_path, staging_path
 
 pytestmark = pytest.mark.spark
 
@@ -80,16 +80,16 @@ def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
+    pass3 = os.path.join(staging_path(here(str(out))), "_work", "pass3")
     try:
         wait_for_files(os.path.join(pass3, "count", "*.done.json"), proc, 240, "pass 3")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers
         proc.wait()
     assert not out.exists()  # nothing half-published
-    state = json.load(open(os.path.join(staging_path(str(out)), "_work", "state.json")))
+    state = json.load(open(os.path.join(staging_path(here(str(out))), "_work", "state.json")))
     assert state["next"] == 3  # pass 2 completed, 3 did not
-    assert os.path.exists(lock_path(str(out)))  # the dead run's lock is left...
+    assert os.path.exists(lock_path(here(str(out))))  # the dead run's lock is left...
 
     res = subprocess.run(
         _cmd(src, out, "--resume"), env=env, capture_output=True, text=True, timeout=300
@@ -108,11 +108,13 @@ def test_sigkill_in_pass_3_then_resume_gives_the_uninterrupted_table(spark, tmp_
         unit_tokens=6000,
     )
     assert result(out) == result(tmp_path / "ref") == select(docs, 4, 5, 3000)
-    assert not os.path.exists(staging_path(str(out))) and not os.path.exists(lock_path(str(out)))
+    assert not os.path.exists(staging_path(here(str(out)))) and not os.path.exists(
+        lock_path(here(str(out)))
+    )
 
 
 def _leftover(out, run_json=None):
-    work = os.path.join(staging_path(str(out)), "_work")
+    work = os.path.join(staging_path(here(str(out))), "_work")
     os.makedirs(os.path.join(work, "pass2", "count"))
     with open(os.path.join(work, "pass2", "count", "00000000.done.json"), "w") as f:
         json.dump({"bogus": True}, f)  # would poison the counts if it were reused
@@ -130,7 +132,7 @@ def test_leftovers_of_a_crashed_run_are_removed_without_resume(spark, tmp_path):
     assert result(out) == select(
         split_flat(np.fromfile(tmp_path / "a.bin", np.uint16).tolist(), 0), 5, 2, None
     )
-    assert not os.path.exists(staging_path(str(out)))
+    assert not os.path.exists(staging_path(here(str(out))))
 
 
 def test_resume_refuses_another_runs_work(spark, tmp_path):
@@ -142,13 +144,13 @@ def test_resume_refuses_another_runs_work(spark, tmp_path):
         OutputError, match="cannot resume: the unfinished run there had other inputs"
     ):
         build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2, resume=True)
-    assert os.path.exists(staging_path(str(out)))  # its work is not destroyed either
+    assert os.path.exists(staging_path(here(str(out))))  # its work is not destroyed either
     build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)  # without --resume: fresh
     assert (out / "_SUCCESS").exists()
 
 
 def _write_lock(out, host, pid, age=0.0):
-    path = lock_path(str(out))
+    path = lock_path(here(str(out)))
     with open(path, "w") as f:
         json.dump({"host": host, "pid": pid, "started": time.time() - age}, f)
     os.utime(path, (time.time() - age, time.time() - age))
@@ -182,7 +184,7 @@ def test_a_stale_lock_is_taken_over(spark, tmp_path, holder):
     else:
         _write_lock(out, "another-host", 1, age=3600)
     build(spark, [tmp_path / "a.bin"], out, doc_sep=0, min_count=2)
-    assert (out / "_SUCCESS").exists() and not os.path.exists(lock_path(str(out)))
+    assert (out / "_SUCCESS").exists() and not os.path.exists(lock_path(here(str(out))))
 
 
 @pytest.mark.parametrize("fmt", ["bin", "parquet"])
@@ -223,7 +225,7 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
     src, docs = _corpus(tmp_path)
     out = tmp_path / "o"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    pass3 = os.path.join(staging_path(str(out)), "_work", "pass3")
+    pass3 = os.path.join(staging_path(here(str(out))), "_work", "pass3")
     proc, err = interrupted_run(
         _cmd(src, out),
         env,
@@ -235,7 +237,7 @@ def test_ctrl_c_is_one_line_exit_130_no_stray_process_then_resume(spark, tmp_pat
     assert proc.returncode == 130, err[-2000:]
     assert said(err) == [
         f"fgram: interrupted; the completed passes are kept in "
-        f"{staging_path(str(out))}: rerun with --resume to continue"
+        f"{staging_path(here(str(out)))}: rerun with --resume to continue"
     ]
     deadline = time.time() + 30
     while True:  # the JVM and the Python workers go too
@@ -273,14 +275,14 @@ def test_a_failed_publish_then_resume_keeps_every_pass(spark, tmp_path, monkeypa
         build(spark, [tmp_path / "a.bin"], out, **kw)
     assert "rerun with --resume" in caught.value.fgram_kept
     assert not out.exists()
-    work = os.path.join(staging_path(str(out)), "_work")
+    work = os.path.join(staging_path(here(str(out))), "_work")
     assert json.load(open(os.path.join(work, "state.json")))["next"] == 5  # every pass
     monkeypatch.setattr(driver, "finish", real)
     m = build(spark, [tmp_path / "a.bin"], out, resume=True, **kw)
     assert m["resumed"] == {"from_pass": 5, "units_counted_before": 0}
     assert result(out) == select(docs, 4, 2, None)
     assert sorted(os.listdir(out)) == ["_SUCCESS", "fgrams", "manifest.json"]
-    assert not os.path.exists(staging_path(str(out)))
+    assert not os.path.exists(staging_path(here(str(out))))
 
 
 @pytest.mark.parametrize(
@@ -313,7 +315,7 @@ def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
     with pytest.raises(RuntimeError, match="killed"):
         build(spark, [tmp_path / "a.bin"], out, **kw)
     monkeypatch.setattr(driver.BuildPasses, "done", real)
-    folder = os.path.join(staging_path(str(out)), "_work", f"pass{k}")
+    folder = os.path.join(staging_path(here(str(out))), "_work", f"pass{k}")
     what = "keys" if damage == "swapped" else "counts"  # keys: distinct words to swap
     changed = sorted(glob.glob(os.path.join(folder, f"unit-*.{what}.npy")))[:2]
     assert changed, os.listdir(folder)
@@ -367,7 +369,7 @@ def test_a_kept_pass_file_changed_after_a_crash_is_found_on_resume(
     with pytest.raises(RuntimeError, match="killed"):
         build(spark, [tmp_path / "a.bin"], out, **kw)
     monkeypatch.setattr(driver.BuildPasses, "done", real)
-    work = os.path.join(staging_path(str(out)), "_work")
+    work = os.path.join(staging_path(here(str(out))), "_work")
     assert json.load(open(os.path.join(work, "state.json")))["next"] == 4
     path = sorted(glob.glob(os.path.join(work, "pass2", "frequent-*.counts.npy")))[0]
     counts = np.load(path)

@@ -89,9 +89,9 @@ def _staging(cfg: BuildConfig, root: Location, vid: str):
     store, this machine's cache when the tasks run here, else the store itself (a hidden
     folder in versions/, which every executor reaches and `clear_leftovers` removes)."""
     if not wf.on_store(root) or not runs_here(cfg):
-        return staging_for(root.child(vs.VERSIONS, vid), here=False)
+        return staging_for(root.child(vs.VERSIONS, vid), runs_here=False)
     # on this machine, one per root: the next run clears what a killed one left
-    return staging_for(root.child(vs.VERSIONS, ".next"), here=True)
+    return staging_for(root.child(vs.VERSIONS, ".next"), runs_here=True)
 
 
 def rare_by_unit(entry: ShardEntry) -> dict[tuple[int, int], dict[int, str]]:

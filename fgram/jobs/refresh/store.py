@@ -21,7 +21,8 @@ from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.cache import cache_dir, keep_copy, local_path
-from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.publish import here
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import (
     load_array,
     load_json,
@@ -94,49 +95,43 @@ class StoreRecord(JsonRecord):
         }
 
 
-def objects_dir(root):
-    """The store's objects: below a local root a local path, else a `Location`."""
-    return wf.join(root, "store", "objects")
+def objects_dir(root: Location) -> Location:
+    """The store's objects."""
+    return root.child("store", "objects")
 
 
-def put(root, arr: np.ndarray) -> str:
+def put(root: Location, arr: np.ndarray) -> str:
     """Write an immutable object (a .npy file) into the store; returns its name, which
     carries its data's size and checksum (`object_record`). On an object store this
     machine keeps its copy in the cache (`cache.keep_copy`)."""
     folder = objects_dir(root)
-    remote = isinstance(folder, Location) and not folder.local
-    scratch = cache_dir("remote") if remote else _path(folder)
+    scratch = folder.path if folder.local else cache_dir("remote")
     tmp = os.path.join(scratch, f".{uuid.uuid4().hex}.tmp")
-    name = object_name(save_array(tmp, arr))
-    dest = wf.join(folder, name)
-    if remote:
-        dest.upload(tmp)
-        keep_copy(dest, tmp)
+    name = object_name(save_array(here(tmp), arr))
+    dest = folder.child(name)
+    if folder.local:
+        os.replace(tmp, dest.path)
     else:
-        os.replace(tmp, _path(dest))
+        dest.upload(here(tmp))
+        keep_copy(dest, tmp)
     return name
 
 
-def get(root, name: str, mmap: bool = True) -> np.ndarray:
+def get(root: Location, name: str, mmap: bool = True) -> np.ndarray:
     """An object of the store, checked against the record its name carries; from an
     object store through this machine's cache (the objects never change: each is
     fetched once per machine)."""
     if not OBJECT_FILE.match(name):  # a store.json's name: never a path out of the store
-        raise FgramError(f"{objects_dir(root)}: names {name!r}, not a store object's name")
-    src = wf.join(objects_dir(root), name)
-    arr = load_array(local_path(src) if isinstance(src, Location) else src, mmap=mmap)
+        raise FgramError(f"{objects_dir(root).uri}: names {name!r}, not a store object's name")
+    src = objects_dir(root).child(name)
+    arr = load_array(here(local_path(src)), mmap=mmap)
     rec = object_record(name)
     if rec is not None and not matches(arr, rec, legacy=True):
-        where = src.uri if isinstance(src, Location) else src
         raise FgramError(
-            f"{where}: a store object not as it was written (damaged since); "
+            f"{src.uri}: a store object not as it was written (damaged since); "
             "refresh into a new folder"
         )
     return arr
-
-
-def _path(place) -> str:
-    return place.path if isinstance(place, Location) else place
 
 
 def shard_digest(shard: Shard) -> str:
@@ -168,7 +163,7 @@ referenced = npy_names  # every object name a version's store.json uses
 OBJECT_FILE = re.compile(r"^([0-9a-f]{32}(\.\d+\.x?[0-9a-f]{16})?\.npy|\.[0-9a-f]{32}\.tmp)$")
 
 
-def collect_garbage(root: Place) -> int:
+def collect_garbage(root: Location) -> int:
     """Delete objects that no finished version's store.json names (a crashed or
     pruned refresh's). Call with the refresh lock held. Returns how many."""
     keep: set[str] = set()
@@ -178,7 +173,7 @@ def collect_garbage(root: Place) -> int:
             keep |= referenced(load_json(path))
     folder = objects_dir(root)
     if wf.is_link(folder):  # `check_root` refuses it first
-        raise OutputError(f"{folder}: a link; refresh deletes nothing outside its folder")
+        raise OutputError(f"{folder.uri}: a link; refresh deletes nothing outside its folder")
     # only what a refresh writes there: its objects and a killed put's temporary files
     doomed = [n for n in wf.names(folder) if n not in keep and OBJECT_FILE.match(n)]
     for name in doomed:

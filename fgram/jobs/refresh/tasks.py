@@ -17,7 +17,7 @@ from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of, read_unit
 from fgram.pipeline.formats.table import write_ranked
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, save_array
 from fgram.pipeline.kernels import partials as pt
 from fgram.pipeline.kernels import scans
@@ -35,8 +35,8 @@ class RPlan:
     """What every task needs (shipped with the task closure: small)."""
 
     cfg: BuildConfig
-    root: str | Location  # the refresh root: a local path, or a `Location` on an object store
-    work: str | Location
+    root: Location  # the refresh root
+    work: Location
     code: KeyCode  # the store's keys (`store_code`)
     new_shards: list[Shard]
     new_units: list[Unit]
@@ -137,7 +137,7 @@ def release_driver() -> None:
     _TABLES.clear()
 
 
-def unit_file(plan: RPlan, k: int, u: int, what: str) -> Place:
+def unit_file(plan: RPlan, k: int, u: int, what: str) -> Location:
     return WorkDir(plan.work).unit(k, u, what)
 
 

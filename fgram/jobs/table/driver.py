@@ -50,7 +50,7 @@ from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import run_folder
-from fgram.pipeline.io.storage import Location, Place, uri_of
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import Sweeper
 from fgram.pipeline.kernels.keys import INVALID, KeyCode
 from fgram.pipeline.kernels.ranking import Groups
@@ -99,7 +99,7 @@ class BuildJob(Job):
         self.t_start = t_start
         self.tokenizer: dict | None = None
         self.text: dict | None = None
-        self.text_folder: Place | None = None
+        self.text_folder: Location | None = None
 
     def check(self) -> None:
         cfg = self.cfg
@@ -111,11 +111,11 @@ class BuildJob(Job):
             check_inputs(cfg.inputs, cfg.storage)
             self.cfg, self.tokenizer = cfg.tokenized()  # `fgram tokenize` outputs say how
 
-    def places(self, out: Location) -> Place:
+    def places(self, out: Location) -> Location:
         """The staging folder: `--work-dir`'s, or beside the output."""
         return work_location(self.cfg, out)
 
-    def ahead(self, staging: Place) -> None:
+    def ahead(self, staging: Location) -> None:
         """Text inputs tokenized into a folder of the run beside its staging folder, the
         output's lock held from before the first token."""
         cfg = self.cfg
@@ -124,7 +124,7 @@ class BuildJob(Job):
         self.text_folder = folder = run_folder(staging, "text")
         from fgram.jobs.tokenize import tokenize_inputs
 
-        where = uri_of(folder)
+        where = folder.uri
         tokens = tokenize_inputs(cfg, where, cfg.resume)
         self.text = {
             key: tokens[key]
@@ -147,7 +147,7 @@ class BuildJob(Job):
         self.fingerprint = run_fingerprint(cfg, self.shards)
         return None
 
-    def claim(self, staging: Place) -> bool:
+    def claim(self, staging: Location) -> bool:
         self.state = claimed_state(self.cfg, staging, self.fingerprint)
         return self.state is not None
 

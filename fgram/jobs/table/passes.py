@@ -21,7 +21,7 @@ from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of, read_unit
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.markers import Markers
-from fgram.pipeline.io.storage import Place, uri_of
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, read_range, save_array
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import KeyCode
@@ -41,7 +41,7 @@ class Plan:
     cfg: BuildConfig
     shards: list[Shard]
     units: list[Unit]
-    work: Place  # a local path, or a folder on the object store
+    work: Location  # on this machine, or a folder on the object store
     codes: dict | None = None  # length -> KeyCode of its keys, once every pass has run
     # this run's name in the workers' caches: a worker (Spark's are reused, and so is the
     # driver) may serve several runs of one output, whose work files have the same paths
@@ -226,7 +226,7 @@ def _damaged(wd: WorkDir, k: int, stats: UnitCount) -> str | None:
     for what, record in stats.files.items():
         path = wd.unit(k, stats.unit, what)
         if not wf.intact(path, record):
-            return uri_of(path)
+            return path.uri
     return None
 
 
@@ -310,9 +310,9 @@ def keep_task(
     return written
 
 
-def work_name(k: int, path: Place) -> str:
+def work_name(k: int, path: Location) -> str:
     """A pass's file by its name in the work folder (where a resumed run finds it)."""
-    return f"pass{k}/{os.path.basename(uri_of(path))}"
+    return f"pass{k}/{os.path.basename(path.uri)}"
 
 
 @dataclass(frozen=True)
@@ -376,7 +376,7 @@ class KeepStage(Stage, name="keep"):
         return {"files": {name: rec for r in results for name, rec in r.items()}}
 
 
-def unit_files(plan: Plan, k: int) -> list[Place]:
+def unit_files(plan: Plan, k: int) -> list[Location]:
     folder = WorkDir(plan.work).pass_dir(k)
     return [
         wf.join(folder, name)

@@ -26,6 +26,7 @@ from fgram.jobs.table.passes import Plan, candidates, release_counting
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.table import write_ranked
 from fgram.pipeline.io import workdir as wf
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import WorkDir, load_array, save_array
 from fgram.pipeline.kernels.layout import Layout, boundaries, lead_key, sample
 from fgram.pipeline.kernels.ranking import Groups, bucket_order, extend_rows, take_rows
@@ -200,7 +201,7 @@ def rank_task(
     layout: Layout,
     bounds: dict,
     selected: int,
-    out_dir: str,
+    out_dir: Location,
 ) -> int:
     """Number the rows of rank task r (whole groups, or a lead-key range of a split
     group) and write them as one Parquet file."""
@@ -288,7 +289,7 @@ class RankStage(Stage, name="rank", call=rank_task, index="r"):
     layout: Layout
     bounds: dict[int, np.ndarray]
     selected: int
-    out_dir: str
+    out_dir: Location
 
 
 def write_table(

@@ -13,12 +13,12 @@ from fgram.jobs.table.passes import Plan, count_markers
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import staging_for
-from fgram.pipeline.io.storage import Location, check_bucket, locate, uri_of
+from fgram.pipeline.io.storage import Location, check_bucket, locate
 from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 
 
-def claimed_state(cfg: BuildConfig, staging, fingerprint: dict) -> BuildState | None:
+def claimed_state(cfg: BuildConfig, staging: Location, fingerprint: dict) -> BuildState | None:
     """The staging folder claimed (`claim_staging`) and, with --resume, the state of a
     previous run to continue (None: a fresh run).
 
@@ -40,20 +40,20 @@ def claimed_state(cfg: BuildConfig, staging, fingerprint: dict) -> BuildState | 
     return None
 
 
-def damaged(work, state: BuildState) -> str | None:
+def damaged(work: Location, state: BuildState) -> str | None:
     """The first of the completed passes' kept files that is not as it was written (a
     killed run's, which may have changed since); None when every one is whole."""
     for files in state.files.values():
         for name, record in files.items():
             path = wf.join(work, *name.split("/"))
             if not wf.intact(path, record):
-                return uri_of(path)
+                return path.uri
     return None
 
 
-def work_location(cfg: BuildConfig, out: Location):
+def work_location(cfg: BuildConfig, out: Location) -> Location:
     """Where a run's staging folder is (its work files and state, then the table before
-    it is published): in ``--work-dir`` when given; beside a local output (a local path);
+    it is published): in ``--work-dir`` when given; beside a local output;
     for an output on an object store, this machine's cache when the tasks run here
     (local mode, --engine local), else the object store itself, beside the output (a
     `Location` every executor reaches: a cluster without a shared mount)."""
@@ -63,7 +63,7 @@ def work_location(cfg: BuildConfig, out: Location):
         where = locate(cfg.work_dir, cfg.storage)
         check_bucket(where)
         name = f".{out.name}-{hashlib.sha256(out.uri.encode()).hexdigest()[:12]}.fgram-staging"
-        return where.child(name).path if where.local else where.child(name)
+        return where.child(name)
     return staging_for(out, runs_here(cfg))
 
 
@@ -115,11 +115,11 @@ class BuildState(JsonRecord):
         }
 
 
-def save_state(work, st: BuildState) -> None:
+def save_state(work: Location, st: BuildState) -> None:
     save_json(wf.join(work, "state.json"), st.to_json())
 
 
-def load_state(work: str) -> BuildState | None:
+def load_state(work: Location) -> BuildState | None:
     """The state after the last completed pass, or None."""
     path = wf.join(work, "state.json")
     return BuildState.from_json(load_json(path)) if wf.exists(path) else None

@@ -153,11 +153,11 @@ class TagFiles(ABC):
         tagged: Tagged,
         shard: Shard,
         unit: Unit,
-        staging: Any,
+        staging: Location,
         id_type: np.dtype,
         layout: TagLayout,
     ) -> None:
-        """Write one unit's tags into the staging folder (a local path or a Location)."""
+        """Write one unit's tags into the staging folder."""
 
     def assemble(  # noqa: B027
         self,
@@ -170,7 +170,7 @@ class TagFiles(ABC):
         """Join a shard's per-unit tag objects on a store (``assembles`` only)."""
 
     def index(  # noqa: B027
-        self, shard: Shard, staging: Any, id_type: np.dtype, layout: TagLayout, storage: Any
+        self, shard: Shard, staging: Location, id_type: np.dtype, layout: TagLayout, storage: Any
     ) -> None:
         """After a shard's tags are written: the files a layout adds beside them (a
         Megatron index), a shard per task (nothing by default)."""

@@ -166,7 +166,7 @@ class SidecarTags(TagFiles):
 
     def prepare(self, folder: str, shard: Shard, id_type: np.dtype, layout: TagLayout) -> None:
         for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
-            path = sidecar(folder, shard, what, layout)
+            path = os.path.join(folder, sidecar(shard, what, layout))
             if not layout.raw:
                 np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(shard.n_items,))
             else:  # raw, headerless: a file of its final size, filled by the units' tasks
@@ -178,7 +178,7 @@ class SidecarTags(TagFiles):
         tagged: Tagged,
         shard: Shard,
         unit: Unit,
-        staging: Any,
+        staging: Location,
         id_type: np.dtype,
         layout: TagLayout,
     ) -> None:
@@ -188,7 +188,7 @@ class SidecarTags(TagFiles):
             return
         folder = wf.local_path(wf.join(staging, "tags"))
         for what, values, dtype in (("fgid", tagged.fid, id_type), ("mlen", tagged.mlen, None)):
-            path = sidecar(folder, shard, what, layout)
+            path = os.path.join(folder, sidecar(shard, what, layout))
             arr = (
                 np.load(path, mmap_mode="r+")
                 if not layout.raw
@@ -210,7 +210,7 @@ class SidecarTags(TagFiles):
         objects (raw files in the layouts of other trainers), one upload each."""
         for what, dtype in (("fgid", id_type), ("mlen", np.dtype(np.uint8))):
             wf.concat_arrays(
-                sidecar(staging.child("tags"), shard, what, layout),
+                staging.child("tags", sidecar(shard, what, layout)),
                 [part(staging, shard, start, what) for start in starts],
                 dtype,
                 (shard.n_items,),
@@ -251,7 +251,9 @@ class SidecarTags(TagFiles):
         maps indexed like its tokens (a reader keeps them for its windows)."""
         at = locate(shard.uri, storage)
         tokens = mapped(at.path, np.dtype(shard.dtype), shard.offset) if at.local else None
-        fid, mlen = (local_path(where(sidecar("tags", shard, w, layout))) for w in ("fgid", "mlen"))
+        fid, mlen = (
+            local_path(where(f"tags/{sidecar(shard, w, layout)}")) for w in ("fgid", "mlen")
+        )
         if not layout.raw:
             return tokens, mapped(fid), mapped(mlen)
         width = os.path.getsize(fid) // shard.n_items if shard.n_items else 4  # int32 or int64
@@ -392,10 +394,10 @@ def match_values(
     return fid, mlen
 
 
-def sidecar(folder: Any, shard: Shard, what: str, layout: TagLayout) -> Any:
-    """A flat shard's tags file ``what`` (fgid, mlen) in a tags folder, named by its
-    layout (`layouts.TagLayout.sidecar`)."""
-    return wf.join(folder, layout.sidecar(os.path.basename(shard.uri), what))
+def sidecar(shard: Shard, what: str, layout: TagLayout) -> str:
+    """The name of a flat shard's tags file ``what`` (fgid, mlen) in a tags folder, by
+    its layout (`layouts.TagLayout.sidecar`)."""
+    return layout.sidecar(os.path.basename(shard.uri), what)
 
 
 def part(staging: Location, shard: Shard, start: int, what: str) -> Location:

@@ -32,7 +32,7 @@ from fgram.pipeline.formats.indexed import (
 from fgram.pipeline.formats.layouts import FGRAM, MEGATRON, OLMO, TagLayout
 from fgram.pipeline.formats.reading import ReadOptions, Shard, reading
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.storage import filesystem
+from fgram.pipeline.io.storage import Location, filesystem
 
 MAGIC = b"MMIDIDX\x00\x00"
 HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, documents + 1
@@ -114,7 +114,7 @@ class MegatronTags(SidecarTags):
     """Flat tags, and in the megatron layout an IndexedDataset index beside each."""
 
     def index(
-        self, shard: Shard, staging: Any, id_type: np.dtype, layout: TagLayout, storage: Any
+        self, shard: Shard, staging: Location, id_type: np.dtype, layout: TagLayout, storage: Any
     ) -> None:
         """In the megatron layout: an ``.idx`` beside each raw tags file (``<prefix>.fgid``,
         ``<prefix>.mlen``), the input's own with its dtype code and byte pointers for the
@@ -135,7 +135,7 @@ class MegatronTags(SidecarTags):
             head = HEADER.pack(MAGIC, version, code, sequences, entries)
             moved = (pointers // item * dtype.itemsize).astype("<i8").tobytes()
             body = idx[HEADER.size : HEADER.size + 4 * s] + moved + idx[HEADER.size + 12 * s :]
-            data = sidecar("", shard, what, layout)  # <prefix>.<what>.bin
+            data = sidecar(shard, what, layout)  # <prefix>.<what>.bin
             wf.save_bytes(wf.join(staging, "tags", data[: -len(".bin")] + ".idx"), head + body)
 
 

@@ -39,7 +39,7 @@ from fgram.pipeline.formats.reading import (
 )
 from fgram.pipeline.formats.table import arrow_list, write_table
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.storage import filesystem
+from fgram.pipeline.io.storage import Location, filesystem
 from fgram.pipeline.kernels.scratch import Scratch
 
 
@@ -144,7 +144,7 @@ class RowTags(TagFiles):
         tagged: Tagged,
         shard: Shard,
         unit: Unit,
-        staging: Any,
+        staging: Location,
         id_type: np.dtype,
         layout: TagLayout,
     ) -> None:

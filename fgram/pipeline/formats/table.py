@@ -14,7 +14,7 @@ from numpy.typing import DTypeLike
 
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io.failures import aside
-from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels.ranking import Groups, place_ranked, rank_order, scatter_rows
 
 SCHEMA = pa.schema(
@@ -48,7 +48,7 @@ def write_ranked(
     groups: Groups,
     lo: int,
     hi: int,
-    path: Place,
+    path: Location,
     starts: np.ndarray | None = None,
 ) -> int:
     """Number rows of whole groups (``rows``: length -> (tokens, counts)) and write the
@@ -128,11 +128,11 @@ def arrow_table(
     )
 
 
-def write_table(table: pa.Table, path: Place) -> None:
-    """One Parquet file at a local path, or at a `storage.Location` (an object: written
+def write_table(table: pa.Table, path: Location) -> None:
+    """One Parquet file, on this machine or on an object store (an object: written
     whole, then it appears)."""
-    if isinstance(path, str) or path.local:  # aside, then renamed: whole or not at all
-        target = path if isinstance(path, str) else path.path
+    if path.local:  # aside, then renamed: whole or not at all
+        target = path.path
         tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
         with aside(tmp, target):
             pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)

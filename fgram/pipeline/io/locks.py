@@ -15,13 +15,13 @@ from typing import Any
 
 from fgram.pipeline.errors import LockedError
 from fgram.pipeline.io.lease import LeaseLock, process_alive
-from fgram.pipeline.io.publish import as_location, check_output, lock_path
-from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.publish import as_location, check_output, here, lock_path
+from fgram.pipeline.io.storage import Location
 
 __all__ = ["FileLock", "LeaseLock", "OutputLock", "is_live", "process_alive", "working_in"]
 
 
-def OutputLock(out: Place, beat: float = 10.0, stale: float = 120.0) -> FileLock | LeaseLock:
+def OutputLock(out: Location, beat: float = 10.0, stale: float = 120.0) -> FileLock | LeaseLock:
     """One writer per output: a lock file beside a local output (`FileLock`), a lease
     object beside one on an object store (`LeaseLock`)."""
     loc = as_location(out)
@@ -43,8 +43,8 @@ class FileLock:
     """
 
     def __init__(self, out: str, beat: float = 10.0, stale: float = 120.0):
-        self.path = lock_path(out)
-        self.out = os.path.abspath(out)
+        self.out = os.path.abspath(out)  # a path of this machine
+        self.path = lock_path(here(self.out))
         self.beat, self.stale = beat, stale
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -151,20 +151,18 @@ LIVE = "live.lock"  # in a run's local work folder: flocked while the run lasts
 
 
 @contextlib.contextmanager
-def working_in(folder: Place) -> Iterator[None]:
+def working_in(folder: Location) -> Iterator[None]:
     """A run works in the local ``folder`` (its staging's ``_work``):
     an ``flock`` on ``folder/live.lock`` for as long, dropped by the kernel when the
     process dies (kill -9 too). `fgram clean` asks `is_live` before it lists a staging
     folder, wherever it is (a --work-dir, the cache's ``remote-runs``, a refresh's
     version, an embed's): the same test as the output's lock, not a guess from names.
     A folder on an object store is not marked (clean lists local folders only)."""
-    if isinstance(folder, Location):
-        if not folder.local:
-            yield
-            return
-        folder = folder.path
-    os.makedirs(folder, exist_ok=True)
-    fd = os.open(os.path.join(folder, LIVE), os.O_CREAT | os.O_RDWR, 0o644)
+    if not folder.local:
+        yield
+        return
+    os.makedirs(folder.path, exist_ok=True)
+    fd = os.open(os.path.join(folder.path, LIVE), os.O_CREAT | os.O_RDWR, 0o644)
     try:
         with contextlib.suppress(BlockingIOError):  # held already: this run's own
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -191,7 +189,7 @@ def is_live(staging: str) -> bool:
 
 @contextlib.contextmanager
 def held_output(
-    out: Place, overwrite: bool, storage: dict[str, Any] | None = None, resume: bool = False
+    out: Location, overwrite: bool, storage: dict[str, Any] | None = None, resume: bool = False
 ) -> Iterator[Location]:
     """An output checked (`publish.check_output`: a bad path is one line before anything
     starts), then its lock taken and the output checked again under it, so that one

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import exists, join, load_json, make_dirs, remove, save_json
 
 SUFFIX = ".done.json"
 
 
 class Markers:
-    """The completion markers of one stage's units, below ``folder`` (a local path or a
-    `Location`)."""
+    """The completion markers of one stage's units, below ``folder``."""
 
-    def __init__(self, folder: Place, stage: str) -> None:
+    def __init__(self, folder: Location, stage: str) -> None:
         self.folder = join(folder, stage)
 
-    def path(self, unit: int) -> Place:
+    def path(self, unit: int) -> Location:
         return join(self.folder, f"{unit:08d}{SUFFIX}")
 
     def done(self, unit: int) -> bool:

@@ -10,15 +10,25 @@ from typing import Any
 from fgram.pipeline.errors import LockedError, OutputError
 from fgram.pipeline.io.cache import cache_dir
 from fgram.pipeline.io.lease import confirm_held
-from fgram.pipeline.io.storage import Location, Place, check_bucket, json_bytes, locate
+from fgram.pipeline.io.storage import Location, check_bucket, json_bytes, locate
 
 
-def as_location(out: Place, storage: dict[str, Any] | None = None) -> Location:
+def as_location(out: str | Location, storage: dict[str, Any] | None = None) -> Location:
+    """A place a caller names (a path, a URI, or a `Location` already): the one
+    conversion at the library's doors; inside, every place is a `Location`."""
     return out if isinstance(out, Location) else locate(str(out), storage)
 
 
+def here(path: str) -> Location:
+    """A folder of this machine."""
+    return Location(path, path)
+
+
 def check_output(
-    out: Place, overwrite: bool, storage: dict[str, Any] | None = None, resume: bool = False
+    out: str | Location,
+    overwrite: bool,
+    storage: dict[str, Any] | None = None,
+    resume: bool = False,
 ) -> Location:
     """Where an output goes, checked before any work: a local folder that may be made
     and written, or an object-store prefix whose bucket exists and answers. Without
@@ -57,7 +67,7 @@ _NOT_OURS = (
 )
 
 
-def foreign_output(out: Place) -> bool:
+def foreign_output(out: str | Location) -> bool:
     """Whether ``out`` (a path or a `Location`) is something an fgram writer must not
     replace, even with --overwrite: a file, or a folder that is neither empty nor an
     fgram output (a manifest.json or _SUCCESS in it): a corpus, say, given in the
@@ -92,17 +102,19 @@ def _hidden(path: str, what: str) -> str:
     return os.path.join(parent, f".{name}.fgram-{what}")
 
 
-def staging_path(out: Place) -> str:
+def staging_path(out: Location) -> str:
     """The one (local) staging folder of an output: a crashed run's work stays there for
     --resume."""
-    return _beside(as_location(out), "staging")
+    return _beside(out, "staging")
 
 
-def lock_path(out: Place) -> str:
-    return _beside(as_location(out), "lock")
+def lock_path(out: Location) -> str:
+    return _beside(out, "lock")
 
 
-def staging_for(out: Location, here: bool, unique: bool = False, what: str = "staging") -> Place:
+def staging_for(
+    out: Location, runs_here: bool, unique: bool = False, what: str = "staging"
+) -> Location:
     """Where a run stages ``out`` before publishing it. On this machine when ``out`` is
     local or the run's tasks run here (`staging_path`: beside a local output, the local
     cache for one on an object store); else on the store beside ``out``, a hidden
@@ -111,20 +123,17 @@ def staging_for(out: Location, here: bool, unique: bool = False, what: str = "st
     --resume. ``what``: another folder of the run's, named so (``text``: a build's
     tokens)."""
     what = f"{what}-{uuid.uuid4().hex[:12]}" if unique else what
-    if not (out.local or here):
+    if not (out.local or runs_here):
         return out.sibling(f".{out.name}.fgram-{what}")
-    return _beside(out, what)
+    return here(_beside(out, what))
 
 
-def run_folder(staging: Place, what: str) -> Place:
+def run_folder(staging: Location, what: str) -> Location:
     """Another folder of a run, beside its staging folder (``.X.fgram-staging``):
     ``.X.fgram-<what>`` (``text``: a build's tokens)."""
     suffix = "fgram-staging"
-    if isinstance(staging, Location):
-        assert staging.name.endswith(suffix)
-        return staging.sibling(staging.name[: -len(suffix)] + f"fgram-{what}")
-    assert staging.endswith(suffix)
-    return staging[: -len(suffix)] + f"fgram-{what}"
+    assert staging.name.endswith(suffix)
+    return staging.sibling(staging.name[: -len(suffix)] + f"fgram-{what}")
 
 
 def publish(staging: str, out: str) -> None:
@@ -169,16 +178,16 @@ def _copied_beside(staging: str, out: str) -> str:
     return copy
 
 
-def data_files(staging: Place) -> list[str]:
-    """The files of a finished staging folder (a local path or a `Location`; relative,
-    sorted), markers and work files excluded."""
-    if isinstance(staging, Location):
+def data_files(staging: Location) -> list[str]:
+    """The files of a finished staging folder (relative, sorted), markers and work
+    files excluded."""
+    if not staging.local:
         found = staging.files()
     else:
         found = []
-        for folder, dirs, files in os.walk(staging):
+        for folder, dirs, files in os.walk(staging.path):
             dirs[:] = [d for d in dirs if d != "_work"]  # not walked: nothing there is data
-            rel = os.path.relpath(folder, staging)
+            rel = os.path.relpath(folder, staging.path)
             found += [name if rel == "." else f"{rel}/{name}" for name in files]
     return sorted(f for f in found if f not in (MANIFEST, SUCCESS) and not f.startswith("_work/"))
 
@@ -191,14 +200,14 @@ def generation_name(rel: str, gen: str) -> str:
 
 
 def finish(
-    staging: Place,
-    out: Place,
+    staging: Location,
+    out: Location,
     manifest: dict[str, Any],
     new_folder: bool = False,
     checksums: bool = False,
 ) -> None:
-    """Publish the finished staging folder (a local path, or a `Location` on the same
-    object store as ``out``) as ``out`` with ``manifest``, which names every file of the
+    """Publish the finished staging folder (on this machine, or on the same object
+    store as ``out``) as ``out`` with ``manifest``, which names every file of the
     output (``files``). ``new_folder``: ``out`` is a folder no reader knows yet (a
     refresh's new version), so on an object store its files keep their own names.
 
@@ -211,22 +220,19 @@ def finish(
     ``checksums``: the manifest also holds each file's size and sha256 (``checksums``,
     by the names in ``files``; `fgram verify` checks them), from a staging folder on
     this machine (one on the store gives sizes only)."""
-    loc = as_location(out)
-    if isinstance(staging, Location) and staging.local:
-        staging = staging.path
     files = data_files(staging)
     sums = _checksums(staging, files) if checksums else None
-    if loc.local:
+    if out.local:
         from fgram.pipeline.io.workdir import save_json
 
-        assert isinstance(staging, str)  # a local output is staged on this machine
+        assert staging.local, staging.uri  # a local output is staged on this machine
         manifest["files"] = files
         if sums is not None:
             manifest["checksums"] = sums
-        save_json(os.path.join(staging, MANIFEST), manifest)
-        with open(os.path.join(staging, SUCCESS), "w"):
+        save_json(staging.child(MANIFEST), manifest)
+        with open(os.path.join(staging.path, SUCCESS), "w"):
             pass
-        publish(staging, loc.path)
+        publish(staging.path, out.path)
         return
     gen = uuid.uuid4().hex[:12]
     names = {rel: rel if new_folder else generation_name(rel, gen) for rel in files}
@@ -235,38 +241,33 @@ def finish(
     if sums is not None:
         manifest["checksums"] = {names[rel]: rec for rel, rec in sums.items()}
     commit_generation(
-        loc,
-        {
-            name: staging.child(rel)
-            if isinstance(staging, Location)
-            else os.path.join(staging, rel)
-            for rel, name in names.items()
-        },
+        out,
+        {name: staging.child(rel) for rel, name in names.items()},
         [(MANIFEST, json_bytes(manifest)), (SUCCESS, gen.encode())],
     )
-    if isinstance(staging, Location):
-        staging.remove_tree()
+    if staging.local:
+        discard(staging.path)
     else:
-        discard(staging)
+        staging.remove_tree()
 
 
-def _checksums(staging: Place, files: list[str]) -> dict[str, dict[str, Any]]:
+def _checksums(staging: Location, files: list[str]) -> dict[str, dict[str, Any]]:
     """Each data file's ``bytes`` and (staged on this machine) ``sha256``."""
     from fgram.pipeline.io.cache import file_record
 
-    if isinstance(staging, Location):
+    if not staging.local:
         return {rel: {"bytes": staging.child(rel).info().size} for rel in files}
-    return {rel: file_record(os.path.join(staging, rel)) for rel in files}
+    return {rel: file_record(os.path.join(staging.path, rel)) for rel in files}
 
 
 def commit_generation(
     dest: Location,
-    files: dict[str, Place],
+    files: dict[str, Location],
     markers: list[tuple[str, bytes]],
     written: tuple[str, ...] = (),
 ) -> None:
     """The commit protocol of an object-store folder, where nothing renames: upload
-    ``files`` (name below ``dest`` -> a local path or a `Location` of the same store),
+    ``files`` (name below ``dest`` -> a file of this machine or an object of the same store),
     each under a name of its own generation, beside what an older one left (``written``:
     names of this generation's files already there); then write ``markers`` in order (the
     first is the switch: it names the new files); then delete every other object below
@@ -289,7 +290,7 @@ def commit_generation(
 UPLOAD_THREADS = 8
 
 
-def upload_all(pairs: list[tuple[Place, Location]]) -> None:
+def upload_all(pairs: list[tuple[Location, Location]]) -> None:
     """Copy (source, destination) pairs, a few at a time: a local file is uploaded, an
     object copied on its store. The first failure is raised."""
     from concurrent.futures import ThreadPoolExecutor

@@ -304,16 +304,16 @@ class Location:
         self.write_bytes(json_bytes(obj))
 
     def upload(self, source: str | Location) -> None:
-        """Copy a local file (a path), or another `Location` of the same store, here (the
-        object appears only once complete; a copy on the store moves no byte through
-        this machine)."""
-        if isinstance(source, Location):
+        """Copy a file of this machine (its path, or its `Location`), or another object of
+        the same store, here (the object appears only once complete; a copy on the store
+        moves no byte through this machine)."""
+        if isinstance(source, Location) and not source.local:
             try:
                 self.fs.copy_file(source.path, self.path)
             except Exception as exc:  # noqa: BLE001
                 raise self._fail(exc) from None
             return
-        local_path = source
+        local_path = source.path if isinstance(source, Location) else source
         try:
             if self.local:
                 import shutil
@@ -391,14 +391,6 @@ class Location:
 def _cut(path: str) -> str:
     """A path on an object store without its last part."""
     return path.rstrip("/").rsplit("/", 1)[0]
-
-
-Place = str | Location  # a local path, or a `Location` (local or on an object store)
-
-
-def uri_of(place: Place) -> str:
-    """A place as a user reads it (a local path, or the object's URI)."""
-    return place.uri if isinstance(place, Location) else str(place)
 
 
 def locate(uri: str, options: dict[str, Any] | None = None) -> Location:

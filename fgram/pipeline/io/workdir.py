@@ -2,9 +2,9 @@
 
 Every file is written aside and renamed into place (on an object store: one PUT, which
 appears whole or not at all), so a retried or speculative task never leaves a
-half-written file for a reader. The work folder is a local path (a local or shared
-disk: the fast path, memory maps) or a `storage.Location` on an object store, which
-every executor of a cluster reaches; the functions here take either.
+half-written file for a reader. The work folder is a `storage.Location`: on this
+machine's disks (a local or shared disk: the fast path, memory maps) or on an object
+store, which every executor of a cluster reaches.
 """
 
 from __future__ import annotations
@@ -16,27 +16,28 @@ import os
 import sys
 import threading
 import uuid
-from typing import Any, TypeGuard, overload
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from fgram.pipeline.io.failures import aside
-from fgram.pipeline.io.storage import Location, Place, uri_of
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels.scratch import Scratch
 
 
-def on_store(path: Place) -> TypeGuard[Location]:
+def on_store(path: Location) -> bool:
     """Whether a place is on an object store (not a path of this machine)."""
-    return isinstance(path, Location) and not path.local
+    return not path.local
 
 
-def local_path(path: Place) -> str:
+def local_path(path: Location) -> str:
     """The path on this machine of a place that is not on an object store."""
-    return path.path if isinstance(path, Location) else path
+    assert path.local, path.uri
+    return path.path
 
 
-def is_link(path: Place) -> bool:
+def is_link(path: Location) -> bool:
     """Whether a local place is a symbolic link (an object store has none)."""
     return not on_store(path) and os.path.islink(local_path(path))
 
@@ -54,7 +55,7 @@ def content_hash(arr: np.ndarray) -> int:
     return int(xxhash.xxh3_64_intdigest(b.data))
 
 
-def save_array(path: Place, arr: np.ndarray) -> dict[str, int]:
+def save_array(path: Location, arr: np.ndarray) -> dict[str, int]:
     """Write ``arr`` (aside, then renamed); returns its record, ``{"bytes", "xxh3"}`` of
     its data (`content_hash`), for a completion marker to hold and `intact` to check."""
     arr = np.ascontiguousarray(arr)
@@ -64,11 +65,11 @@ def save_array(path: Place, arr: np.ndarray) -> dict[str, int]:
         np.save(buf, arr, allow_pickle=False)
         path.write_bytes(buf.getbuffer())
         return record
-    path = local_path(path)
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with aside(tmp, path), open(tmp, "wb") as f:
+    local = local_path(path)
+    tmp = f"{local}.{uuid.uuid4().hex}.tmp"
+    with aside(tmp, local), open(tmp, "wb") as f:
         np.save(f, arr, allow_pickle=False)
-    os.replace(tmp, path)
+    os.replace(tmp, local)
     return record
 
 
@@ -121,7 +122,7 @@ def npy_names(doc: Any) -> set[str]:
     return {doc} if isinstance(doc, str) and doc.endswith(".npy") else set()
 
 
-def intact(path: Place, record: dict[str, int], legacy: bool = False) -> bool:
+def intact(path: Location, record: dict[str, int], legacy: bool = False) -> bool:
     """Whether the array file at ``path`` holds what `save_array` wrote (its record;
     ``legacy``: as `matches`)."""
     try:
@@ -131,7 +132,7 @@ def intact(path: Place, record: dict[str, int], legacy: bool = False) -> bool:
     return matches(arr, record, legacy)
 
 
-def read_range(path: Place, start: int, stop: int) -> np.ndarray:
+def read_range(path: Location, start: int, stop: int) -> np.ndarray:
     """Items [start, stop) of a saved 1-D array, read into memory: no file stays open (a
     memory map holds a file descriptor for as long as any view of it lives, and a task
     that keeps a slice of each of thousands of units would run out of them)."""
@@ -149,7 +150,7 @@ def read_range(path: Place, start: int, stop: int) -> np.ndarray:
     return out
 
 
-def load_array(path: Place, mmap: bool = True) -> np.ndarray:
+def load_array(path: Location, mmap: bool = True) -> np.ndarray:
     """A local file memory-mapped (``mmap``) or read; an object read whole."""
     if on_store(path):
         arr: np.ndarray = np.load(io.BytesIO(path.read_bytes()), allow_pickle=False)
@@ -158,7 +159,7 @@ def load_array(path: Place, mmap: bool = True) -> np.ndarray:
     return arr
 
 
-def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
+def read_into(path: Location, scratch: Scratch, name: str) -> np.ndarray:
     """A 1-d array file read into ``scratch``'s buffer ``name`` (a `scratch.Scratch`):
     a worker reading one such file per unit reuses the same pages (a fresh
     array's first touch costs more than the copy)."""
@@ -171,7 +172,7 @@ def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
     with open(local, "rb") as f:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0)):  # np.save writes these: anything else, plainly
-            return load_array(local, mmap=False)
+            return load_array(path, mmap=False)
         read_header = (
             np.lib.format.read_array_header_1_0
             if version == (1, 0)
@@ -188,7 +189,7 @@ def read_into(path: Place, scratch: Scratch, name: str) -> np.ndarray:
 
 def concat_arrays(
     dest: Location,
-    parts: list[Place],
+    parts: list[Location],
     dtype: DTypeLike,
     shape: tuple[int, ...],
     header: bool = True,
@@ -227,8 +228,7 @@ def concat_arrays(
                 arr = load_array(part)
                 if arr.shape[1:] != tuple(shape[1:]):
                     raise FgramError(
-                        f"{getattr(part, 'uri', part)}: rows of shape "
-                        f"{arr.shape[1:]}, expected {tuple(shape[1:])}"
+                        f"{part.uri}: rows of shape {arr.shape[1:]}, expected {tuple(shape[1:])}"
                     )
                 rows += len(arr)
                 put(np.ascontiguousarray(arr, dtype=dtype).tobytes())
@@ -242,19 +242,19 @@ def concat_arrays(
     return digest.hexdigest(), size
 
 
-def save_bytes(path: Place, data: bytes) -> None:
+def save_bytes(path: Location, data: bytes) -> None:
     """Write a file (aside, then renamed) or an object."""
     if on_store(path):
         path.write_bytes(data)
         return
-    path = local_path(path)
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with aside(tmp, path), open(tmp, "wb") as f:
+    local = local_path(path)
+    tmp = f"{local}.{uuid.uuid4().hex}.tmp"
+    with aside(tmp, local), open(tmp, "wb") as f:
         f.write(data)
-    os.replace(tmp, path)
+    os.replace(tmp, local)
 
 
-def remove_partial(folder: Place) -> None:
+def remove_partial(folder: Location) -> None:
     """Remove the files half-written under a local folder (``*.tmp``, the names `aside`
     writes through) by tasks that a failure stopped before they could: their work is
     kept for a resume, never their pieces. An object store's uploads appear whole."""
@@ -267,30 +267,30 @@ def remove_partial(folder: Place) -> None:
                     os.remove(os.path.join(root, name))
 
 
-def save_json(path: Place, obj: Any, durable: bool = True) -> None:
+def save_json(path: Location, obj: Any, durable: bool = True) -> None:
     """Write JSON atomically (aside, then rename); ``durable`` also fsyncs it first."""
     if on_store(path):
         path.write_json(obj)
         return
-    path = local_path(path)
-    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-    with aside(tmp, path), open(tmp, "w") as f:
+    local = local_path(path)
+    tmp = f"{local}.{uuid.uuid4().hex}.tmp"
+    with aside(tmp, local), open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
         if durable:
             f.flush()
             os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, local)
 
 
-def load_json(path: Place) -> Any:
+def load_json(path: Location) -> Any:
     if on_store(path):
         return path.read_json()
     with open(local_path(path)) as f:
         return json.load(f)
 
 
-def claim_staging(staging: Place, fingerprint: Any, resume: bool, what: str = "run") -> bool:
+def claim_staging(staging: Location, fingerprint: Any, resume: bool, what: str = "run") -> bool:
     """Make a run's staging folder (``_work/run.json`` holds the run's ``fingerprint``),
     or keep an unfinished run's when ``resume`` and it is this very run (same options,
     same inputs); returns whether it resumes. ``--resume`` onto another run's work is
@@ -305,13 +305,13 @@ def claim_staging(staging: Place, fingerprint: Any, resume: bool, what: str = "r
         if resume and old is not None:
             other = "inputs" if old.get("inputs") != fingerprint.get("inputs") else "options"
             raise OutputError(
-                f"{uri_of(staging)}: cannot resume: the unfinished {what} there had other "
+                f"{staging.uri}: cannot resume: the unfinished {what} there had other "
                 f"{other}; rerun without --resume to start over"
             )
         if old is not None:
             sys.stderr.write(
                 f"fgram: removing an unfinished {what}'s work in "
-                f"{uri_of(staging)} (--resume would continue it)\n"
+                f"{staging.uri} (--resume would continue it)\n"
             )
         remove_tree(staging)
     make_dirs(join(staging, "_work"))
@@ -319,11 +319,11 @@ def claim_staging(staging: Place, fingerprint: Any, resume: bool, what: str = "r
     return False
 
 
-def exists(path: Place) -> bool:
+def exists(path: Location) -> bool:
     return path.exists() if on_store(path) else os.path.exists(local_path(path))
 
 
-def remove(path: Place) -> None:
+def remove(path: Location) -> None:
     """Delete a file; no error if it is gone (or, locally, not ours to remove)."""
     if on_store(path):
         path.remove()
@@ -332,63 +332,53 @@ def remove(path: Place) -> None:
         os.remove(local_path(path))
 
 
-def remove_tree(path: Place) -> None:
-    if isinstance(path, Location):
-        path.remove_tree()
-    else:
-        import shutil
-
-        shutil.rmtree(path, ignore_errors=True)
+def remove_tree(path: Location) -> None:
+    path.remove_tree()
 
 
-@overload
-def join(folder: str, *names: str) -> str: ...
-@overload
-def join(folder: Location, *names: str) -> Location: ...
-def join(folder: Place, *names: str) -> Place:
-    """A path below ``folder``, of the same kind (a local path, or a `Location`)."""
-    return folder.child(*names) if isinstance(folder, Location) else os.path.join(folder, *names)
+def join(folder: Location, *names: str) -> Location:
+    """A place below ``folder``."""
+    return folder.child(*names)
 
 
-def names(folder: Place) -> list[str]:
-    """The file names right in ``folder`` ([] if it is absent)."""
-    if isinstance(folder, Location):
-        return [n for n in folder.files() if "/" not in n]
-    return os.listdir(folder) if os.path.isdir(folder) else []
+def names(folder: Location) -> list[str]:
+    """The names right in ``folder`` ([] if it is absent): locally its entries, on an
+    object store the objects right below it."""
+    if folder.local:
+        return os.listdir(folder.path) if os.path.isdir(folder.path) else []
+    return [n for n in folder.files() if "/" not in n]
 
 
-def make_dirs(folder: Place) -> None:
+def make_dirs(folder: Location) -> None:
     """Make a local folder (an object store has none to make)."""
-    if not isinstance(folder, Location):
-        os.makedirs(folder, exist_ok=True)
-    elif folder.local:
+    if folder.local:
         os.makedirs(folder.path, exist_ok=True)
 
 
 class WorkDir:
-    """Names of a build's intermediate files (below a local path or a `Location`)."""
+    """Names of a build's intermediate files (below a `Location`)."""
 
-    def __init__(self, root: Place) -> None:
+    def __init__(self, root: Location) -> None:
         self.root = root
 
-    def pass_dir(self, k: int) -> Place:
+    def pass_dir(self, k: int) -> Location:
         path = join(self.root, f"pass{k}")
         make_dirs(path)
         return path
 
-    def unit(self, k: int, u: int, what: str) -> Place:
+    def unit(self, k: int, u: int, what: str) -> Location:
         return join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
 
-    def merged(self, k: int, p: int, what: str) -> Place:
+    def merged(self, k: int, p: int, what: str) -> Location:
         return join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
 
-    def frequent(self, k: int, p: int, what: str) -> Place:
+    def frequent(self, k: int, p: int, what: str) -> Location:
         return join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
 
-    def decoded(self, k: int, p: int, what: str) -> Place:
+    def decoded(self, k: int, p: int, what: str) -> Location:
         return join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
 
-    def answers(self, k: int, p: int, what: str) -> Place:
+    def answers(self, k: int, p: int, what: str) -> Location:
         return join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
 
 
@@ -402,7 +392,7 @@ class Sweeper:
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
 
-    def sweep(self, paths: list[Place]) -> None:
+    def sweep(self, paths: list[Location]) -> None:
         self.wait()
         self._thread = threading.Thread(target=_remove_files, args=(paths,), daemon=True)
         self._thread.start()
@@ -413,7 +403,7 @@ class Sweeper:
             self._thread = None
 
 
-def _remove_files(paths: list[Place]) -> None:
+def _remove_files(paths: list[Location]) -> None:
     for path in paths:
         with contextlib.suppress(Exception):  # noqa: BLE001 - gone already, or not ours: the staging folder goes anyway
             remove(path)

@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike
 
 from fgram.pipeline.config.options import OPEN_MODE
 from fgram.pipeline.errors import ConfigError, FgramError
-from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels import jit
 from fgram.pipeline.kernels.matching import gather_rows, last_matches, step_matches
 from fgram.pipeline.tables.index import (
@@ -122,7 +122,7 @@ class FgramStore:
     @classmethod
     def open(
         cls,
-        out: Place,
+        out: str | Location,
         mode: str = OPEN_MODE,
         storage: dict[str, Any] | None = None,
         verify: bool = False,

@@ -38,8 +38,8 @@ from fgram.pipeline.config.options import OPEN_MODE
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io.cache import cache_dir, cached_copy, file_record, file_xxh3
 from fgram.pipeline.io.failures import first_line
-from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name
-from fgram.pipeline.io.storage import Location, Place, json_bytes
+from fgram.pipeline.io.publish import as_location, commit_generation, discard, generation_name, here
+from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.pipeline.io.workdir import save_array, save_json
 from fgram.pipeline.kernels import jit, matching
 from fgram.pipeline.kernels.keys import EMPTY, MAX_TOKEN, mix
@@ -106,7 +106,7 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"mode must be 'mmap' or 'ram', not {mode!r}")
 
 
-def read_meta(path: Place, fmt: str, version: int, make: str) -> dict[str, Any]:
+def read_meta(path: Location, fmt: str, version: int, make: str) -> dict[str, Any]:
     """The metadata JSON of an output part (a path or a `Location`), checked for its
     format and version. ``make``: the command that writes it (named in the errors)."""
     loc = as_location(path)
@@ -118,7 +118,7 @@ def read_meta(path: Place, fmt: str, version: int, make: str) -> dict[str, Any]:
     return meta
 
 
-def write_index(out: Place, storage: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_index(out: str | Location, storage: dict[str, Any] | None = None) -> dict[str, Any]:
     """Build OUT/index/ from the table at OUT (a build output or a refresh folder; a path
     or a URI): one process, the table read length by length.
 
@@ -163,13 +163,13 @@ def write_index(out: Place, storage: dict[str, Any] | None = None) -> dict[str, 
                 raise FgramError(f"{loc.uri}: the f-gram table is not closed under suffixes")
             suffix[ids] = suf
         table = HashTable.build(chain_key(prefix, toks[:, -1]), ids)
-        save_array(os.path.join(tmp, f"table-{length}.npy"), table.rows)
+        save_array(here(os.path.join(tmp, f"table-{length}.npy")), table.rows)
         tables[length] = table
         meta["lengths"][str(length)] = {"n": int(len(ids)), "slots": 1 << table.bits}
-    save_array(os.path.join(tmp, "suffix.npy"), suffix)
+    save_array(here(os.path.join(tmp, "suffix.npy")), suffix)
     if loc.local:
         meta["files"] = file_records(tmp)  # what `open` and `fgram verify` check
-        save_json(os.path.join(tmp, "index.json"), meta)
+        save_json(here(os.path.join(tmp, "index.json")), meta)
         discard(final.path)
         os.rename(tmp, final.path)
         return meta
@@ -188,7 +188,7 @@ def publish_parts(folder: str, dest: Location, meta: dict[str, Any], meta_name: 
     names = sorted(meta["files"])
     commit_generation(
         dest,
-        {meta["files"][n]["object"]: os.path.join(folder, n) for n in names},
+        {meta["files"][n]["object"]: here(os.path.join(folder, n)) for n in names},
         [(meta_name, json_bytes(meta))],
     )
 
@@ -360,7 +360,7 @@ class FgramIndex:
     @classmethod
     def open(
         cls,
-        out: Place,
+        out: str | Location,
         mode: str = OPEN_MODE,
         storage: dict[str, Any] | None = None,
         verify: bool = False,

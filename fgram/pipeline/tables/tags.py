@@ -28,18 +28,18 @@ from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.layouts import LAYOUTS
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
-from fgram.pipeline.io.publish import MANIFEST, SUCCESS, generation_name
-from fgram.pipeline.io.storage import Location, Place, locate
+from fgram.pipeline.io.publish import MANIFEST, SUCCESS, as_location, generation_name
+from fgram.pipeline.io.storage import Location, locate
 from fgram.pipeline.tables.index import FgramIndex
 from fgram.pipeline.tables.versions import manifest_fingerprint
 
 
 def open_tags(
-    tags: Place, table: str | None = None, storage: dict[str, Any] | None = None
+    tags: str | Location, table: str | None = None, storage: dict[str, Any] | None = None
 ) -> tuple[Location, dict[str, Any], FgramIndex]:
     """The tags' location, their manifest and the index of their table; refuses stale
     tags."""
-    loc = tags if isinstance(tags, Location) else locate(str(tags), storage)
+    loc = as_location(tags, storage)
     if not loc.child(SUCCESS).exists() or not loc.child(MANIFEST).exists():
         raise FgramError(f"{loc.uri}: not a finished fgram annotate output")
     manifest = loc.child(MANIFEST).read_json()
@@ -97,7 +97,7 @@ class FgramTags:
 
     @classmethod
     def open(
-        cls, tags: Place, table: str | None = None, storage: dict[str, Any] | None = None
+        cls, tags: str | Location, table: str | None = None, storage: dict[str, Any] | None = None
     ) -> FgramTags:
         """Open a finished annotate output (refused when its table changed since)."""
         return cls(*open_tags(tags, table, storage), storage)
@@ -201,7 +201,7 @@ def truncate(
 
 
 def training_sequences(
-    tags: Place,
+    tags: str | Location,
     seq_len: int,
     table: str | None = None,
     drop_last: bool = True,

@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.storage import Location, Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels.keys import EMPTY
 from fgram.pipeline.tables.versions import manifest_fingerprint, open_table
 
@@ -138,12 +138,12 @@ def _store_objects(version: Location, check: _Check) -> None:
         check.bytes += int(obj.info().size or 0)
         if rec is None:
             check.unrecorded.append(obj.uri)
-        elif check.deep and not wf.intact(obj.path if obj.local else obj, rec, legacy=True):
+        elif check.deep and not wf.intact(obj, rec, legacy=True):
             check.problems.append(f"{obj.uri}: its bytes changed since written (checksum differs)")
 
 
 def verify(
-    path: Place, deep: bool = False, storage: dict[str, Any] | None = None
+    path: str | Location, deep: bool = False, storage: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Check a published table (a build output or a refresh root's current version):
     its files, its index's and its embeddings' (see the module). Returns ``{"table",

@@ -25,7 +25,7 @@ from typing import Any
 
 from fgram.pipeline.errors import ConfigError, InputError, OutputError
 from fgram.pipeline.io.publish import SUCCESS, as_location
-from fgram.pipeline.io.storage import Location, Place, is_remote
+from fgram.pipeline.io.storage import Location, is_remote
 
 CURRENT = "current"
 VERSIONS = "versions"
@@ -52,17 +52,16 @@ def _id_milliseconds(vid: str) -> int:
     return seconds * 1000 + (int(stamp[15:18]) if len(stamp) == 19 else 999)
 
 
-def is_finished(path: Place) -> bool:
-    """Whether ``path`` (a local path, a URI or a `Location`) holds a finished output."""
-    if isinstance(path, str) and not is_remote(path):
-        return os.path.exists(os.path.join(path, "_SUCCESS")) and os.path.exists(
-            os.path.join(path, "manifest.json")
+def is_finished(loc: Location) -> bool:
+    """Whether ``loc`` holds a finished output."""
+    if loc.local:
+        return os.path.exists(os.path.join(loc.path, "_SUCCESS")) and os.path.exists(
+            os.path.join(loc.path, "manifest.json")
         )
-    loc = as_location(path)
     return loc.child("_SUCCESS").exists() and loc.child("manifest.json").exists()
 
 
-def list_versions(root: Place) -> list[str]:
+def list_versions(root: str | Location) -> list[str]:
     """Finished version ids, oldest first."""
     folder = as_location(root).child(VERSIONS)
     return sorted(
@@ -70,7 +69,7 @@ def list_versions(root: Place) -> list[str]:
     )
 
 
-def current(root: Place) -> str | None:
+def current(root: str | Location) -> str | None:
     """The id of the published version, or None."""
     loc = as_location(root)
     link = loc.child(CURRENT)
@@ -83,16 +82,13 @@ def current(root: Place) -> str | None:
     return link.read_bytes().decode().strip().rstrip("/").rsplit("/", 1)[-1]
 
 
-def version_path(root: Place, vid: str) -> Place:
-    """The folder of version ``vid``: a local path for a local path, else a `Location`."""
-    if isinstance(root, str) and not is_remote(root):
-        return os.path.join(root, VERSIONS, vid)
+def version_path(root: str | Location, vid: str) -> Location:
+    """The folder of version ``vid``."""
     return as_location(root).child(VERSIONS, vid)
 
 
-def check_root(root: Place, storage: dict[str, Any] | None = None) -> Place:
-    """A refresh root: absent, empty, or already one (never a plain build output).
-    Returns it as an absolute local path, or as a `Location` on an object store."""
+def check_root(root: str | Location, storage: dict[str, Any] | None = None) -> Location:
+    """A refresh root: absent, empty, or already one (never a plain build output)."""
     loc = as_location(root, storage)
     if is_finished(loc):
         raise OutputError(
@@ -116,11 +112,10 @@ def check_root(root: Place, storage: dict[str, Any] | None = None) -> Place:
                     f"{sub} must be a folder of its own (refresh deletes files there)"
                 )
         os.makedirs(os.path.join(loc.path, VERSIONS), exist_ok=True)
-        return loc.path
     return loc
 
 
-def switch_current(root: Place, vid: str) -> None:
+def switch_current(root: str | Location, vid: str) -> None:
     """Point ``current`` at version ``vid`` in one step: locally the rename of a new
     symlink, on an object store one PUT of the pointer object."""
     loc = as_location(root)
@@ -142,7 +137,7 @@ def _delete(loc: Location) -> None:
     loc.remove_tree()
 
 
-def clear_leftovers(root: Place) -> list[str]:
+def clear_leftovers(root: str | Location) -> list[str]:
     """Remove what a killed refresh left in versions/ (its staging folder, a version
     half deleted): hidden entries, never a finished version. Call with the lock held."""
     folder = as_location(root).child(VERSIONS)
@@ -159,7 +154,7 @@ def check_keep(keep: int) -> int:
     return keep
 
 
-def prune(root: Place, keep: int) -> list[str]:
+def prune(root: str | Location, keep: int) -> list[str]:
     """Delete the oldest finished versions beyond the newest ``keep`` (never the current
     one). Returns the ids deleted."""
     check_keep(keep)
@@ -172,13 +167,13 @@ def prune(root: Place, keep: int) -> list[str]:
         if loc.local:  # renamed first: gone from listings at once
             aside = os.path.join(loc.path, VERSIONS, f".{vid}.deleting")
             os.rename(os.path.join(loc.path, VERSIONS, vid), aside)
-            _delete(as_location(aside))
+            _delete(loc.child(VERSIONS, f".{vid}.deleting"))
         else:
             _delete(loc.child(VERSIONS, vid))
     return doomed
 
 
-def resolve_table(path: Place, storage: dict[str, Any] | None = None) -> Location:
+def resolve_table(path: str | Location, storage: dict[str, Any] | None = None) -> Location:
     """A build output, or a refresh root (its current version): local ``current`` is a
     symlink, on an object store an object holding the version's path."""
     loc = as_location(path, storage)
@@ -195,7 +190,7 @@ def resolve_table(path: Place, storage: dict[str, Any] | None = None) -> Locatio
 
 
 def table_part(
-    table: Place, part: str, overwrite: bool, storage: dict[str, Any] | None = None
+    table: str | Location, part: str, overwrite: bool, storage: dict[str, Any] | None = None
 ) -> Location:
     """Where TABLE/<part> (its index, its embeddings) goes, in a refresh folder's current
     version: like every writer, an existing one is replaced only with ``overwrite``."""
@@ -206,11 +201,11 @@ def table_part(
     return where
 
 
-def manifest_fingerprint(out: Place) -> str:
+def manifest_fingerprint(out: Location) -> str:
     """A short digest of an output's manifest: what its index, tags and embeddings name."""
     import hashlib
 
-    return hashlib.sha256(as_location(out).child("manifest.json").read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(out.child("manifest.json").read_bytes()).hexdigest()[:16]
 
 
 TABLE_KIND = "fgram-table"
@@ -223,7 +218,7 @@ OTHER_OUTPUTS = {  # what a command that reads a table says of fgram's other out
 
 
 def open_table(
-    path: Place,
+    path: str | Location,
     storage: dict[str, Any] | None = None,
     kinds: tuple[str, ...] | None = (TABLE_KIND,),
 ) -> tuple[Location, dict[str, Any]]:

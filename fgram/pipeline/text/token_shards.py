@@ -15,7 +15,7 @@ from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.table import arrow_array, arrow_list, write_table
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import as_location
-from fgram.pipeline.io.storage import Place
+from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels.streams import with_separators
 
 Part = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]
@@ -52,7 +52,7 @@ class TokenWriter(ABC):
 
     @abstractmethod
     def write(
-        self, path: Place, parts: list[Part], source: str, dtype: str, sep: int | None
+        self, path: Location, parts: list[Part], source: str, dtype: str, sep: int | None
     ) -> None:
         """One shard at ``path`` (written aside, then renamed) of the documents of
         ``parts``, from the input file ``source``."""
@@ -74,7 +74,7 @@ class ParquetTokens(TokenWriter):
         return {"column": "tokens"}  # Parquet has its own types: no dtype is read
 
     def write(
-        self, path: Place, parts: list[Part], source: str, dtype: str, sep: int | None
+        self, path: Location, parts: list[Part], source: str, dtype: str, sep: int | None
     ) -> None:
         docs, rows, lengths, flat = (np.concatenate([p[i] for p in parts]) for i in range(4))
         keyed = parts[0][4] is not None
@@ -138,7 +138,7 @@ class BinTokens(TokenWriter):
         return {"dtype": manifest["dtype"], "doc_sep": manifest["doc_sep"]}
 
     def write(
-        self, path: Place, parts: list[Part], source: str, dtype: str, sep: int | None
+        self, path: Location, parts: list[Part], source: str, dtype: str, sep: int | None
     ) -> None:
         assert sep is not None  # flat shards always have one (`token_type`)
         write_bin(path, [(p[2], p[3]) for p in parts], dtype, sep)
@@ -154,7 +154,7 @@ class ShardWriter:
 
     def __init__(
         self,
-        folder: Place,
+        folder: Location,
         unit: int,
         source: str,
         fmt: TokenWriter,
@@ -212,7 +212,7 @@ class ShardWriter:
 
 
 def write_bin(
-    path: Place, parts: list[tuple[np.ndarray, np.ndarray]], dtype: str, sep: int
+    path: Location, parts: list[tuple[np.ndarray, np.ndarray]], dtype: str, sep: int
 ) -> None:
     """Documents, given as parts of (their lengths, their concatenated ids), as one raw
     little-endian array, each followed by ``sep``: one compiled pass, no copy between."""

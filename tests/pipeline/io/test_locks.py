@@ -15,7 +15,7 @@ import pytest
 
 from fgram.pipeline.errors import LockedError
 from fgram.pipeline.io.locks import FileLock
-from fgram.pipeline.io.publish import lock_path
+from fgram.pipeline.io.publish import here, lock_path
 
 
 def _dead_pid() -> int:
@@ -25,7 +25,7 @@ def _dead_pid() -> int:
 
 
 def _stale(out: str) -> None:
-    with open(lock_path(out), "w") as f:
+    with open(lock_path(here(out)), "w") as f:
         json.dump({"host": socket.gethostname(), "pid": _dead_pid(), "started": 0}, f)
 
 
@@ -64,7 +64,7 @@ def test_two_runs_taking_over_a_stale_lock_never_both_hold_it(tmp_path):
             assert x1 <= y0, f"trial {trial}: two writers at once"
         else:
             held_once += 1
-        assert not os.path.exists(lock_path(out))
+        assert not os.path.exists(lock_path(here(out)))
     assert held_once > 0  # the race was run: most trials refuse the second run
 
 
@@ -81,21 +81,21 @@ def test_a_killed_holders_lock_is_taken_and_a_live_one_is_not(tmp_path):
     assert FileLock(out).held()["pid"] == holder.pid  # what `fgram clean` asks
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    assert os.path.exists(lock_path(out))  # kill -9 leaves the file, not the flock
+    assert os.path.exists(lock_path(here(out)))  # kill -9 leaves the file, not the flock
     assert FileLock(out).held() is None
     with FileLock(out):
-        assert json.load(open(lock_path(out)))["pid"] == os.getpid()
-    assert not os.path.exists(lock_path(out))
+        assert json.load(open(lock_path(here(out))))["pid"] == os.getpid()
+    assert not os.path.exists(lock_path(here(out)))
 
 
 def test_an_empty_or_torn_lock_file_is_taken(tmp_path):
     for content in ("", "{half"):
         out = str(tmp_path / "o")
-        with open(lock_path(out), "w") as f:
+        with open(lock_path(here(out)), "w") as f:
             f.write(content)
         with FileLock(out):
             pass
-        assert not os.path.exists(lock_path(out))
+        assert not os.path.exists(lock_path(here(out)))
 
 
 @pytest.mark.parametrize("job", ["build", "build from text", "tokenize", "annotate"])

@@ -8,7 +8,7 @@ from fgram.jobs.runs import check_work_reach
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError, OutputError, StorageUnavailable
 from fgram.pipeline.io.failures import explain, failure, parse_options, public_options, redact
-from fgram.pipeline.io.publish import data_files, generation_name
+from fgram.pipeline.io.publish import data_files, generation_name, here
 from fgram.pipeline.io.storage import is_remote, locate
 
 
@@ -79,7 +79,7 @@ def test_generation_names_and_data_files(tmp_path):
     (tmp_path / "_work").mkdir()
     for name in ("fgrams/part-00000.parquet", "manifest.json", "_SUCCESS", "_work/state.json"):
         (tmp_path / name).write_text("x")
-    assert data_files(str(tmp_path)) == ["fgrams/part-00000.parquet"]
+    assert data_files(here(str(tmp_path))) == ["fgrams/part-00000.parquet"]
 
 
 def test_a_cluster_never_gets_tasks_for_work_files_on_the_driver():

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fgram.pipeline.formats.reading import stream_from_lists
+from fgram.pipeline.io.publish import here
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import INVALID, WIDE, KeyCode, mix, ngram_keys, unmix
 from fgram.pipeline.kernels.merging import (
@@ -394,7 +395,9 @@ def test_rank_tasks_write_the_table_a_full_sort_gives(tmp_path_factory, data, ta
         for k, (ts, cs) in rows.items():
             m = groups.rows_in(cs, k, g0, g1)
             mine[k] = (ts[m], cs[m])
-        assert write_ranked(mine, groups, lo, hi, str(out / f"{r}.parquet")) == max(hi - lo, 0)
+        assert write_ranked(mine, groups, lo, hi, here(str(out / f"{r}.parquet"))) == max(
+            hi - lo, 0
+        )
         got += pq.read_table(out / f"{r}.parquet").to_pylist()
     assert [row["fgram_id"] for row in got] == list(range(len(want)))
     assert [(-row["count"], row["length"], tuple(row["tokens"])) for row in got] == want

@@ -8,6 +8,7 @@ import pytest
 
 from fgram.pipeline.config.commands import TokenizeConfig
 from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.io.publish import here
 from fgram.pipeline.text.token_shards import WRITERS, ShardWriter
 
 
@@ -37,7 +38,7 @@ def test_shards_are_cut_at_documents_in_each_format(tmp_path):
     flat = np.arange(1, 10)
     for name, writer in WRITERS.items():
         (tmp_path / name / "shards").mkdir(parents=True)  # made by the job
-        shards = ShardWriter(str(tmp_path / name), 2, "in.jsonl", writer, 4, "uint16", 0)
+        shards = ShardWriter(here(str(tmp_path / name)), 2, "in.jsonl", writer, 4, "uint16", 0)
         shards.add(np.arange(3), np.arange(3), lengths, flat, None)
         shards.flush()
         assert shards.names == [
