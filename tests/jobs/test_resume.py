@@ -421,3 +421,38 @@ def test_on_spark_a_pass_over_its_work_budget_stops_then_resumes(spark, tmp_path
     resumed = build(spark, [src], tmp_path / "t", resume=True, **kw)
     assert resumed["resumed"]["units_counted_before"] > 0
     assert result(tmp_path / "t") == select(docs, 3, 5, 500)
+
+
+def test_on_the_join_path_the_budget_holds_what_earlier_passes_keep_on_disk(
+    spark, tmp_path, monkeypatch
+):
+    """With lookups by join (no broadcast), a pass's answers go once the pass after it is
+    done: what the budget counts as kept when a pass starts is what is on disk then (the
+    kept sets, the answers still needed, the pass before's merged ranges)."""
+    from fgram.jobs.table import driver
+    from fgram.pipeline.io import workdir
+
+    monkeypatch.setattr(workdir.Sweeper, "sweep", lambda _, paths: workdir._remove_files(paths))
+    work = tmp_path / ".t.fgram-staging" / "_work"
+    seen, real = [], driver.PassBudget
+
+    def watching(budget, k, tokens, held):
+        on_disk = sum(
+            np.load(work / f"pass{j}" / name, mmap_mode="r").nbytes
+            for j in range(2, k)
+            for name in os.listdir(work / f"pass{j}")
+            if name.startswith(("frequent-", "answers-", "merged-")) and name.endswith(".npy")
+        )
+        seen.append((k, held, on_disk))
+        return real(budget, k, tokens, held)
+
+    monkeypatch.setattr(driver, "PassBudget", watching)
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(1, 40, size=int(rng.integers(20, 300))).tolist() for _ in range(150)]
+    src = write_bin(str(tmp_path / "c.bin"), docs, sep=0)
+    kw = {"dtype": "uint16", "doc_sep": 0, "max_len": 5, "min_count": 2, "unit_tokens": 5_000}
+    made = build(spark, [src], tmp_path / "t", work_budget=10**9, broadcast_budget=0, **kw)
+    assert {p["lookup"] for p in made["passes"][:-1]} == {"join"}
+    assert [k for k, _, _ in seen] == [2, 3, 4, 5]
+    assert [held for _, held, _ in seen] == [on_disk for _, _, on_disk in seen]
+    assert result(tmp_path / "t") == select(docs, 5, 2, None)

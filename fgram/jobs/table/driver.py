@@ -198,7 +198,12 @@ class BuildPasses(PassSteps):
         code = pass_code(k, plan.shards, st.kept, st.top_token)
         counting = CountStage(plan, k, st.prev, code)
         if plan.cfg.work_budget is not None:
-            held = sum(r["bytes"] for files in st.files.values() for r in files.values())
+            held = sum(  # an earlier pass's answers are swept once the next one is done
+                r["bytes"]
+                for j, files in st.files.items()
+                for name, r in files.items()
+                if not (j < k - 1 and name.startswith(f"pass{j}/answers-"))
+            )
             self.watching = PassBudget(
                 plan.cfg.work_budget, k, self.count_size()[1], held + self.merged_before
             )
