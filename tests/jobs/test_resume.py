@@ -292,7 +292,7 @@ def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
     spark, tmp_path, monkeypatch, capfd, k, damage
 ):
     """A killed run's unit files altered before --resume (a disk's damage, a stray
-    write: +1 on bytes; two 64-bit words swapped; +1000 on one word and -1000 on
+    write: +1 on counts; two 64-bit words swapped; +1000 on one word and -1000 on
     another, which a sum of words does not see): the marker's XXH3 finds it. The unit
     is counted again
     where what it was counted from is still there (pass 2: the input), and the table is
@@ -316,21 +316,20 @@ def test_a_counted_unit_changed_after_a_crash_is_found_on_resume(
         build(spark, [tmp_path / "a.bin"], out, **kw)
     monkeypatch.setattr(driver.BuildPasses, "done", real)
     folder = os.path.join(staging_path(here(str(out))), "_work", f"pass{k}")
-    # the coded run's bytes, or its index's 64-bit words (distinct words to swap)
-    what = "run" if damage == "plus1" else "index"
+    what = "keys" if damage == "swapped" else "counts"  # keys: distinct words to swap
     changed = sorted(glob.glob(os.path.join(folder, f"unit-*.{what}.npy")))[:2]
     assert changed, os.listdir(folder)
     for path in changed:
-        counts = np.load(path)
-        words = counts.view(np.uint64) if what == "index" else None
-        assert damage == "plus1" or len(words) >= 6, counts  # a block's row, and the end
+        counts = np.load(path)  # (or keys)
+        words = counts[: len(counts) // 2 * 2].view(np.uint64)  # whole 64-bit words
+        assert damage == "plus1" or len(words) >= 2, counts
         if damage == "plus1":
             counts[: max(1, len(counts) // 2)] += 1
         elif damage == "swapped":  # two keys' words: the same sum of words
             words[[0, 1]] = words[[1, 0]]
         else:  # moved: the same total of words
-            words[0] -= np.uint64(1000)  # a block's first key: large
-            words[-1] += np.uint64(1000)
+            words[0] += np.uint64(1000)
+            words[-1] -= np.uint64(1000)
         np.save(path, counts)
     capfd.readouterr()
     if k == 3:

@@ -23,10 +23,9 @@ from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.markers import Markers
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, read_range, save_array
-from fgram.pipeline.kernels.coded import code_run, run_slice
 from fgram.pipeline.kernels.counting import ids_at, unit_table
 from fgram.pipeline.kernels.keys import KeyCode
-from fgram.pipeline.kernels.merging import ids_in, merge_counts_bucketed, part_range
+from fgram.pipeline.kernels.merging import ids_in, key_slice, merge_counts_bucketed, part_range
 from fgram.pipeline.kernels.packing import pack_order, unpack_order
 from fgram.pipeline.kernels.selection import histogram
 from fgram.pipeline.kernels.streams import positions_by_length
@@ -106,7 +105,7 @@ def release_counting() -> None:
 def _unit_answers(plan: Plan, wd: WorkDir, k: int, u: int, prev: dict) -> np.ndarray:
     """Global ids (INVALID where not frequent) of unit u's distinct keys of pass k."""
     if prev["broadcast"]:
-        keys, _ = unit_run(wd, k, u)
+        keys = load_array(wd.unit(k, u, "keys"))
         return ids_in(
             _frequent_table(plan, wd, k, prev["nparts"]),
             keys,
@@ -175,10 +174,9 @@ def count_task(plan: Plan, k: int, u: int, prev: dict | None, code: KeyCode) -> 
     uniq, counts, order, counted = unit_table(
         ids, tokens, k, stream.limit, want_order=not last, code=code, scratch=SCRATCH
     )
-    run, index = code_run(uniq, counts)
     files = {
-        "run": save_array(wd.unit(k, u, "run"), run),
-        "index": save_array(wd.unit(k, u, "index"), index),
+        "keys": save_array(wd.unit(k, u, "keys"), uniq),
+        "counts": save_array(wd.unit(k, u, "counts"), counts),
     }
     if not last:
         assert order is not None  # asked for
@@ -232,18 +230,7 @@ def _damaged(wd: WorkDir, k: int, stats: UnitCount) -> str | None:
     return None
 
 
-UNIT_FILES = ("run", "index", "order")
-
-
-def unit_run(wd: WorkDir, k: int, u: int, lo: int = 0, hi: int | None = None, mapped=True):
-    """(keys, counts) of unit u's coded run in [lo, hi) (`coded.run_slice`): from a memory
-    map of its bytes (``mapped``), or read by range (no file held open)."""
-    index = load_array(wd.unit(k, u, "index"), mmap=False)
-    path = wd.unit(k, u, "run")
-    if mapped:
-        data = load_array(path)
-        return run_slice(lambda a, b: data[a:b], index, lo, hi)
-    return run_slice(lambda a, b: read_range(path, a, b), index, lo, hi)
+UNIT_FILES = ("keys", "counts", "order")
 
 
 def _drop_inputs(wd: WorkDir, k: int, u: int) -> None:
@@ -269,9 +256,18 @@ def merge_task(plan: Plan, k: int, p: int, nparts: int, floor: int, code: KeyCod
     runs = []
     mapped = len(plan.units) <= MAPPED_UNITS  # views of the maps, or ranges read
     for u in range(len(plan.units)):
-        keys, counts = unit_run(wd, k, u, lo, hi, mapped)  # unmapped: no file held per unit
-        if len(keys):
-            runs.append((keys, counts))
+        keys = load_array(wd.unit(k, u, "keys"))
+        a, b = key_slice(keys, lo, hi)
+        if b <= a:
+            continue
+        if mapped:
+            runs.append(
+                (np.asarray(keys[a:b]), np.asarray(load_array(wd.unit(k, u, "counts"))[a:b]))
+            )
+        else:  # the map goes with ``keys``: a task holds no file per unit
+            runs.append(
+                (read_range(wd.unit(k, u, "keys"), a, b), read_range(wd.unit(k, u, "counts"), a, b))
+            )
     keys, counts = merge_counts_bucketed(
         runs, code, lo, 2**64 if hi is None else hi, scratch=SCRATCH
     )
@@ -304,9 +300,10 @@ def keep_task(
         offsets = np.zeros(len(plan.units) + 1, dtype=np.int64)
         chunks = []
         for u in range(len(plan.units)):
-            ukeys, _ = unit_run(wd, k, u, lo, hi)
-            chunks.append(ids_in(fkeys, ukeys, offset))
-            offsets[u + 1] = offsets[u] + len(ukeys)
+            ukeys = load_array(wd.unit(k, u, "keys"))
+            a, b = key_slice(ukeys, lo, hi)
+            chunks.append(ids_in(fkeys, np.asarray(ukeys[a:b]), offset))
+            offsets[u + 1] = offsets[u] + (b - a)
         ids = np.concatenate(chunks) if chunks else np.zeros(0, np.uint32)
         for what, arr in (("ids", ids), ("offsets", offsets)):
             written[work_name(k, wd.answers(k, p, what))] = save_array(wd.answers(k, p, what), arr)
