@@ -432,7 +432,11 @@ def test_on_the_join_path_the_budget_holds_what_earlier_passes_keep_on_disk(
     from fgram.jobs.table import driver
     from fgram.pipeline.io import workdir
 
-    monkeypatch.setattr(workdir.Sweeper, "sweep", lambda _, paths: workdir._remove_files(paths))
+    def at_once(_, paths):  # the sweep done before the next pass starts, not beside it
+        for path in paths:
+            workdir.remove(path)
+
+    monkeypatch.setattr(workdir.Sweeper, "sweep", at_once)
     work = tmp_path / ".t.fgram-staging" / "_work"
     seen, real = [], driver.PassBudget
 
