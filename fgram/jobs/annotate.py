@@ -293,7 +293,7 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
             dataclasses.replace(cfg, inputs=[where], tokenizer=None, doc_sep=None), spark
         )
     finally:
-        wf.remove_tree(folder)
+        folder.remove_tree()
     manifest["text"] = {k: tokens[k] for k in ("inputs", "documents", "tokens", "tokenizer")}
     return manifest
 
@@ -320,7 +320,7 @@ def _assemble(
     )
     ex.map(len(indexed), assembling.run)
     if remote:
-        wf.remove_tree(staging.child("_work"))
+        staging.child("_work").remove_tree()
 
 
 def _annotate(

@@ -67,7 +67,7 @@ class Run:
     @property
     def work(self) -> Location:
         """The run's work folder (its markers and work files; it goes at the publish)."""
-        return wf.join(self.staging, "_work")
+        return self.staging.child("_work")
 
     def executor(self, release=None, processes: int | None = None, tokens: int | None = None):
         """The run's executor: the driver's head start on the one starting (``release``
@@ -224,7 +224,7 @@ def _failed(job: Job, staging: Location, exc: BaseException) -> BaseException:
     half-wrote, and the line said to continue it. The error to raise: ``exc``, or for a
     store down or a full disk, one of its class saying both."""
     if job.kept is None or not keeps_work(exc):
-        wf.remove_tree(staging)
+        staging.remove_tree()
         job.failed()
         return exc
     wf.remove_partial(staging)

@@ -122,7 +122,7 @@ class UnitTokens(JsonRecord):
 
 
 def _markers(staging: Location) -> Markers:
-    return Markers(wf.join(staging, "_work"), "tokenize")
+    return Markers(staging.child("_work"), "tokenize")
 
 
 @as_task
@@ -330,7 +330,7 @@ class TokenizeJob(Job):
 
     def claim(self, staging: Location) -> bool:
         resumed = claim_staging(staging, self.fingerprint, self.cfg.resume, self.what)
-        wf.make_dirs(wf.join(staging, "shards"))
+        wf.make_dirs(staging.child("shards"))
         return resumed
 
     def stages(self, run: Run) -> dict[str, Any]:

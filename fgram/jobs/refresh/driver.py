@@ -77,7 +77,7 @@ def run_refresh(
 def reusable_store(root, previous: str, cfg: BuildConfig, code: KeyCode) -> StoreRecord | None:
     """The current version's store, when this run can build on it: the same store
     options and key code (other options, or wider tokens, start the store afresh)."""
-    path = wf.join(vs.version_path(root, previous), "store.json")
+    path = vs.version_path(root, previous).child("store.json")
     if not wf.exists(path):
         return None
     store = StoreRecord.from_json(load_json(path))
@@ -173,8 +173,8 @@ class RefreshJob(Job):
         return None
 
     def claim(self, staging) -> bool:
-        wf.remove_tree(staging)
-        wf.make_dirs(wf.join(staging, "_work"))
+        staging.remove_tree()
+        wf.make_dirs(staging.child("_work"))
         wf.make_dirs(objects_dir(self.root))
         return False
 
@@ -194,7 +194,7 @@ class RefreshJob(Job):
         manifest.canonical = self.canonical
         assert manifest.refresh is not None
         manifest.refresh["previous"] = self.current.previous
-        save_json(wf.join(run.staging, "store.json"), store.to_json())
+        save_json(run.staging.child("store.json"), store.to_json())
         manifest.seconds = round(time.time() - self.t_start, 3)
         return manifest.to_json()
 
@@ -380,7 +380,7 @@ def _refresh(
     count of the version ``old_store`` belongs to, when that version held S f-grams
     (None otherwise)."""
     t_begin = time.time()
-    plan, changes = _plan(cfg, root, wf.join(staging, "_work"), shards, old_store, code)
+    plan, changes = _plan(cfg, root, staging.child("_work"), shards, old_store, code)
     warm_up()
     ex = HeadStart(starting, cfg.master, release=release_driver)
     ex.fit(  # the new units counted, the kept ones scanned
@@ -415,7 +415,7 @@ def _refresh(
     t0 = time.time()
     chosen = select(hists, cfg.size)
     task_firsts = group_slots(chosen.groups, ex.parallelism, chosen.size, cfg.rank_rows)
-    out_dir = wf.join(staging, "fgrams")
+    out_dir = staging.child("fgrams")
     wf.make_dirs(out_dir)
     ranking = RankStage(plan, sorted(hists), chosen.groups, task_firsts, chosen.size, out_dir)
     ex.map(len(task_firsts), ranking.run)

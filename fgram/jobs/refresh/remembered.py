@@ -13,7 +13,6 @@ from typing import Any
 from fgram.jobs.refresh.store import STORE_OPTIONS
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
-from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.workdir import load_json
 from fgram.pipeline.tables import versions as vs
 
@@ -94,6 +93,6 @@ def settled(
     previous = vs.current(root)
     if previous is None:
         return Current(cfg, None, None, False)
-    old = load_json(wf.join(vs.version_path(root, previous), "manifest.json"))
+    old = load_json(vs.version_path(root, previous).child("manifest.json"))
     cfg, rebuilt = settle_options(cfg, old.get("config", {}), given, rebuild, where)
     return Current(cfg, previous, old, rebuilt)

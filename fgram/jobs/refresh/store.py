@@ -168,7 +168,7 @@ def collect_garbage(root: Location) -> int:
     pruned refresh's). Call with the refresh lock held. Returns how many."""
     keep: set[str] = set()
     for vid in vs.list_versions(root):
-        path = wf.join(vs.version_path(root, vid), "store.json")
+        path = vs.version_path(root, vid).child("store.json")
         if wf.exists(path):
             keep |= referenced(load_json(path))
     folder = objects_dir(root)
@@ -177,7 +177,7 @@ def collect_garbage(root: Location) -> int:
     # only what a refresh writes there: its objects and a killed put's temporary files
     doomed = [n for n in wf.names(folder) if n not in keep and OBJECT_FILE.match(n)]
     for name in doomed:
-        wf.remove(wf.join(folder, name))
+        wf.remove(folder.child(name))
     return len(doomed)
 
 

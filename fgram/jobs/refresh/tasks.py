@@ -16,7 +16,6 @@ from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of, read_unit
 from fgram.pipeline.formats.table import write_ranked
-from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import WorkDir, load_array, read_into, save_array
 from fgram.pipeline.kernels import partials as pt
@@ -217,7 +216,7 @@ def scan_task(plan: RPlan, k: int, u: int, old_size: int) -> UnitScan:
     """Count, in kept unit u, the k-grams it lacks: prefix or suffix new in T_{k-1}."""
     t0 = time.time()
     unit = plan.kept_units[u]
-    rows = load_array(wf.join(plan.work, f"scan-{k - 1}.npy"), mmap=False)
+    rows = load_array(plan.work.child(f"scan-{k - 1}.npy"), mmap=False)
     tables = [id_table(plan, j) for j in range(2, k)]
     rare = plan.kept_rare[u].get(k - 1)
     raw = _raw_values(plan, unit)
@@ -327,7 +326,7 @@ def table_task(plan: RPlan, k: int, nparts: int, threshold: int) -> TableUpdate:
         frequent, is_new, None if k == 2 else id_table(plan, k - 1)
     )
     in_old = (counts - fresh)[is_new] > 0
-    save_array(wf.join(plan.work, f"scan-{k}.npy"), new_rows[in_old])
+    save_array(plan.work.child(f"scan-{k}.npy"), new_rows[in_old])
     # the frequent k-grams' ids and counts, for the rank tasks
     known[is_new] = new_ids
     save_array(wd.decoded(k, 0, "freq_ids"), known)
@@ -373,4 +372,4 @@ def rank_task(
         else:
             tokens = id_table(plan, k).tokens()[load_array(wd.decoded(k, 0, "freq_ids"))[mask]]
         rows[k] = (tokens, np.asarray(counts[mask]))
-    return write_ranked(rows, groups, lo, hi, wf.join(out_dir, f"part-{r:05d}.parquet"))
+    return write_ranked(rows, groups, lo, hi, out_dir.child(f"part-{r:05d}.parquet"))

@@ -48,7 +48,6 @@ from fgram.jobs.table.state import (
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import FgramError
 from fgram.pipeline.formats.inputs import check_inputs, plan_shards, plan_units, tokens_of
-from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import run_folder
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.io.workdir import Sweeper
@@ -171,7 +170,7 @@ class BuildJob(Job):
 
     def published(self, manifest: dict) -> None:
         if self.text_folder is not None:
-            wf.remove_tree(self.text_folder)
+            self.text_folder.remove_tree()
 
 
 @dataclass

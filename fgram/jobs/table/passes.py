@@ -379,7 +379,7 @@ class KeepStage(Stage, name="keep"):
 def unit_files(plan: Plan, k: int) -> list[Location]:
     folder = WorkDir(plan.work).pass_dir(k)
     return [
-        wf.join(folder, name)
+        folder.child(name)
         for name in wf.names(folder)
         if name.startswith(("unit-", "merged-", "answers-"))
     ]

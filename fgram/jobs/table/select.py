@@ -209,7 +209,7 @@ def rank_task(
     wd = WorkDir(plan.work)
     s, j = layout.tasks()[r]
     g0, g1 = layout.groups_of(s, len(groups.size))
-    path = wf.join(out_dir, f"part-{r:05d}.parquet")
+    path = out_dir.child(f"part-{r:05d}.parquet")
     if s in layout.split:
         return _rank_split(wd, s, j, g0, parts_by_len, groups, bounds[s], selected, path)
     lo, hi = int(groups.start[g0]), min(int(groups.start[g1]), selected)
@@ -315,8 +315,8 @@ def write_table(
         s: boundaries([(n, keys) for slot, n, keys in samples if slot == s], m)
         for s, m in layout.split.items()
     }
-    out_dir = wf.join(staging, "fgrams")
-    wf.remove_tree(out_dir)  # a resumed run's earlier attempt at this stage
+    out_dir = staging.child("fgrams")
+    out_dir.remove_tree()  # a resumed run's earlier attempt at this stage
     wf.make_dirs(out_dir)
     ranking = RankStage(plan, parts_by_len, groups, layout, bounds, selected, out_dir)
     ex.map(len(layout.tasks()), ranking.run)

@@ -27,14 +27,14 @@ def claimed_state(cfg: BuildConfig, staging: Location, fingerprint: dict) -> Bui
     passes and counted units are kept.
     """
     if claim_staging(staging, fingerprint, cfg.resume):
-        work = wf.join(staging, "_work")
+        work = staging.child("_work")
         state = load_state(work)
         if state is not None and (bad := damaged(work, state)):
             sys.stderr.write(
                 f"fgram: warning: {bad}: not as it was written; the passes are counted again\n"
             )
             for k in range(2, cfg.max_len + 2):  # nothing of the passes is trusted
-                wf.remove_tree(wf.join(work, f"pass{k}"))
+                work.child(f"pass{k}").remove_tree()
             state = None
         return state or BuildState.fresh(cfg)
     return None
@@ -45,7 +45,7 @@ def damaged(work: Location, state: BuildState) -> str | None:
     killed run's, which may have changed since); None when every one is whole."""
     for files in state.files.values():
         for name, record in files.items():
-            path = wf.join(work, *name.split("/"))
+            path = work.child(*name.split("/"))
             if not wf.intact(path, record):
                 return path.uri
     return None
@@ -116,10 +116,10 @@ class BuildState(JsonRecord):
 
 
 def save_state(work: Location, st: BuildState) -> None:
-    save_json(wf.join(work, "state.json"), st.to_json())
+    save_json(work.child("state.json"), st.to_json())
 
 
 def load_state(work: Location) -> BuildState | None:
     """The state after the last completed pass, or None."""
-    path = wf.join(work, "state.json")
+    path = work.child("state.json")
     return BuildState.from_json(load_json(path)) if wf.exists(path) else None

@@ -186,7 +186,7 @@ class SidecarTags(TagFiles):
             wf.save_array(part(staging, shard, unit.start, "fgid"), tagged.fid.astype(id_type))
             wf.save_array(part(staging, shard, unit.start, "mlen"), tagged.mlen)
             return
-        folder = wf.local_path(wf.join(staging, "tags"))
+        folder = wf.local_path(staging.child("tags"))
         for what, values, dtype in (("fgid", tagged.fid, id_type), ("mlen", tagged.mlen, None)):
             path = os.path.join(folder, sidecar(shard, what, layout))
             arr = (
@@ -402,6 +402,4 @@ def sidecar(shard: Shard, what: str, layout: TagLayout) -> str:
 
 def part(staging: Location, shard: Shard, start: int, what: str) -> Location:
     """A flat shard's tags of the unit at ``start``, before `SidecarTags.assemble` joins them."""
-    return wf.join(
-        staging, "_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy"
-    )
+    return staging.child("_work", "parts", f"{os.path.basename(shard.uri)}.{start:012d}.{what}.npy")

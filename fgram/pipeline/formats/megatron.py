@@ -136,7 +136,7 @@ class MegatronTags(SidecarTags):
             moved = (pointers // item * dtype.itemsize).astype("<i8").tobytes()
             body = idx[HEADER.size : HEADER.size + 4 * s] + moved + idx[HEADER.size + 12 * s :]
             data = sidecar(shard, what, layout)  # <prefix>.<what>.bin
-            wf.save_bytes(wf.join(staging, "tags", data[: -len(".bin")] + ".idx"), head + body)
+            wf.save_bytes(staging.child("tags", data[: -len(".bin")] + ".idx"), head + body)
 
 
 def read_header(head: bytes, size: int, uri: str) -> tuple[np.dtype, int, int]:

@@ -38,7 +38,6 @@ from fgram.pipeline.formats.reading import (
     stream_from_lists,
 )
 from fgram.pipeline.formats.table import arrow_list, write_table
-from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.storage import Location, filesystem
 from fgram.pipeline.kernels.scratch import Scratch
 
@@ -162,7 +161,7 @@ class RowTags(TagFiles):
             )
         out = out.append_column("fgram_ids", arrow_list(offsets, tagged.fid, id_type))
         out = out.append_column("match_len", arrow_list(offsets, tagged.mlen))
-        write_table(out, wf.join(staging, "tags", self.file(shard, unit)))
+        write_table(out, staging.child("tags", self.file(shard, unit)))
 
     def read(
         self,

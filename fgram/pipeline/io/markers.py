@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fgram.pipeline.io.storage import Location
-from fgram.pipeline.io.workdir import exists, join, load_json, make_dirs, remove, save_json
+from fgram.pipeline.io.workdir import exists, load_json, make_dirs, remove, save_json
 
 SUFFIX = ".done.json"
 
@@ -18,10 +18,10 @@ class Markers:
     """The completion markers of one stage's units, below ``folder``."""
 
     def __init__(self, folder: Location, stage: str) -> None:
-        self.folder = join(folder, stage)
+        self.folder = folder.child(stage)
 
     def path(self, unit: int) -> Location:
-        return join(self.folder, f"{unit:08d}{SUFFIX}")
+        return self.folder.child(f"{unit:08d}{SUFFIX}")
 
     def done(self, unit: int) -> bool:
         return exists(self.path(unit))

@@ -297,7 +297,7 @@ def claim_staging(staging: Location, fingerprint: Any, resume: bool, what: str =
     refused; leftovers without it are removed, and said to be (hours of work may go)."""
     from fgram.pipeline.errors import OutputError
 
-    record = join(staging, "_work", "run.json")
+    record = staging.child("_work", "run.json")
     if exists(record) or names(staging):
         old = load_json(record) if exists(record) else None
         if resume and old == fingerprint:
@@ -313,8 +313,8 @@ def claim_staging(staging: Location, fingerprint: Any, resume: bool, what: str =
                 f"fgram: removing an unfinished {what}'s work in "
                 f"{staging.uri} (--resume would continue it)\n"
             )
-        remove_tree(staging)
-    make_dirs(join(staging, "_work"))
+        staging.remove_tree()
+    make_dirs(staging.child("_work"))
     save_json(record, fingerprint)
     return False
 
@@ -330,15 +330,6 @@ def remove(path: Location) -> None:
         return
     with contextlib.suppress(OSError):
         os.remove(local_path(path))
-
-
-def remove_tree(path: Location) -> None:
-    path.remove_tree()
-
-
-def join(folder: Location, *names: str) -> Location:
-    """A place below ``folder``."""
-    return folder.child(*names)
 
 
 def names(folder: Location) -> list[str]:
@@ -362,24 +353,24 @@ class WorkDir:
         self.root = root
 
     def pass_dir(self, k: int) -> Location:
-        path = join(self.root, f"pass{k}")
+        path = self.root.child(f"pass{k}")
         make_dirs(path)
         return path
 
     def unit(self, k: int, u: int, what: str) -> Location:
-        return join(self.pass_dir(k), f"unit-{u:06d}.{what}.npy")
+        return self.pass_dir(k).child(f"unit-{u:06d}.{what}.npy")
 
     def merged(self, k: int, p: int, what: str) -> Location:
-        return join(self.pass_dir(k), f"merged-{p:05d}.{what}.npy")
+        return self.pass_dir(k).child(f"merged-{p:05d}.{what}.npy")
 
     def frequent(self, k: int, p: int, what: str) -> Location:
-        return join(self.pass_dir(k), f"frequent-{p:05d}.{what}.npy")
+        return self.pass_dir(k).child(f"frequent-{p:05d}.{what}.npy")
 
     def decoded(self, k: int, p: int, what: str) -> Location:
-        return join(self.pass_dir(k), f"decoded-{p:05d}.{what}.npy")
+        return self.pass_dir(k).child(f"decoded-{p:05d}.{what}.npy")
 
     def answers(self, k: int, p: int, what: str) -> Location:
-        return join(self.pass_dir(k), f"answers-{p:05d}.{what}.npy")
+        return self.pass_dir(k).child(f"answers-{p:05d}.{what}.npy")
 
 
 class Sweeper:

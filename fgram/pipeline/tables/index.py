@@ -136,6 +136,7 @@ def write_index(out: str | Location, storage: dict[str, Any] | None = None) -> d
     tmp = final.path + ".tmp" if loc.local else tempfile.mkdtemp(prefix="fgram-index-")
     discard(tmp)
     os.makedirs(tmp)
+    parts = here(tmp)  # the arrays written aside, then renamed or uploaded
     total = int(manifest["fgrams"])
     suffix = np.full(total, -1, dtype=np.int32 if total < 2**31 else np.int64)
     tables: dict[int, HashTable] = {}
@@ -163,13 +164,13 @@ def write_index(out: str | Location, storage: dict[str, Any] | None = None) -> d
                 raise FgramError(f"{loc.uri}: the f-gram table is not closed under suffixes")
             suffix[ids] = suf
         table = HashTable.build(chain_key(prefix, toks[:, -1]), ids)
-        save_array(here(os.path.join(tmp, f"table-{length}.npy")), table.rows)
+        save_array(parts.child(f"table-{length}.npy"), table.rows)
         tables[length] = table
         meta["lengths"][str(length)] = {"n": int(len(ids)), "slots": 1 << table.bits}
-    save_array(here(os.path.join(tmp, "suffix.npy")), suffix)
+    save_array(parts.child("suffix.npy"), suffix)
     if loc.local:
         meta["files"] = file_records(tmp)  # what `open` and `fgram verify` check
-        save_json(here(os.path.join(tmp, "index.json")), meta)
+        save_json(parts.child("index.json"), meta)
         discard(final.path)
         os.rename(tmp, final.path)
         return meta
@@ -188,7 +189,7 @@ def publish_parts(folder: str, dest: Location, meta: dict[str, Any], meta_name: 
     names = sorted(meta["files"])
     commit_generation(
         dest,
-        {meta["files"][n]["object"]: here(os.path.join(folder, n)) for n in names},
+        {meta["files"][n]["object"]: here(folder).child(n) for n in names},
         [(meta_name, json_bytes(meta))],
     )
 

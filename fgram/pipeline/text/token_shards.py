@@ -13,7 +13,6 @@ import pyarrow as pa
 
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.table import arrow_array, arrow_list, write_table
-from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import as_location
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.kernels.streams import with_separators
@@ -205,7 +204,7 @@ class ShardWriter:
         name = f"shards/part-{self.u:05d}-{len(self.names):03d}.{self.fmt.extension}"
         documents = sum(len(p[2]) for p in self.parts)
         tokens = sum(len(p[3]) for p in self.parts)
-        self.fmt.write(wf.join(self.folder, name), self.parts, self.source, self.dtype, self.sep)
+        self.fmt.write(self.folder.child(name), self.parts, self.source, self.dtype, self.sep)
         self.names.append(name)
         self.sizes.append({"documents": documents, "tokens": tokens})
         self.parts, self.held = [], 0
