@@ -115,7 +115,7 @@ def build(table, inputs, spark=None, progress: Progress = None, **options) -> di
     from fgram.pipeline.config.commands import BuildConfig
 
     with stage_lines(progress):
-        return run_build(BuildConfig(inputs=_paths(inputs), output=str(table), **options), spark)
+        return run_build(BuildConfig(inputs=_paths(inputs), output=table, **options), spark)
 
 
 def refresh(
@@ -136,7 +136,7 @@ def refresh(
     from fgram.jobs.refresh import run_refresh
     from fgram.pipeline.config.commands import BuildConfig
 
-    cfg = BuildConfig(inputs=_paths(inputs), output=str(table), **options)
+    cfg = BuildConfig(inputs=_paths(inputs), output=table, **options)
     with stage_lines(progress):
         return run_refresh(cfg, keep, spark, given=set(options), rebuild=rebuild, model=model)
 
@@ -147,7 +147,7 @@ def index(table, **options) -> dict:
     from fgram.pipeline.config.tools import IndexConfig
     from fgram.pipeline.tables.versions import table_part
 
-    cfg = IndexConfig(table=str(table), **options).validate()
+    cfg = IndexConfig(table=table, **options).validate()
     table_part(cfg.table, "index", cfg.overwrite, cfg.storage)
     from fgram.pipeline.tables.index import write_index
 
@@ -160,7 +160,7 @@ def annotate(table, inputs, output, spark=None, progress: Progress = None, **opt
     from fgram.jobs.annotate import run_annotate
     from fgram.pipeline.config.commands import AnnotateConfig
 
-    cfg = AnnotateConfig(table=str(table), inputs=_paths(inputs), output=str(output), **options)
+    cfg = AnnotateConfig(table=table, inputs=_paths(inputs), output=output, **options)
     with stage_lines(progress):
         return run_annotate(cfg, spark)
 
@@ -172,14 +172,12 @@ def coverage(table, inputs, spark=None, progress: Progress = None, **options) ->
     from fgram.jobs.annotate import run_annotate
     from fgram.pipeline.config.commands import AnnotateConfig
 
-    cfg = AnnotateConfig(table=str(table), inputs=_paths(inputs), output=None, **options)
+    cfg = AnnotateConfig(table=table, inputs=_paths(inputs), output=None, **options)
     with stage_lines(progress):
         return run_annotate(cfg, spark)["coverage"]
 
 
-def report(
-    table, output: str = REPORT_PAGE, heldout=(), progress: Progress = None, **options
-) -> dict:
+def report(table, output=REPORT_PAGE, heldout=(), progress: Progress = None, **options) -> dict:
     """`fgram report TABLE -o OUTPUT [--heldout SHARDS]`: writes the page and its JSON;
     returns the report's numbers, with ``written`` (their URIs). Options are
     `ReportConfig`'s fields; the held-out shards' reading options (and the coverage's
@@ -189,9 +187,7 @@ def report(
 
     held = _paths(heldout) if heldout else []
     with stage_lines(progress):
-        return run_report(
-            ReportConfig(table=str(table), output=str(output), heldout=held, **options)
-        )
+        return run_report(ReportConfig(table=table, output=output, heldout=held, **options))
 
 
 def embed(table, model: str, spark=None, progress: Progress = None, **options) -> dict:
@@ -202,7 +198,7 @@ def embed(table, model: str, spark=None, progress: Progress = None, **options) -
     from fgram.pipeline.config.commands import EmbedConfig
 
     with stage_lines(progress):
-        return run_embed(EmbedConfig(table=str(table), model=model, **options), spark)
+        return run_embed(EmbedConfig(table=table, model=model, **options), spark)
 
 
 def tokenize(inputs, output, tokenizer, spark=None, progress: Progress = None, **options) -> dict:
@@ -211,9 +207,7 @@ def tokenize(inputs, output, tokenizer, spark=None, progress: Progress = None, *
     from fgram.jobs.tokenize import run_tokenize
     from fgram.pipeline.config.commands import TokenizeConfig
 
-    cfg = TokenizeConfig(
-        inputs=_paths(inputs), output=str(output), tokenizer=str(tokenizer), **options
-    )
+    cfg = TokenizeConfig(inputs=_paths(inputs), output=output, tokenizer=str(tokenizer), **options)
     with stage_lines(progress):
         return run_tokenize(cfg, spark)
 
@@ -226,7 +220,7 @@ def show(table, **options) -> dict:
     from fgram.pipeline.tables.versions import open_table, table_head
     from fgram.pipeline.text.tokenizer import table_tokenizer
 
-    cfg = ShowConfig(table=str(table), **options).validate()
+    cfg = ShowConfig(table=table, **options).validate()
     loc, manifest = open_table(cfg.table, cfg.storage)
     rows = table_head(loc, manifest, cfg.top) if cfg.top > 0 else []
     tok = table_tokenizer(cfg.tokenizer, manifest)
@@ -260,7 +254,7 @@ def lookup(table, **options) -> dict:
     from fgram.pipeline.config.tools import LookupConfig
     from fgram.pipeline.tables.lookup import look_up
 
-    c = LookupConfig(table=str(table), **options).validate()
+    c = LookupConfig(table=table, **options).validate()
     return look_up(
         c.table, c.tokens, c.text, c.tokenizer, c.mode, c.tokenizer_backend, c.storage,
         c.check, c.canonical,
@@ -280,7 +274,7 @@ def engram_audit(
     from fgram.pipeline.config.audit import EngramAuditConfig
 
     given = engram if isinstance(engram, EngramConfig) else str(engram)
-    cfg = EngramAuditConfig(table=str(table), engram="-", sizes=sizes, storage=storage or {})
+    cfg = EngramAuditConfig(table=table, engram="-", sizes=sizes, storage=storage or {})
     with stage_lines(progress):
         return run_audit(cfg.table, given, cfg.validate().sizes, cfg.storage)
 
@@ -323,7 +317,7 @@ def verify(table, **options) -> dict:
     from fgram.pipeline.config.tools import VerifyConfig
     from fgram.pipeline.tables.verify import verify as check
 
-    cfg = VerifyConfig(table=str(table), **options).validate()
+    cfg = VerifyConfig(table=table, **options).validate()
     return check(cfg.table, deep=cfg.deep, storage=cfg.storage)
 
 
@@ -333,5 +327,5 @@ def diff(old, new, **options) -> dict:
     from fgram.pipeline.config.tools import DiffConfig
     from fgram.pipeline.tables.diff import diff_tables
 
-    cfg = DiffConfig(old=str(old), new=str(new), **options).validate()
+    cfg = DiffConfig(old=old, new=new, **options).validate()
     return diff_tables(cfg.old, cfg.new, show=cfg.top, storage=cfg.storage)

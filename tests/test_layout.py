@@ -397,6 +397,38 @@ def test_no_job_asks_whether_a_place_is_a_path():
     assert _found(_place_branches, lambda mod: mod.startswith("fgram.jobs")) == []
 
 
+CONFIG_PLACES = {"output", "table", "work_dir", "reuse", "old", "new"}  # their fields
+
+
+def _places_made_again(source: str) -> list[str]:
+    """Where ``source`` makes a `Location` of a config's place (``as_location(cfg.output,
+    ...)``, ``locate(cfg.table, ...)``): a config holds its places as `Location`s, made
+    once when it is."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+            continue
+        first = node.args[0]
+        if (
+            node.func.id in ("as_location", "locate")
+            and isinstance(first, ast.Attribute)
+            and first.attr in CONFIG_PLACES
+        ):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_the_config_place_rule_sees_a_place_made_again():
+    source = "a = as_location(cfg.output, s)\nb = locate(self.cfg.table)\nc = locate(uri, s)"
+    assert _places_made_again(source) == ["as_location(cfg.output, s)", "locate(self.cfg.table)"]
+
+
+def test_a_config_place_is_a_location_already():
+    """No job, command or function makes a `Location` of its config's place again."""
+    reads = lambda mod: mod.startswith(("fgram.jobs", "fgram.cli", "fgram.api"))  # noqa: E731
+    assert _found(_places_made_again, reads) == []
+
+
 # the library's doors: a caller may name a place by its path or URI there, made a
 # `Location` at once (`publish.as_location`); past them every place is a `Location`
 DOORS = {

@@ -86,7 +86,9 @@ def config_options(cls, exclude: tuple[str, ...] = (), only: tuple[str, ...] | N
 
     from fgram.pipeline.config.options import options_of
 
-    hints = typing.get_type_hints(cls)
+    # a place (a `Location` in the config) is a path or URI on the command line; its
+    # module (pyarrow's filesystems) is not imported to make the options
+    hints = typing.get_type_hints(cls, localns={"Location": str})
     fields = options_of(cls)
     names = [n for n in (only or fields) if n not in exclude]
 

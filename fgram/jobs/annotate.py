@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -51,7 +51,6 @@ from fgram.pipeline.formats.layouts import LAYOUTS, TagLayout
 from fgram.pipeline.formats.reading import Shard, Unit
 from fgram.pipeline.formats.registry import format_of
 from fgram.pipeline.io import workdir as wf
-from fgram.pipeline.io.failures import public_options
 from fgram.pipeline.io.publish import check_output, staging_for
 from fgram.pipeline.io.storage import Location
 from fgram.pipeline.tables.coverage import (
@@ -78,7 +77,7 @@ def index_id(index: FgramIndex) -> str:
     return hashlib.sha256(json.dumps(index.meta, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _index(table: str, ident: str, storage: dict | None = None) -> FgramIndex:
+def _index(table: Location, ident: str, storage: dict | None = None) -> FgramIndex:
     """The index ``ident`` of ``table``, opened once per worker process (a worker that
     served an earlier run of another index at the same path opens this one afresh)."""
     if (table, ident) not in _INDEX:
@@ -286,11 +285,10 @@ def _coverage_of_text(cfg: AnnotateConfig, spark) -> dict:
     check_tokenizer(manifest, given, cfg.tokenizer, table.uri)
     _sizes_checked(cfg, table, manifest)
     folder = staging_for(table, runs_here(cfg), unique=True, what="text")
-    where = folder.uri
     try:
-        tokens = tokenize_inputs(cfg, where, spark=spark)
+        tokens = tokenize_inputs(cfg, folder, spark=spark)
         manifest = run_annotate(
-            dataclasses.replace(cfg, inputs=[where], tokenizer=None, doc_sep=None), spark
+            dataclasses.replace(cfg, inputs=[folder.uri], tokenizer=None, doc_sep=None), spark
         )
     finally:
         folder.remove_tree()
@@ -365,11 +363,7 @@ def _annotate(
             # matched over canonical ids: the table's map (its sha256, size, tokenizer)
             **({"canonical": _manifest(table)["canonical"]} if cfg.canonical else {}),
         },
-        "config": {
-            **{k: v for k, v in asdict(cfg).items() if k != "token_map"},
-            "output": out.uri if out else None,
-            "storage": public_options(cfg.storage),
-        },
+        "config": {k: v for k, v in cfg.record().items() if k != "token_map"},
         "inputs": [shard_record(s) for s in shards],
         "units": [  # tokens: the positions its tags hold (`tags.FgramTags`)
             {"shard": un.shard, "start": un.start, "stop": un.stop, "tokens": sum(h)}

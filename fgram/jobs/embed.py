@@ -256,7 +256,7 @@ class EmbedJob(Job):
             "chunk_rows": cfg.chunk_rows,
             "table": manifest_fingerprint(self.table),
             "rows": self.total,
-            "reuse": cfg.reuse,
+            "reuse": cfg.reuse and cfg.reuse.uri,
         }
         # a table on an object store, chunks on a cluster: a chunk an object on the store
         self.on_store = not self.table.local and not runs_here(cfg)
@@ -398,7 +398,7 @@ def _meta(cfg: EmbedConfig, params: dict, dim: int, nchunks: int, ran: int, done
         "device": cfg.device,
         "model_seconds": round(done["seconds"], 3),
         "rows_reused": done["reused"],
-        "reused_from": cfg.reuse,
+        "reused_from": cfg.reuse and cfg.reuse.uri,
     }
 
 

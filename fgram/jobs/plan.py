@@ -16,7 +16,6 @@ from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import plan_shards, plan_units
 from fgram.pipeline.formats.reading import Shard
-from fgram.pipeline.io.storage import locate
 
 FLAT = ("flat",)  # formats whose item count is their token count
 
@@ -59,7 +58,7 @@ def plan_refresh(
 
     cfg.validate()
     cfg, _ = cfg.tokenized()
-    root = locate(cfg.output, cfg.storage)
+    root = cfg.output
     current = settled(cfg, root, given, rebuild, root.uri)  # a missing folder: no version
     cfg, previous = current.cfg, current.previous
     shards = plan_shards(cfg.inputs, cfg.read_options())

@@ -18,7 +18,6 @@ from typing import Any
 from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.config.commands import ReportConfig
 from fgram.pipeline.errors import ConfigError, InputError, OutputError
-from fgram.pipeline.io.publish import as_location
 from fgram.pipeline.io.storage import Location, json_bytes
 from fgram.version import __version__
 
@@ -30,7 +29,7 @@ def json_location(page: Location) -> Location:
 
 
 def _check_outputs(cfg: ReportConfig) -> tuple[Location, Location]:
-    page = as_location(cfg.output, cfg.storage)
+    page = cfg.output
     numbers = json_location(page)
     if page.uri == numbers.uri:
         raise ConfigError(f"-o {cfg.output}: give the page a name ending in .html")
@@ -70,7 +69,7 @@ def build_report(cfg: ReportConfig) -> dict[str, Any]:
     from fgram.pipeline.tables.versions import current, open_table
     from fgram.pipeline.text.tokenizer import table_tokenizer
 
-    root = as_location(cfg.table, cfg.storage)
+    root = cfg.table
     loc, manifest = open_table(root, kinds=None)  # a table, a refresh folder or tags
     kind = manifest.get("kind")
     out: dict[str, Any] = {

@@ -7,7 +7,6 @@ from fgram.jobs.engines import runs_here
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.inputs import shard_record
-from fgram.pipeline.io.storage import is_remote
 from fgram.pipeline.kernels.scratch import Scratch
 from fgram.version import __version__
 
@@ -53,7 +52,7 @@ def check_work_reach(cfg: BuildConfig, ex) -> None:
     """A run whose work files `work_location` put on this machine's disk (an object-store
     output, tasks judged to run here) never sends a task to a cluster's executors, which
     cannot reach them: refused before any task runs there."""
-    if is_remote(cfg.output) and ex.remote and runs_here(cfg) and not cfg.work_dir:
+    if not cfg.output.local and ex.remote and runs_here(cfg) and not cfg.work_dir:
         raise ConfigError(
             f"{cfg.output}: this run keeps its work files on this machine, which "
             f"executors of {ex.sc.master} cannot reach; give the cluster's master "

@@ -40,7 +40,7 @@ from fgram.jobs.progress import PROGRESS
 from fgram.pipeline.errors import RESUMABLE, keeps_work
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import held_output, working_in
-from fgram.pipeline.io.publish import as_location, finish, staging_for
+from fgram.pipeline.io.publish import finish, staging_for
 from fgram.pipeline.io.storage import Location
 
 
@@ -107,9 +107,8 @@ class Job:
 
     def output(self) -> Location | None:
         """Where the job publishes (None: it measures and publishes nothing): the output
-        the config names, made a `Location` here, once."""
-        out = self.cfg.output
-        return None if out is None else as_location(out, self.cfg.storage)
+        the config holds, a `Location` since the config was made."""
+        return self.cfg.output
 
     def lock(self, where: Location) -> contextlib.AbstractContextManager[Location]:
         """The output's lock, held while the job runs (`held_output`: the output checked,

@@ -405,7 +405,7 @@ def _tokenize(run: Run, spec, files, units, writer, dtype, doc_sep) -> dict[str,
     }
 
 
-def tokenize_inputs(cfg: Any, output: str, resume: bool = False, spark=None) -> dict[str, Any]:
+def tokenize_inputs(cfg: Any, output: Location, resume: bool = False, spark=None) -> dict[str, Any]:
     """Tokenize another job's text inputs into flat shards in ``output``, a folder of
     that job's run: ``cfg`` (a build's or a coverage's config) gives the inputs, the
     tokenizer, the text options, the engine and the storage options. A text unit's

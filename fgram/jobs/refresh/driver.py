@@ -39,7 +39,7 @@ from fgram.pipeline.formats.reading import Shard
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.locks import OutputLock
 from fgram.pipeline.io.publish import staging_for
-from fgram.pipeline.io.storage import Location, check_bucket, locate
+from fgram.pipeline.io.storage import Location, check_bucket
 from fgram.pipeline.io.workdir import load_json, save_json
 from fgram.pipeline.kernels.keys import KeyCode
 from fgram.pipeline.kernels.layout import group_slots
@@ -123,7 +123,7 @@ class RefreshJob(Job):
     def check(self) -> None:
         self.cfg, self.tokenizer = self.cfg.tokenized()  # `fgram tokenize` outputs say how
         vs.check_keep(self.keep)  # before building, not after
-        self.where = locate(self.cfg.output, self.cfg.storage)
+        self.where = self.cfg.output
         check_bucket(self.where)
         self.root = vs.check_root(self.where)
 

@@ -61,7 +61,7 @@ def carry_serving(
         assert model is not None  # `check_model`, before the version was counted
         run_embed(
             EmbedConfig(
-                table=new.uri,
+                table=new,
                 model=model,
                 float=meta["dtype"],
                 chunk_rows=int(meta["chunk_rows"]),
@@ -70,7 +70,7 @@ def carry_serving(
                 master=cfg.master,
                 conf=dict(cfg.conf),
                 storage=dict(cfg.storage),
-                reuse=old.uri,  # the rows of the f-grams both versions hold are copied
+                reuse=old,  # the rows of the f-grams both versions hold are copied
             ),
             spark,
         )

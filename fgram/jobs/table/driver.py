@@ -123,14 +123,13 @@ class BuildJob(Job):
         self.text_folder = folder = run_folder(staging, "text")
         from fgram.jobs.tokenize import tokenize_inputs
 
-        where = folder.uri
-        tokens = tokenize_inputs(cfg, where, cfg.resume)
+        tokens = tokenize_inputs(cfg, folder, cfg.resume)
         self.text = {
             key: tokens[key]
             for key in ("inputs", "documents", "tokens", "text_bytes", "seconds", "tokenizer")
         }
         self.cfg, self.tokenizer = dataclasses.replace(
-            cfg, inputs=[where], tokenizer=None
+            cfg, inputs=[folder.uri], tokenizer=None
         ).tokenized()
 
     def check_executor(self, ex) -> None:

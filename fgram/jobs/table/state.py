@@ -13,7 +13,7 @@ from fgram.jobs.table.passes import Plan, count_markers
 from fgram.pipeline.config.commands import BuildConfig
 from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.publish import staging_for
-from fgram.pipeline.io.storage import Location, check_bucket, locate
+from fgram.pipeline.io.storage import Location, check_bucket
 from fgram.pipeline.io.workdir import claim_staging, load_json, save_json
 from fgram.pipeline.records import JsonRecord, PassRecord, int_keys
 
@@ -60,7 +60,7 @@ def work_location(cfg: BuildConfig, out: Location) -> Location:
     if cfg.work_dir:
         import hashlib
 
-        where = locate(cfg.work_dir, cfg.storage)
+        where = cfg.work_dir
         check_bucket(where)
         name = f".{out.name}-{hashlib.sha256(out.uri.encode()).hexdigest()[:12]}.fgram-staging"
         return where.child(name)

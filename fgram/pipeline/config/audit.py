@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from fgram.pipeline.config.options import Options, option, parse_counts, storage_option
+from fgram.pipeline.config.options import PLACED, Options, option, parse_counts, storage_option
+
+if TYPE_CHECKING:
+    from fgram.pipeline.io.storage import Location
 
 
 @dataclass
 class EngramAuditConfig(Options):
     """`fgram engram-audit`."""
 
-    table: str  # a table built with --canonical (a build output, a version, a refresh folder)
+    table: Location = field(
+        metadata=PLACED
+    )  # a table built with --canonical (a build output, a version, a refresh folder)
     engram: str = option(
         dataclasses.MISSING,
         "The Engram configuration: a TOML or JSON file with the demo's field names "

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fgram.pipeline.config.options import (
+    PLACED,
     REPORT_PAGE,
     TOP,
     Options,
@@ -38,6 +38,7 @@ from fgram.pipeline.formats.layouts import LAYOUTS
 
 if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
     from fgram.pipeline.formats.reading import ReadOptions
+    from fgram.pipeline.io.storage import Location
     from fgram.pipeline.text.text import TextOptions
 
 DEFAULT_DTYPE = "uint16"  # of flat shards, unless --dtype or a tokenize manifest says
@@ -115,7 +116,7 @@ class BuildConfig(ReadsShards, Options):
     """`fgram build` and `fgram refresh`."""
 
     inputs: list[str]
-    output: str
+    output: Location = field(metadata=PLACED)
     max_len: int = option(5, "Longest n-gram length K (2..8).", short="-K")
     min_count: int = option(5, "Smallest count an f-gram may have.", minimum=1)
     size: int | None = option(
@@ -163,11 +164,12 @@ class BuildConfig(ReadsShards, Options):
     master: str | None = master_option()
     conf: dict[str, str] = conf_option()
     storage: dict[str, str] = storage_option()  # secrets inside: the manifest masks them
-    work_dir: str | None = option(
+    work_dir: Location | None = option(
         None,
         "Folder or URI for the run's intermediates (default: beside a local TABLE; for an "
         "object-store TABLE, this machine's cache in local mode, else beside TABLE on the "
         "store).",
+        place=True,
     )
     work_budget: int | None = bytes_option(
         None,
@@ -196,18 +198,14 @@ class BuildConfig(ReadsShards, Options):
             raise ConfigError(f"--max-len must be in 2..8, got {self.max_len}")
 
     def record(self) -> dict[str, Any]:
-        """As the manifest shows it: the output as a URI or absolute path, no secret."""
-        rec = asdict(self)
-        from fgram.pipeline.io.failures import public_options
+        """As the manifest shows it (`Options.record`), a canonical run's map as its
+        sha256."""
         from fgram.pipeline.text.canonical import map_sha256
 
+        rec = super().record()
         rec.pop("token_map")  # a canonical run's: its map's sha256 (others as they were)
         if self.token_map is not None:
             rec["token_map"] = map_sha256(self.token_map)
-        from fgram.pipeline.io.storage import is_remote
-
-        rec["output"] = self.output if is_remote(self.output) else os.path.abspath(self.output)
-        rec["storage"] = public_options(self.storage)
         return rec
 
 
@@ -215,10 +213,10 @@ class BuildConfig(ReadsShards, Options):
 class AnnotateConfig(ReadsShards, Options):
     """`fgram annotate` and `fgram coverage` (no output)."""
 
-    table: str
+    table: Location = field(metadata=PLACED)
     inputs: list[str]
-    output: str | None = option(
-        None, "Tags folder (published atomically).", short="-o"
+    output: Location | None = option(
+        None, "Tags folder (published atomically).", short="-o", place=True
     )  # None: coverage only, nothing written
     column: str = column_option()
     dtype: str | None = dtype_option()
@@ -263,7 +261,9 @@ class TokenizeConfig(Options):
     """`fgram tokenize`."""
 
     inputs: list[str]
-    output: str = option(dataclasses.MISSING, "The token shards' folder (or URI).", short="-o")
+    output: Location = option(
+        dataclasses.MISSING, "The token shards' folder (or URI).", short="-o", place=True
+    )
     tokenizer: str = option(
         dataclasses.MISSING,
         "A Hugging Face tokenizer.json, or a folder holding one (extra: tokenizers).",
@@ -337,13 +337,6 @@ class TokenizeConfig(Options):
             self.max_record_bytes,
         )
 
-    def record(self) -> dict[str, Any]:
-        from fgram.pipeline.io.failures import public_options
-
-        rec = dataclasses.asdict(self)
-        rec["storage"] = public_options(self.storage)
-        return rec
-
 
 FLOATS = ("float16", "bfloat16", "float32")  # the store's row types
 
@@ -352,7 +345,7 @@ FLOATS = ("float16", "bfloat16", "float32")  # the store's row types
 class EmbedConfig(Options):
     """`fgram embed`."""
 
-    table: str  # a build output
+    table: Location = field(metadata=PLACED)  # a build output
     model: str = option(
         dataclasses.MISSING,
         "module:factory; factory() returns model(tokens int32 [B, K], lengths [B]) -> "
@@ -377,18 +370,21 @@ class EmbedConfig(Options):
     storage: dict[str, str] = storage_option()  # secrets inside
     # a table whose embeddings (same model, same row type) give the rows of the f-grams it
     # holds too, copied instead of computed: a refresh's previous version
-    reuse: str | None = None
+    reuse: Location | None = field(default=None, metadata=PLACED)
 
 
 @dataclass
 class ReportConfig(Options):
     """`fgram report`."""
 
-    table: str  # a build output, a refresh folder or an annotate output
-    output: str = option(
+    table: Location = field(
+        metadata=PLACED
+    )  # a build output, a refresh folder or an annotate output
+    output: Location = option(
         REPORT_PAGE,
         "The page (a path or a URI); its numbers go beside it as <name>.json.",
         short="-o",
+        place=True,
     )
     heldout: list[str] = option(
         [],

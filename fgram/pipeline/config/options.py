@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.dtypes import TOKEN_DTYPES
 
 if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
-    pass
+    from fgram.pipeline.io.storage import Location
 
 # defaults several commands and functions share, written once
 KEEP_VERSIONS = 3  # refresh: the versions kept
@@ -109,10 +110,17 @@ class Opt:
         return self.spelled or "--" + name.replace("_", "-")
 
 
-def option(default: Any, help: str, **kw: Any) -> Any:
+PLACE = "place"  # a field's metadata key: the field names a place, held as a `Location`
+PLACED = {PLACE: True}  # the metadata of such a field that is an argument (TABLE, OUTPUT)
+
+
+def option(default: Any, help: str, place: bool = False, **kw: Any) -> Any:
     """A config field that is also an option of its command (`Opt`'s keywords);
-    ``dataclasses.MISSING``: a required one."""
-    meta = {"option": Opt(help, **kw)}
+    ``dataclasses.MISSING``: a required one. ``place``: its value names a place, held as
+    a `Location`."""
+    meta: dict[str, Any] = {"option": Opt(help, **kw)}
+    if place:
+        meta[PLACE] = True
     if default is dataclasses.MISSING:
         return field(metadata=meta)
     if isinstance(default, (dict, list)):
@@ -132,13 +140,42 @@ Self_ = TypeVar("Self_", bound="Options")
 
 class Options:
     """A command's typed options. Values given as strings (the command line, or a Python
-    caller's ``size="1M"``) are parsed by their field's `Opt.parse` when made."""
+    caller's ``size="1M"``) are parsed by their field's `Opt.parse` when made; a place
+    (a field with `PLACED` metadata, or an option with ``place=True``) given as a path or URI
+    becomes a `Location` with the config's storage options, once: the config is a door
+    of the library, past which every place is a `Location`."""
 
     def __post_init__(self) -> None:
         for name, (_, o) in options_of(type(self)).items():
             value = getattr(self, name)
             if o.parse is not None and isinstance(value, (str, tuple)):
                 setattr(self, name, o.parse(value))
+        for name in self.places():
+            value = getattr(self, name)
+            if isinstance(value, (str, os.PathLike)):
+                from fgram.pipeline.io.publish import as_location
+
+                setattr(self, name, as_location(os.fspath(value), getattr(self, "storage", None)))
+
+    @classmethod
+    def places(cls) -> list[str]:
+        """The names of the fields that hold a place."""
+        return [f.name for f in dataclasses.fields(cls) if f.metadata.get(PLACE)]  # type: ignore[arg-type]
+
+    def record(self) -> dict[str, Any]:
+        """The options as a manifest shows them: a place as its URI (a local one as its
+        absolute path), the storage options without their secrets."""
+        places = self.places()
+        rec: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            where: Location | None = value if f.name in places else None
+            rec[f.name] = where.uri if where is not None else copy.deepcopy(value)
+        if "storage" in rec:
+            from fgram.pipeline.io.failures import public_options
+
+            rec["storage"] = public_options(rec["storage"])
+        return rec
 
     def validate(self: Self_) -> Self_:
         """Every option's choices and bounds, then the command's own checks (`own_checks`);

@@ -5,11 +5,12 @@ of `fgram.api` by the same name are made from these fields."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from fgram.pipeline.config.options import (
     OPEN_MODE,
+    PLACED,
     TOP,
     Options,
     option,
@@ -17,6 +18,9 @@ from fgram.pipeline.config.options import (
     storage_option,
     tokenizer_backend_option,
 )
+
+if TYPE_CHECKING:
+    from fgram.pipeline.io.storage import Location
 
 MODES = ("mmap", "ram")
 SYNTH_FORMATS = ("parquet", "bin", "text")
@@ -36,7 +40,7 @@ def tokenizer_option(what: str) -> Any:
 class ShowConfig(Options):
     """`fgram show TABLE`."""
 
-    table: str
+    table: Location = field(metadata=PLACED)
     top: int = option(TOP, "How many f-grams to list.", minimum=0)
     tokenizer: str | None = tokenizer_option("to print f-grams as text")
     storage: dict[str, str] = storage_option()
@@ -46,8 +50,8 @@ class ShowConfig(Options):
 class DiffConfig(Options):
     """`fgram diff OLD NEW`."""
 
-    old: str
-    new: str
+    old: Location = field(metadata=PLACED)
+    new: Location = field(metadata=PLACED)
     top: int = option(
         TOP, "How many of the most frequent added and removed f-grams to list.", minimum=0
     )
@@ -61,7 +65,7 @@ class DiffConfig(Options):
 class IndexConfig(Options):
     """`fgram index TABLE`."""
 
-    table: str
+    table: Location = field(metadata=PLACED)
     overwrite: bool = overwrite_option("an existing index")
     storage: dict[str, str] = storage_option()
 
@@ -70,7 +74,7 @@ class IndexConfig(Options):
 class LookupConfig(Options):
     """`fgram lookup TABLE --tokens IDS | --text TEXT`."""
 
-    table: str
+    table: Location = field(metadata=PLACED)
     tokens: Any = option(None, "Token ids of one context, separated by commas or spaces.")
     text: str | None = option(None, "The text of one context (needs --tokenizer).")
     tokenizer: str | None = tokenizer_option("that tokenizes --text and shows the matches as text")
@@ -98,7 +102,7 @@ class LookupConfig(Options):
 class VerifyConfig(Options):
     """`fgram verify TABLE`."""
 
-    table: str
+    table: Location = field(metadata=PLACED)
     deep: bool = option(
         False,
         "Read every byte against its sha256 and check the index's arrays (by default "

@@ -180,6 +180,9 @@ class Location:
     uri: str
     options: tuple[tuple[str, Any], ...] = ()  # (key, value) storage options
 
+    def __str__(self) -> str:  # as messages show it
+        return self.uri
+
     @property
     def local(self) -> bool:
         return not is_remote(self.uri)

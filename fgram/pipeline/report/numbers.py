@@ -204,7 +204,7 @@ def versions_report(root: Location, diff: bool = True) -> list[dict[str, Any]]:
     storage = dict(root.options)
     live = current(root)
     out: list[dict[str, Any]] = []
-    previous: str | None = None
+    previous: Location | None = None
     for vid in list_versions(root):
         loc = root.child(VERSIONS, vid)
         m = loc.child("manifest.json").read_json()
@@ -221,8 +221,8 @@ def versions_report(root: Location, diff: bool = True) -> list[dict[str, Any]]:
             "seconds": m["seconds"],
         }
         if diff and previous is not None:
-            d = diff_tables(previous, loc.uri, storage=storage)
+            d = diff_tables(previous, loc, storage=storage)
             row["diff"] = {k: d[k] for k in ("added", "removed", "kept", "kept_count_changed")}
         out.append(row)
-        previous = loc.uri
+        previous = loc
     return out

@@ -8,7 +8,7 @@ per token plus the counts (a 10M-row table of 5-grams: ~0.4 GB).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +16,11 @@ import pyarrow.compute as pc
 
 from fgram.pipeline.tables.versions import open_table, table_dataset
 
+if TYPE_CHECKING:
+    from fgram.pipeline.io.storage import Location
 
-def _keyed(path: str, storage: dict[str, Any] | None) -> tuple[pa.Table, dict[str, Any], str]:
+
+def _keyed(path: Location, storage: dict[str, Any] | None) -> tuple[pa.Table, dict[str, Any], str]:
     loc, manifest = open_table(path, storage)
     t = (
         table_dataset(loc, manifest)
@@ -49,7 +52,7 @@ def _keyed(path: str, storage: dict[str, Any] | None) -> tuple[pa.Table, dict[st
 
 
 def diff_tables(
-    old: str, new: str, show: int = 0, storage: dict[str, Any] | None = None
+    old: Location, new: Location, show: int = 0, storage: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Counts of f-grams added, removed, kept (and kept with another count), by length,
     the cutoff change, and the ``show`` most frequent added and removed f-grams."""

@@ -4,12 +4,15 @@ context, and its embedding row where the table has embeddings."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.kernels.keys import MAX_TOKEN
+
+if TYPE_CHECKING:
+    from fgram.pipeline.io.storage import Location
 
 INTERPRETED_UP_TO = 4096  # a context this short is matched by the interpreter (`interpreted`)
 
@@ -27,7 +30,7 @@ def context_ids(tokens: Iterable[int] | str) -> list[int]:
 
 
 def look_up(
-    table: str,
+    table: Location,
     tokens: Iterable[int] | str | None,
     text: str | None,
     tokenizer: str | None,
@@ -54,7 +57,7 @@ def look_up(
     from fgram.pipeline.text.canonical import mapped, meet_canonical
 
     manifest = open_table(table, storage)[1]
-    token_map = meet_canonical(manifest, canonical, tokenizer, table, "lookup")
+    token_map = meet_canonical(manifest, canonical, tokenizer, table.uri, "lookup")
     tok = table_tokenizer(tokenizer, manifest)
     if text is not None:
         if tok is None:
@@ -62,7 +65,7 @@ def look_up(
                 "--text needs --tokenizer tokenizer.json (the table's manifest names none here)"
             )
         if tokenizer:
-            check_tokenizer(manifest, load_spec(tokenizer).record(), tokenizer, table)
+            check_tokenizer(manifest, load_spec(tokenizer).record(), tokenizer, table.uri)
         path = tokenizer or known_tokenizer(manifest)
         assert path is not None  # `tok` was made from it
         ids = encode_text(path, backend, text)
@@ -85,7 +88,7 @@ def look_up(
     if loc.child("embeddings", "embeddings.json").exists():  # damaged ones are an error
         store = FgramStore.open(loc, mode=mode, storage=storage, check=check)
     # a table of canonical ids is matched by the context's canonical ids
-    context = ids if token_map is None else mapped(token_map, ids, table)
+    context = ids if token_map is None else mapped(token_map, ids, table.uri)
     short = len(context) <= INTERPRETED_UP_TO
     fid, lengths = index.match(context, interpreted=short)
     matches: list[Any] = []

@@ -1,7 +1,9 @@
 """One source for every option: each command's options are its config's fields (their
 help, defaults and parsing), and each Python function takes the same names."""
 
+import dataclasses
 import inspect
+import json
 
 import pytest
 
@@ -28,6 +30,7 @@ from fgram.pipeline.config.tools import (
     VerifyConfig,
 )
 from fgram.pipeline.errors import ConfigError
+from fgram.pipeline.io.storage import Location
 
 # command -> (its config, the fields it leaves out, its own parameters)
 # (--json, `as_json`, is every job command's: the result, not a config field)
@@ -139,3 +142,32 @@ def test_listing_defaults_agree():
         for name in ("show", "diff", "report")
     }
     assert set(tops.values()) == {10}
+
+
+def test_a_config_holds_its_places_as_locations(tmp_path, monkeypatch):
+    """A place given as a path (relative or not), a `pathlib.Path` or a URI is a
+    `Location` from when the config is made, with the config's storage options; the
+    manifest's record shows it as its URI (a local one absolute), without secrets."""
+    monkeypatch.chdir(tmp_path)
+    storage = {"region": "eu-west-1", "secret_key": "s3cr3t-value"}
+    cfg = BuildConfig(inputs=["in"], output="table", work_dir=tmp_path / "work", storage=storage)
+    assert isinstance(cfg.output, Location) and isinstance(cfg.work_dir, Location)
+    assert (cfg.output.path, cfg.output.local) == (str(tmp_path / "table"), True)
+    assert cfg.work_dir.uri == str(tmp_path / "work")
+    assert dict(cfg.output.options) == storage
+    rec = cfg.record()
+    assert (rec["output"], rec["work_dir"]) == (str(tmp_path / "table"), str(tmp_path / "work"))
+    assert rec["storage"] == {"region": "eu-west-1", "secret_key": "***"}
+    assert "s3cr3t-value" not in json.dumps(rec)
+    again = dataclasses.replace(cfg, size=10)  # made again: the places as they were
+    assert again.output is cfg.output and again.size == 10
+    assert str(cfg.output) == str(tmp_path / "table")  # as messages show it
+
+    remote = AnnotateConfig(
+        table="s3://bucket/fgrams/", inputs=["shards"], storage={"region": "eu-west-1"}
+    )
+    assert (remote.table.uri, remote.table.path, remote.table.local) == (
+        "s3://bucket/fgrams", "bucket/fgrams", False,
+    )  # fmt: skip
+    assert remote.output is None and remote.record()["table"] == "s3://bucket/fgrams"
+    assert DiffConfig(old="a", new=tmp_path / "b").new.path == str(tmp_path / "b")
