@@ -3,8 +3,6 @@ written as one Parquet file per rank task."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from typing import Any
 
 import numpy as np
@@ -132,11 +130,8 @@ def write_table(table: pa.Table, path: Location) -> None:
     """One Parquet file, on this machine or on an object store (an object: written
     whole, then it appears)."""
     if path.local:  # aside, then renamed: whole or not at all
-        target = path.path
-        tmp = f"{target}.{uuid.uuid4().hex[:8]}.tmp"
-        with aside(tmp, target):
+        with aside(path.path) as tmp:
             pq.write_table(table, tmp, compression="zstd", row_group_size=1 << 20)
-        os.replace(tmp, target)
         return
     buf = pa.BufferOutputStream()
     pq.write_table(table, buf, compression="zstd", row_group_size=1 << 20)

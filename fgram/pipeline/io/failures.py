@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -144,13 +145,16 @@ def writing(path: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def aside(tmp: str, path: str) -> Iterator[None]:
-    """Writing ``path`` through ``tmp`` (renamed into place by the caller): a failed
-    write leaves no ``tmp`` behind, and the device full is one line naming ``path``
-    (`writing`)."""
+def aside(path: str) -> Iterator[str]:
+    """A local file written whole or not at all: the block writes the name given (beside
+    ``path``, ending ``.tmp``: `workdir.remove_partial` knows them), renamed over
+    ``path`` when the block ends. A failed write leaves neither, and the device full is
+    one line naming ``path`` (`writing`)."""
+    tmp = f"{path}.{uuid.uuid4().hex}.tmp"
     try:
         with writing(path):
-            yield
+            yield tmp
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)

@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,10 +292,8 @@ class Location:
         try:
             if self.local:
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-                with aside(tmp, self.path), open(tmp, "wb") as f:
+                with aside(self.path) as tmp, open(tmp, "wb") as f:
                     f.write(data)
-                os.replace(tmp, self.path)
                 return
             with self.fs.open_output_stream(self.path) as f:
                 f.write(data)
@@ -322,9 +319,8 @@ class Location:
                 import shutil
 
                 os.makedirs(os.path.dirname(self.path), exist_ok=True)
-                tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-                shutil.copyfile(local_path, tmp)
-                os.replace(tmp, self.path)
+                with aside(self.path) as tmp:
+                    shutil.copyfile(local_path, tmp)
                 return
             pafs.copy_files(
                 local_path,
@@ -338,16 +334,13 @@ class Location:
 
     def download(self, local_path: str) -> None:
         """Copy this file to a local path (aside, then renamed)."""
-        tmp = f"{local_path}.{uuid.uuid4().hex}.tmp"
         try:
             os.makedirs(os.path.dirname(local_path), exist_ok=True)
-            pafs.copy_files(
-                self.path, tmp, source_filesystem=self.fs, chunk_size=8 << 20, use_threads=True
-            )
-            os.replace(tmp, local_path)
+            with aside(local_path) as tmp:
+                pafs.copy_files(
+                    self.path, tmp, source_filesystem=self.fs, chunk_size=8 << 20, use_threads=True
+                )
         except Exception as exc:  # noqa: BLE001
-            if os.path.exists(tmp):
-                os.remove(tmp)
             raise self._fail(exc, reading=True) from None
 
     def remove(self) -> None:

@@ -65,11 +65,8 @@ def save_array(path: Location, arr: np.ndarray) -> dict[str, int]:
         np.save(buf, arr, allow_pickle=False)
         path.write_bytes(buf.getbuffer())
         return record
-    local = local_path(path)
-    tmp = f"{local}.{uuid.uuid4().hex}.tmp"
-    with aside(tmp, local), open(tmp, "wb") as f:
+    with aside(local_path(path)) as tmp, open(tmp, "wb") as f:
         np.save(f, arr, allow_pickle=False)
-    os.replace(tmp, local)
     return record
 
 
@@ -247,11 +244,8 @@ def save_bytes(path: Location, data: bytes) -> None:
     if on_store(path):
         path.write_bytes(data)
         return
-    local = local_path(path)
-    tmp = f"{local}.{uuid.uuid4().hex}.tmp"
-    with aside(tmp, local), open(tmp, "wb") as f:
+    with aside(local_path(path)) as tmp, open(tmp, "wb") as f:
         f.write(data)
-    os.replace(tmp, local)
 
 
 def remove_partial(folder: Location) -> None:
@@ -272,15 +266,12 @@ def save_json(path: Location, obj: Any, durable: bool = True) -> None:
     if on_store(path):
         path.write_json(obj)
         return
-    local = local_path(path)
-    tmp = f"{local}.{uuid.uuid4().hex}.tmp"
-    with aside(tmp, local), open(tmp, "w") as f:
+    with aside(local_path(path)) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
         if durable:
             f.flush()
             os.fsync(f.fileno())
-    os.replace(tmp, local)
 
 
 def load_json(path: Location) -> Any:

@@ -76,3 +76,40 @@ def test_a_work_folder_on_another_filesystem_publishes(tmp_path, small_disk):
     assert fgram.show(tmp_path / "t", top=10**6)["top_fgrams"] == want
     assert os.listdir(small_disk) == []
     assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".")) == []
+
+
+def test_every_writer_on_a_full_disk_says_so_and_leaves_the_file_as_it_was(tmp_path, small_disk):
+    """Work files, JSON, objects' local copies and table parts are written aside and
+    renamed (`failures.aside`): on a full disk each says so in one `NoSpace` naming its
+    file, leaves no piece behind, and a file that was there keeps its bytes."""
+    import numpy as np
+
+    from fgram.pipeline.errors import NoSpace
+    from fgram.pipeline.formats.table import arrow_table, write_table
+    from fgram.pipeline.io import workdir as wf
+    from fgram.pipeline.io.publish import here
+
+    big = np.arange(1 << 20, dtype=np.int64)  # 8 MiB: more than the disk holds
+    source = tmp_path / "big.bin"
+    source.write_bytes(big.tobytes())
+    ids = np.arange(1 << 19)
+    table = arrow_table(ids, np.full(len(ids), 2, np.int8), 2 * np.arange(len(ids) + 1),
+                        np.tile(ids, 2).astype(np.int32), ids)  # fmt: skip
+    writers = {
+        "array.npy": lambda loc: wf.save_array(loc, big),
+        "bytes.bin": lambda loc: wf.save_bytes(loc, big.tobytes()),
+        "state.json": lambda loc: wf.save_json(loc, {"ids": big[:300_000].tolist()}),
+        "object.bin": lambda loc: loc.write_bytes(big.tobytes()),
+        "copy.bin": lambda loc: loc.upload(str(source)),
+        "got.bin": lambda loc: here(str(source)).download(loc.path),
+        "part.parquet": lambda loc: write_table(table, loc),
+    }
+    for name, write in writers.items():
+        where = small_disk / name
+        where.write_bytes(b"before")
+        with pytest.raises(NoSpace, match=rf"^{where}: no space left on the device"):
+            write(here(str(where)))
+        assert where.read_bytes() == b"before", name
+        assert sorted(os.listdir(small_disk)) == sorted(
+            n for n in writers if (small_disk / n).exists()
+        ), name  # no .tmp piece left
