@@ -10,9 +10,13 @@ from dataclasses import dataclass
 from fgram.pipeline.errors import ConfigError, NoSpace
 
 # the largest pass's unit files per input token, measured (BENCHMARKS.md, "Work files per
-# input token": 4.37 on real text, 383M tokens; 4.41 and 6.20 on synthetic corpora of
-# 100M and 1B tokens), a little over the most: the estimate before a run
+# input token"), a little over the most: the estimate before a run. At the default units
+# of 16Mi tokens: 4.37 on real text (383M tokens), 4.41 and 6.20 on synthetic corpora of
+# 100M and 1B tokens; at 128M-token units, where a unit's files hold each distinct key
+# once for 8x the tokens: 4.82 (1B) and 5.18 (10B)
 WORK_BYTES_PER_TOKEN = 6.5
+LARGE_UNITS, LARGE_UNIT_BYTES = 128 * 10**6, 5.3
+DEFAULT_UNITS = 16 * 2**20
 # a pass's total is projected from its finished units once this share of its tokens is in
 PROJECT_AFTER = 0.1
 
@@ -32,21 +36,42 @@ def gib(n: float) -> str:
     return f"{n:.0f}"
 
 
-def work_estimate(tokens: int) -> int:
-    """The bytes a build of ``tokens`` input tokens writes at its largest pass, about."""
-    return math.ceil(tokens * WORK_BYTES_PER_TOKEN)
+def bytes_per_token(unit_tokens: int = DEFAULT_UNITS) -> float:
+    """The largest pass's work bytes per input token at units of ``unit_tokens``: as
+    measured at the default units and at 128M (log-linear between; no fewer below the
+    default, nor past 128M, where nothing was measured)."""
+    if unit_tokens <= DEFAULT_UNITS:
+        return WORK_BYTES_PER_TOKEN
+    if unit_tokens >= LARGE_UNITS:
+        return LARGE_UNIT_BYTES
+    at = math.log(unit_tokens / DEFAULT_UNITS) / math.log(LARGE_UNITS / DEFAULT_UNITS)
+    return WORK_BYTES_PER_TOKEN + at * (LARGE_UNIT_BYTES - WORK_BYTES_PER_TOKEN)
 
 
-def check_fits(budget: int | None, tokens: int) -> None:
+def work_estimate(tokens: int, unit_tokens: int = DEFAULT_UNITS) -> int:
+    """The bytes a build of ``tokens`` input tokens, in units of ``unit_tokens``, writes
+    at its largest pass, about."""
+    return math.ceil(tokens * bytes_per_token(unit_tokens))
+
+
+def check_fits(budget: int | None, tokens: int, unit_tokens: int = DEFAULT_UNITS) -> None:
     """Before a run: refused when its estimated work files are over the budget."""
     if budget is None:
         return
-    need = work_estimate(tokens)
+    need = work_estimate(tokens, unit_tokens)
     if need > budget:
+        larger = (
+            f", larger units (--unit-tokens 128M: {LARGE_UNIT_BYTES} bytes a token, about "
+            f"{gib(work_estimate(tokens, LARGE_UNITS))}; ~40 bytes a token of a unit in "
+            f"each worker's memory)"
+            if unit_tokens < LARGE_UNITS
+            else ""
+        )
         raise ConfigError(
             f"--work-budget {gib(budget)}: a build of {tokens:,} tokens writes about "
-            f"{gib(need)} of work files at its largest pass ({WORK_BYTES_PER_TOKEN} bytes per "
-            f"input token); give a larger budget, or --work-dir on a disk with room"
+            f"{gib(need)} of work files at its largest pass "
+            f"({bytes_per_token(unit_tokens):.2f} bytes per input token); give a larger "
+            f"budget{larger}, or --work-dir on a disk with room"
         )
 
 

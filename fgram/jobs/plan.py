@@ -44,7 +44,7 @@ def plan_build(cfg: BuildConfig) -> dict[str, Any]:
     options = {k: getattr(cfg, k) for k in STORE_OPTIONS}
     inputs = _inputs(cfg, shards)
     # the estimate --work-budget is held to before a run (None: tokens not known unread)
-    need = None if inputs["tokens"] is None else work_estimate(inputs["tokens"])
+    need = None if inputs["tokens"] is None else work_estimate(inputs["tokens"], cfg.unit_tokens)
     return {"would": "build", "options": options, **inputs, "work_bytes_estimate": need}
 
 

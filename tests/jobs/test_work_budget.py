@@ -9,7 +9,14 @@ import pytest
 from helpers import build, random_corpus, result
 from oracle import select
 
-from fgram.jobs.budget import WORK_BYTES_PER_TOKEN, OverBudget, PassBudget
+from fgram.jobs.budget import (
+    WORK_BYTES_PER_TOKEN,
+    OverBudget,
+    PassBudget,
+    bytes_per_token,
+    check_fits,
+    work_estimate,
+)
 from fgram.pipeline.errors import ConfigError
 
 N = 100_000
@@ -28,6 +35,24 @@ def test_a_build_over_its_budget_is_refused_before_it_starts(tmp_path):
         build_with(src, tmp_path / "t", work_budget=int(tokens * WORK_BYTES_PER_TOKEN) - 1)
     assert str(err.value).startswith("--work-budget ") and "at its largest pass" in str(err.value)
     assert sorted(os.listdir(tmp_path)) == ["c.bin"]  # nothing written, no staging left
+
+
+def test_larger_units_lower_the_estimate_as_measured():
+    """The estimate follows the unit size: 6.5 bytes a token at the default units, 5.3 at
+    128M and over (where a 10B-token build wrote 5.18 at its largest pass), between them
+    falling with the size; below the default, never under 6.5. A 10B-token run with a
+    55G budget (its measured peak was 52.8 GB at 128M units) starts with 128M units and
+    is refused at the default, its line naming the larger units and what they need."""
+    sizes = [2**20, 16 * 2**20, 32 * 2**20, 64 * 2**20, 128 * 10**6, 10**9]
+    per = [bytes_per_token(u) for u in sizes]
+    assert per[:2] == [WORK_BYTES_PER_TOKEN, WORK_BYTES_PER_TOKEN] and per[-2:] == [5.3, 5.3]
+    assert per[1] > per[2] > per[3] > per[4]
+    assert work_estimate(10**10, 128 * 10**6) == 53 * 10**9
+    check_fits(55 * 2**30, 10**10, 128 * 10**6)  # starts
+    with pytest.raises(ConfigError) as err:
+        check_fits(55 * 2**30, 10**10)
+    assert "(6.50 bytes per input token)" in str(err.value)
+    assert "larger units (--unit-tokens 128M: 5.3 bytes a token, about 49.4G;" in str(err.value)
 
 
 def test_a_pass_that_would_go_over_stops_then_resumes_with_room(tmp_path):

@@ -140,7 +140,7 @@ class BuildJob(Job):
         cfg = self.cfg
         self.shards = plan_shards(cfg.inputs, cfg.read_options())
         self.units = plan_units(self.shards, cfg.unit_tokens)
-        check_fits(cfg.work_budget, tokens_of(self.shards, self.units))
+        check_fits(cfg.work_budget, tokens_of(self.shards, self.units), cfg.unit_tokens)
         self.compile_seconds = kernels_ready()  # once here, not in every worker at once
         self.fingerprint = run_fingerprint(cfg, self.shards)
         return None

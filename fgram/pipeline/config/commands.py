@@ -174,8 +174,9 @@ class BuildConfig(ReadsShards, Options):
     work_budget: int | None = bytes_option(
         None,
         "Most bytes the run's work files may take (50G, ...): refused before it starts "
-        "when its estimate (6.5 bytes per input token) is over, stopped when a pass would "
-        "go over (its completed passes kept for --resume). Default: no limit.",
+        "when its estimate is over (6.5 bytes per input token at the default --unit-tokens, "
+        "5.3 at 128M and over: larger units write less), stopped when a pass would go over "
+        "(its completed passes kept for --resume). Default: no limit.",
     )
     strict: bool = strict_option()
     tokenizer: str | None = option(
