@@ -50,8 +50,8 @@ def bytes_per_token(unit_tokens: int = DEFAULT_UNITS) -> float:
 
 def work_estimate(tokens: int, unit_tokens: int = DEFAULT_UNITS) -> int:
     """The bytes a build of ``tokens`` input tokens, in units of ``unit_tokens``, writes
-    at its largest pass, about."""
-    return math.ceil(tokens * bytes_per_token(unit_tokens))
+    at its largest pass, about (a unit holds no more than the run's tokens)."""
+    return math.ceil(tokens * bytes_per_token(min(unit_tokens, tokens)))
 
 
 def check_fits(budget: int | None, tokens: int, unit_tokens: int = DEFAULT_UNITS) -> None:
@@ -59,20 +59,21 @@ def check_fits(budget: int | None, tokens: int, unit_tokens: int = DEFAULT_UNITS
     if budget is None:
         return
     need = work_estimate(tokens, unit_tokens)
-    if need > budget:
-        larger = (
-            f", larger units (--unit-tokens 128M: {LARGE_UNIT_BYTES} bytes a token, about "
-            f"{gib(work_estimate(tokens, LARGE_UNITS))}; ~40 bytes a token of a unit in "
-            f"each worker's memory)"
-            if unit_tokens < LARGE_UNITS
-            else ""
-        )
-        raise ConfigError(
-            f"--work-budget {gib(budget)}: a build of {tokens:,} tokens writes about "
-            f"{gib(need)} of work files at its largest pass "
-            f"({bytes_per_token(unit_tokens):.2f} bytes per input token); give a larger "
-            f"budget{larger}, or --work-dir on a disk with room"
-        )
+    if need <= budget:
+        return
+    unit, large = min(unit_tokens, tokens), min(LARGE_UNITS, tokens)
+    larger = (
+        f", larger units (--unit-tokens 128M: {bytes_per_token(large):.2f} bytes a token, "
+        f"about {gib(work_estimate(tokens, large))}; ~40 bytes a token of a unit in each "
+        f"worker's memory)"
+        if unit < large
+        else ""
+    )
+    raise ConfigError(
+        f"--work-budget {gib(budget)}: a build of {tokens:,} tokens writes about "
+        f"{gib(need)} of work files at its largest pass ({bytes_per_token(unit):.2f} bytes "
+        f"per input token); give a larger budget{larger}, or --work-dir on a disk with room"
+    )
 
 
 @dataclass

@@ -52,7 +52,11 @@ def test_larger_units_lower_the_estimate_as_measured():
     with pytest.raises(ConfigError) as err:
         check_fits(55 * 2**30, 10**10)
     assert "(6.50 bytes per input token)" in str(err.value)
-    assert "larger units (--unit-tokens 128M: 5.3 bytes a token, about 49.4G;" in str(err.value)
+    assert "larger units (--unit-tokens 128M: 5.30 bytes a token, about 49.4G;" in str(err.value)
+    with pytest.raises(ConfigError) as small:  # one unit either way: no larger units to name
+        check_fits(10**6, 10**6, 128 * 10**6)
+    assert "(6.50 bytes per input token)" in str(small.value)
+    assert "--unit-tokens" not in str(small.value)
 
 
 def test_a_pass_that_would_go_over_stops_then_resumes_with_room(tmp_path):
