@@ -397,14 +397,19 @@ def test_no_job_asks_whether_a_place_is_a_path():
     assert _found(_place_branches, lambda mod: mod.startswith("fgram.jobs")) == []
 
 
-CONFIG_PLACES = {"output", "table", "work_dir", "reuse", "old", "new"}  # their fields
+def _config_places() -> set[str]:
+    """The names of the fields that hold a place, in every command's config."""
+    from fgram.pipeline.config import audit, commands, tools  # noqa: F401 - their configs
+    from fgram.pipeline.config.options import Options
+
+    return {name for cls in Options.__subclasses__() for name in cls.places()}
 
 
 def _places_made_again(source: str) -> list[str]:
     """Where ``source`` makes a `Location` of a config's place (``as_location(cfg.output,
     ...)``, ``locate(cfg.table, ...)``): a config holds its places as `Location`s, made
     once when it is."""
-    found = []
+    found, places = [], _config_places()
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
             continue
@@ -412,7 +417,7 @@ def _places_made_again(source: str) -> list[str]:
         if (
             node.func.id in ("as_location", "locate")
             and isinstance(first, ast.Attribute)
-            and first.attr in CONFIG_PLACES
+            and first.attr in places
         ):
             found.append(ast.unparse(node))
     return found

@@ -16,9 +16,8 @@ if TYPE_CHECKING:
 class EngramAuditConfig(Options):
     """`fgram engram-audit`."""
 
-    table: Location = field(
-        metadata=PLACED
-    )  # a table built with --canonical (a build output, a version, a refresh folder)
+    # a table built with --canonical (a build output, a version, a refresh folder)
+    table: Location = field(metadata=PLACED)
     engram: str = option(
         dataclasses.MISSING,
         "The Engram configuration: a TOML or JSON file with the demo's field names "

@@ -378,9 +378,8 @@ class EmbedConfig(Options):
 class ReportConfig(Options):
     """`fgram report`."""
 
-    table: Location = field(
-        metadata=PLACED
-    )  # a build output, a refresh folder or an annotate output
+    # a build output, a refresh folder or an annotate output
+    table: Location = field(metadata=PLACED)
     output: Location = option(
         REPORT_PAGE,
         "The page (a path or a URI); its numbers go beside it as <name>.json.",

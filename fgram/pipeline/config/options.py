@@ -19,7 +19,7 @@ from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.dtypes import TOKEN_DTYPES
 
 if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
-    from fgram.pipeline.io.storage import Location
+    pass
 
 # defaults several commands and functions share, written once
 KEEP_VERSIONS = 3  # refresh: the versions kept
@@ -169,8 +169,8 @@ class Options:
         rec: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            where: Location | None = value if f.name in places else None
-            rec[f.name] = where.uri if where is not None else copy.deepcopy(value)
+            placed = f.name in places and value is not None
+            rec[f.name] = value.uri if placed else copy.deepcopy(value)
         if "storage" in rec:
             from fgram.pipeline.io.failures import public_options
 
