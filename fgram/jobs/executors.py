@@ -90,15 +90,17 @@ class Executor:
         (nothing by default)."""
 
     def map_batched(self, n: int, fn) -> list:
-        """``map`` for many small work items: at most 2 x parallelism tasks, each
-        running a contiguous batch of items in turn (a task launch costs tens of
-        ms on Spark; a merge or keep item can take less). Results in item order."""
+        """``map`` for many small work items: at most 2 x parallelism tasks, task t
+        running items t, t + tasks, t + 2 x tasks, ... in turn (a task launch costs
+        tens of ms on Spark; a merge or keep item can take less). Dealt so, not in
+        contiguous batches, the few large items a job lists first (a refresh's new
+        units before its scans of old ones) go to different tasks. Results in item
+        order."""
         tasks = min(n, 2 * self.parallelism)
         if tasks == n:
             return self.map(n, fn)
-        bounds = [n * t // tasks for t in range(tasks + 1)]
-        out = self.map(tasks, lambda t: [fn(i) for i in range(bounds[t], bounds[t + 1])])
-        return [r for batch in out for r in batch]
+        out = self.map(tasks, lambda t: [fn(i) for i in range(t, n, tasks)])
+        return [out[i % tasks][i // tasks] for i in range(n)]
 
 
 EXECUTOR_WAIT = "spark.fgram.executorWait"  # seconds a job waits with no executor at all
@@ -360,6 +362,11 @@ class LocalExecutor(Executor):
         finally:
             _FN = None
             workers.close()  # after a failure, they are gone already
+
+    def map_batched(self, n: int, fn) -> list:
+        """``map``: a task here costs a message on a pipe, and each worker takes the next
+        item when it is free (no batch can hold more than its share)."""
+        return self.map(n, fn)
 
     def _map_clean(self, n: int, fn, progress: bool = False, watch: Watch = None) -> list:
         """``map`` on the clean workers: the function travels pickled by value

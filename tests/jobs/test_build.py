@@ -1,6 +1,7 @@
 """`fgram build` on Spark against the brute-force Counter oracle."""
 
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -306,6 +307,41 @@ def test_map_batched_runs_every_item_once_in_order(spark):
     for ex in (SparkExecutor(spark), LocalExecutor(2), LocalExecutor(1)):
         for n in (0, 1, 3, 4, 5, 17):
             assert ex.map_batched(n, lambda i: (i, i * i)) == [(i, i * i) for i in range(n)]
+
+
+def test_map_batched_deals_the_first_items_to_different_tasks():
+    """A job lists its few large items first (a refresh's new units, then its scans):
+    a batch of contiguous items would run them all in one task."""
+    from fgram.jobs.executors import Executor
+
+    class Recording(Executor):
+        parallelism = 2
+
+        def map(self, n, fn, overlap=False, progress=False, watch=None):
+            self.tasks = [fn(t) for t in range(n)]
+            return self.tasks
+
+    ex = Recording()
+    assert ex.map_batched(10, lambda i: i) == list(range(10))
+    assert ex.tasks == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
+
+
+def test_local_map_batched_gives_each_free_worker_the_next_item(tmp_path):
+    """Item 0 waits until item 1 has started: both run at once only when each item goes
+    to the next free worker (two workers), not in batches of contiguous items."""
+    from fgram.jobs.executors import LocalExecutor
+
+    def item(i):
+        (tmp_path / f"started-{i}").touch()
+        if i == 0:
+            for _ in range(500):
+                if (tmp_path / "started-1").exists():
+                    return "met"
+                time.sleep(0.01)
+            return "alone"
+        return i
+
+    assert LocalExecutor(2).map_batched(9, item) == ["met", *range(1, 9)]
 
 
 def test_build_by_default_spares_the_jvm_on_a_bare_local_master(monkeypatch, tmp_path):
