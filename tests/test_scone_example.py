@@ -179,3 +179,25 @@ def test_the_example_smoke_run(tmp_path):
     assert again.returncode == 0 and "continues at step 8" in again.stdout, again.stderr
     resumed = json.load(open(tmp_path / "out" / "results.json"))["models"]["engram"]
     assert resumed["ppl"][0] == pytest.approx(engram["ppl"][0], rel=1e-6)
+
+
+def test_the_example_runs_fgram_as_a_module_where_no_command_is_beside_python(
+    tmp_path, monkeypatch
+):
+    """A Python that imports fgram from a checkout (PYTHONPATH) has no `fgram` command
+    beside it: the example then runs ``python -m fgram``. Here: this environment's own
+    packages seen through a Python in a folder that holds no `fgram`."""
+    env = os.path.dirname(os.path.dirname(sys.executable))
+    if sys.prefix == sys.base_prefix or not os.path.exists(os.path.join(env, "pyvenv.cfg")):
+        pytest.skip("needs a virtual environment to mirror without its commands")
+    bare = tmp_path / "bare"
+    (bare / "bin").mkdir(parents=True)
+    (bare / "bin" / "python").symlink_to(sys.executable)
+    shutil.copy(os.path.join(env, "pyvenv.cfg"), bare / "pyvenv.cfg")
+    (bare / "lib").symlink_to(os.path.join(env, "lib"))
+    spec = importlib.util.spec_from_file_location("scone_run", os.path.join(EXAMPLE, "run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    monkeypatch.setattr(sys, "executable", str(bare / "bin" / "python"))
+    assert not (bare / "bin" / "fgram").exists()
+    assert run.fgram("--version").startswith("fgram, version ")

@@ -49,10 +49,12 @@ def log(msg: str) -> None:
 
 
 def fgram(*args: str, env: dict | None = None) -> str:
-    """The `fgram` command, as a user runs it; its output, or the run stops."""
+    """The `fgram` command, as a user runs it; its output, or the run stops. Where fgram
+    is not installed beside this Python (a checkout on the path), ``python -m fgram``."""
     exe = os.path.join(os.path.dirname(sys.executable), "fgram")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "fgram"]
     out = subprocess.run(
-        [exe, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
+        [*cmd, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}
     )
     if out.returncode:
         sys.exit(f"fgram {' '.join(args)} failed:\n{out.stderr[-3000:]}")
