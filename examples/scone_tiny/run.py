@@ -522,10 +522,11 @@ def store_inputs(model, store, toks: np.ndarray):
     import torch
 
     n, w = toks.shape
+    dev = model.tok.weight.device
     rows, _, unmatched = store.embed_sequence(toks.reshape(-1), doc_starts=np.arange(n) * w)
-    emb = model.tok(torch.from_numpy(toks).long())
-    stored = torch.from_numpy(rows.astype(np.float32)).view(n, w, -1)
-    return torch.where(torch.from_numpy(unmatched).view(n, w, 1), emb, stored)
+    emb = model.tok(torch.from_numpy(toks).long().to(dev))
+    stored = torch.from_numpy(rows.astype(np.float32)).view(n, w, -1).to(dev)
+    return torch.where(torch.from_numpy(unmatched).view(n, w, 1).to(dev), emb, stored)
 
 
 def store_loss(model, store, toks: np.ndarray, batch: int = 32) -> float:
@@ -537,7 +538,7 @@ def store_loss(model, store, toks: np.ndarray, batch: int = 32) -> float:
         for s in range(0, len(toks), batch):
             t = toks[s : s + batch]
             logits = model.logits(store_inputs(model, store, t[:, :-1]))
-            target = torch.from_numpy(t[:, 1:]).long()
+            target = torch.from_numpy(t[:, 1:]).long().to(logits.device)
             total += F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="sum"
             ).item()
@@ -555,12 +556,13 @@ def greedy(model, store, prompt: np.ndarray, new: int) -> tuple[list[int], float
     from fgram.hf import SconeEmbedding
 
     embed = SconeEmbedding(model.tok, store)
+    dev = model.tok.weight.device
     caches = [{} for _ in model.blocks]
     out = [int(t) for t in prompt]
     t_lookup, t0 = 0.0, time.time()
     with torch.inference_mode():
         a = time.time()
-        rows = embed(torch.tensor(out)[None], past=0)  # the prompt's rows at once
+        rows = embed(torch.tensor(out, device=dev)[None], past=0)  # the prompt's rows at once
         t_lookup += time.time() - a
         logits = model.logits(rows, 0, caches)
         for i in range(new):
@@ -569,7 +571,7 @@ def greedy(model, store, prompt: np.ndarray, new: int) -> tuple[list[int], float
             if len(prompt) + i + 1 >= model.cfg.seq_len:
                 break
             a = time.time()
-            row = embed(torch.tensor([[nxt]]), past=len(prompt) + i)
+            row = embed(torch.tensor([[nxt]], device=dev), past=len(prompt) + i)
             t_lookup += time.time() - a
             logits = model.logits(row, len(prompt) + i, caches)
     return out, t_lookup, time.time() - t0
@@ -592,7 +594,7 @@ def evaluate(
         torch.from_numpy(fg[0]),
         torch.from_numpy(fg[1]),
         hashing=engram["hashing"] if engram else None,
-    )
+    ).to(args.device)
     val_t, val_f = data["val"]
     res = {"val_loss": loss_of(model, val_t, val_f), "val_windows": len(val_t)}
     if rec["kind"] == "scone":
@@ -619,6 +621,8 @@ def evaluate(
             "local",
             "--float",
             "float16",
+            "--device",
+            args.device,
             "--overwrite",
             env=env,
         )
@@ -628,7 +632,10 @@ def evaluate(
         # the stored rows against the f-gram model's, on the validation windows' f-grams
         ids = np.unique(val_f[val_f >= 0])[:4096]
         with torch.inference_mode():
-            exact = model.fgram(torch.from_numpy(fg[0][ids]), torch.from_numpy(fg[1][ids]))
+            dev = args.device
+            exact = model.fgram(
+                torch.from_numpy(fg[0][ids]).to(dev), torch.from_numpy(fg[1][ids]).to(dev)
+            ).cpu()
         res["row_max_abs_diff"] = float(
             np.abs(store.rows(ids).astype(np.float32) - exact.numpy()).max()
         )
