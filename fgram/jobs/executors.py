@@ -364,8 +364,11 @@ class LocalExecutor(Executor):
             workers.close()  # after a failure, they are gone already
 
     def map_batched(self, n: int, fn) -> list:
-        """``map``: a task here costs a message on a pipe, and each worker takes the next
-        item when it is free (no batch can hold more than its share)."""
+        """``map``: a task on forked workers costs a message on a pipe, and each worker
+        takes the next item when it is free (no batch holds more than its share). On the
+        clean workers each task carries the pickled function: dealt batches, as on Spark."""
+        if object_store_used():
+            return super().map_batched(n, fn)
         return self.map(n, fn)
 
     def _map_clean(self, n: int, fn, progress: bool = False, watch: Watch = None) -> list:
