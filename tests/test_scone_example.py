@@ -112,6 +112,14 @@ def _example(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def _example_module():
+    """The example's run.py as a module (its helpers, without running it)."""
+    spec = importlib.util.spec_from_file_location("scone_run", os.path.join(EXAMPLE, "run.py"))
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    return run
+
+
 def test_the_example_smoke_run(tmp_path):
     """examples/scone_tiny --smoke: every arm (baseline, baseline x2, SCONE, Engram) and
     seed on a tiny corpus. SCONE's validation loss from the store equals the training
@@ -150,9 +158,7 @@ def test_the_example_smoke_run(tmp_path):
     assert kept.stdout.count("from its record") == 6 and "step 0" not in kept.stdout
     again_m = json.load(open(tmp_path / "out" / "results.json"))["models"]
     assert again_m["scone"]["ppl"] == scone["ppl"] and again_m["baseline"] == base
-    spec = importlib.util.spec_from_file_location("scone_run", os.path.join(EXAMPLE, "run.py"))
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = _example_module()
     kept_with = json.load(open(records / "baseline-seed0.json"))["config"]
     with pytest.raises(SystemExit) as refused:
         run.recorded(str(records), {**kept_with, "lr": 0.002}, "baseline", 0)
@@ -195,9 +201,7 @@ def test_the_example_runs_fgram_as_a_module_where_no_command_is_beside_python(
     (bare / "bin" / "python").symlink_to(sys.executable)
     shutil.copy(os.path.join(env, "pyvenv.cfg"), bare / "pyvenv.cfg")
     (bare / "lib").symlink_to(os.path.join(env, "lib"))
-    spec = importlib.util.spec_from_file_location("scone_run", os.path.join(EXAMPLE, "run.py"))
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
+    run = _example_module()
     monkeypatch.setattr(sys, "executable", str(bare / "bin" / "python"))
     assert not (bare / "bin" / "fgram").exists()
     assert run.fgram("--version").startswith("fgram, version ")

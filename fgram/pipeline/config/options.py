@@ -13,13 +13,10 @@ import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from fgram.pipeline.errors import ConfigError
 from fgram.pipeline.formats.dtypes import TOKEN_DTYPES
-
-if TYPE_CHECKING:  # the rest on use: the command line's options are made from this module
-    pass
 
 # defaults several commands and functions share, written once
 KEEP_VERSIONS = 3  # refresh: the versions kept
