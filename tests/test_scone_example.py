@@ -2,7 +2,7 @@
 numpy f-gram model (no torch): the tags a training loop reads, the store that inference
 reads, and decoding a token at a time; then the example's own smoke run (with torch)."""
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -112,15 +112,13 @@ def _example(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def _example_module():
-    """The example's run.py as a module (its helpers, without running it)."""
-    spec = importlib.util.spec_from_file_location("scone_run", os.path.join(EXAMPLE, "run.py"))
-    run = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(run)
-    return run
+def _example_module(name: str, monkeypatch):
+    """One of the example's modules beside run.py (its helpers, without running it)."""
+    monkeypatch.syspath_prepend(EXAMPLE)
+    return importlib.import_module(name)
 
 
-def test_the_example_smoke_run(tmp_path):
+def test_the_example_smoke_run(tmp_path, monkeypatch):
     """examples/scone_tiny --smoke: every arm (baseline, baseline x2, SCONE, Engram) and
     seed on a tiny corpus. SCONE's validation loss from the store equals the training
     path's within float16 rounding of the rows; the arms' FLOPs, parameters and tables
@@ -158,10 +156,10 @@ def test_the_example_smoke_run(tmp_path):
     assert kept.stdout.count("from its record") == 6 and "step 0" not in kept.stdout
     again_m = json.load(open(tmp_path / "out" / "results.json"))["models"]
     assert again_m["scone"]["ppl"] == scone["ppl"] and again_m["baseline"] == base
-    run = _example_module()
+    results = _example_module("scone_results", monkeypatch)
     kept_with = json.load(open(records / "baseline-seed0.json"))["config"]
     with pytest.raises(SystemExit) as refused:
-        run.recorded(str(records), {**kept_with, "lr": 0.002}, "baseline", 0)
+        results.recorded(str(records), {**kept_with, "lr": 0.002}, "baseline", 0)
     want = f"{records / 'baseline-seed0.json'}: recorded with other settings (lr)"
     assert str(refused.value).startswith(want)
     # two runs again side by side (their records and folders gone), each its own process
@@ -201,7 +199,7 @@ def test_the_example_runs_fgram_as_a_module_where_no_command_is_beside_python(
     (bare / "bin" / "python").symlink_to(sys.executable)
     shutil.copy(os.path.join(env, "pyvenv.cfg"), bare / "pyvenv.cfg")
     (bare / "lib").symlink_to(os.path.join(env, "lib"))
-    run = _example_module()
+    data = _example_module("scone_data", monkeypatch)
     monkeypatch.setattr(sys, "executable", str(bare / "bin" / "python"))
     assert not (bare / "bin" / "fgram").exists()
-    assert run.fgram("--version").startswith("fgram, version ")
+    assert data.fgram("--version").startswith("fgram, version ")

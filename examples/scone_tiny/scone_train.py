@@ -1,0 +1,239 @@
+"""The arms' models and their training: a main GPT of the arm's size (baseline x2 as deep
+as doubles the baseline's computed FLOPs), Engram's configuration in the demo's terms,
+the optimizers, and a training loop that continues from its last checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import time
+
+import numpy as np
+from scone_data import EOS, log, read_json
+
+# ---- models and training ------------------------------------------------------------
+
+
+def model_config(args, vocab: int, kind: str = "baseline", engram=None):
+    """The main model of an arm (--layers, --dim, --heads): baseline_x2 is as deep as
+    brings its computed inference FLOPs per token nearest twice the baseline's (10 layers
+    for the default 4 at d = 256); engram carries its table sizes (`engram_setup`)."""
+    from scone_model import GPT, Config
+
+    if args.smoke:
+        size = {"layers": 1, "dim": 64, "heads": 2, "fgram_layers": 1}
+    else:
+        size = {"layers": args.layers, "dim": args.dim, "heads": args.heads, "fgram_layers": 2}
+    base = Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len, **size)
+    if kind == "baseline_x2":
+        flops = GPT.flops_of(base)
+        size["layers"] = min(
+            range(size["layers"] + 1, 4 * size["layers"] + 2),
+            key=lambda n: abs(GPT.flops_of(dataclasses.replace(base, layers=n)) - 2 * flops),
+        )
+    if kind == "engram" and engram is not None:
+        size.update(engram["model"])
+    return Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len, **size)
+
+
+def engram_setup(args, tok_path: str, table_rows: int) -> dict:
+    """The Engram arm's configuration, in the demo's terms: orders 2..K, ``--engram-heads``
+    heads, each order's concatenated width the model's d, before block 1 (the demo's
+    first Engram layer: early, where a memory of local n-grams spares the blocks the
+    work of composing them), pad id the end of text; the per-head table size chosen so
+    that every table's rows x width together hold as many values as SCONE's store (its
+    f-grams x d). Returns the config, its hashing and the model's fields."""
+    from tokenizers import Tokenizer
+
+    from fgram.engram import EngramConfig, EngramHashing, table_sizes
+
+    main = model_config(args, 1)
+    d, block = main.dim, min(1, main.layers - 1)
+    orders, heads = args.max_len - 1, args.engram_heads
+    per_head = max(2, table_rows // orders)  # orders x heads x per_head rows of d / heads
+    cfg = EngramConfig(
+        engram_vocab_size=[per_head] * orders,
+        max_ngram_size=args.max_len,
+        n_head_per_ngram=heads,
+        layer_ids=[1],
+        pad_id=Tokenizer.from_file(tok_path).token_to_id(EOS),
+        seed=0,
+    )
+    sizes = tuple(p for order in table_sizes(cfg)[1] for p in order)
+    return {
+        "config": cfg,
+        "hashing": EngramHashing(cfg, tok_path),
+        "model": {
+            "engram_layer": block,
+            "engram_sizes": sizes,
+            "engram_heads": heads,
+            "engram_dim": d,
+            "engram_max_n": args.max_len,
+        },  # fmt: skip
+        "values": sum(sizes) * (d // heads),
+        "rows": sum(sizes),
+    }
+
+
+def make_model(kind: str, cfg, fg, engram=None):
+    import torch
+    from scone_model import GPT, EngramGPT, Scone
+
+    if kind in ("baseline", "baseline_x2"):
+        return GPT(cfg)
+    if kind == "engram":
+        return EngramGPT(cfg, engram["hashing"])
+    return Scone(cfg, torch.from_numpy(fg[0]), torch.from_numpy(fg[1]))
+
+
+def loss_of(model, toks: np.ndarray, fids: np.ndarray, batch: int = 32) -> float:
+    """Mean next-token loss over windows, the f-gram rows from the f-gram model."""
+    import torch
+    import torch.nn.functional as F
+
+    device = next(model.parameters()).device
+    total, n = 0.0, 0
+    model.eval()
+    with torch.inference_mode():
+        for s in range(0, len(toks), batch):
+            t = torch.from_numpy(toks[s : s + batch]).long().to(device)
+            f = torch.from_numpy(fids[s : s + batch]).long().to(device)
+            logits = model(t[:, :-1], f[:, :-1])
+            total += F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), t[:, 1:].reshape(-1), reduction="sum"
+            ).item()
+            n += t[:, 1:].numel()
+    model.train()
+    return total / n
+
+
+def optimizers(model, lr: float) -> list:
+    """AdamW for the dense parameters; an Engram table's sparse rows by SparseAdam (only
+    the rows a batch touched move, as a table held off the accelerator would)."""
+    import torch
+
+    sparse = [p for n, p in model.named_parameters() if n == "engram.table.weight"]
+    dense = [p for n, p in model.named_parameters() if n != "engram.table.weight"]
+    opts = [torch.optim.AdamW(dense, lr=lr, betas=(0.9, 0.95), weight_decay=0.1)]
+    if sparse:
+        opts.append(torch.optim.SparseAdam(sparse, lr=lr, betas=(0.9, 0.95)))
+    return opts
+
+
+def save_atomically(obj, path: str) -> None:
+    import torch
+
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def train(args, kind: str, seed: int, data: dict, fg, folder: str, engram=None) -> dict:
+    """Train one model; its checkpoint, curve and time in ``folder``. A killed run
+    continues from its last checkpoint (every --checkpoint-every steps): the batches are
+    the seed's, step by step, so the run is the one it would have been."""
+    import torch
+    import torch.nn.functional as F
+    from scone_model import save
+
+    done = os.path.join(folder, "train.json")
+    if os.path.exists(done):
+        return read_json(done)
+    os.makedirs(folder, exist_ok=True)
+    held = open(os.path.join(folder, ".lock"), "w")  # noqa: SIM115 (held while training)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"{folder}: another process is training this run") from None
+    torch.manual_seed(seed)  # the same initial main model for every kind at a seed
+    cfg = model_config(args, data["vocab"], kind, engram)
+    model = make_model(kind, cfg, fg, engram).to(args.device)
+    opts = optimizers(model, args.lr)
+    dense = opts[0].param_groups[0]["params"]  # AdamW's: all but a sparse Engram table
+    warm = max(1, args.steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warm:
+            return args.lr * (step + 1) / warm
+        return args.lr * 0.5 * (1 + np.cos(np.pi * (step - warm) / max(args.steps - warm, 1)))
+
+    order = np.random.default_rng(seed).permutation(len(data["train"][0]))  # same for all
+    tr_t, tr_f = data["train"]
+    curve, t_train, first = [], 0.0, 0
+    ckpt = os.path.join(folder, "checkpoint.pt")
+    if os.path.exists(ckpt):  # a killed run: where it was
+        state = torch.load(ckpt, map_location=args.device, weights_only=False)
+        model.load_state_dict(state["model"])
+        for o, s in zip(opts, state["opts"], strict=True):
+            o.load_state_dict(s)
+        curve, t_train, first = state["curve"], state["train_seconds"], state["step"]
+        log(f"{kind} seed {seed}: continues at step {first}")
+    probe = (data["val"][0][: args.probe], data["val"][1][: args.probe])
+    for step in range(first, args.steps):
+        if step % args.checkpoint_every == 0 and step > first:
+            state = {"model": model.state_dict(), "opts": [o.state_dict() for o in opts]}
+            state.update(curve=curve, train_seconds=t_train, step=step)
+            save_atomically(state, ckpt)
+            if step == args.stop_at:  # as a kill would, right after a checkpoint
+                raise SystemExit(f"{kind} seed {seed}: stopped at step {step}")
+        if step % args.eval_every == 0:
+            curve.append({"step": step, "val_loss": loss_of(model, *probe)})
+        t0 = time.time()
+        pick = order[(step * args.batch + np.arange(args.batch)) % len(order)]
+        t = torch.from_numpy(tr_t[pick]).long().to(args.device)
+        f = torch.from_numpy(tr_f[pick]).long().to(args.device)
+        for o in opts:
+            for g in o.param_groups:
+                g["lr"] = lr_at(step)
+        logits = model(t[:, :-1], f[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t[:, 1:].reshape(-1))
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(dense, 1.0)
+        for o in opts:
+            o.step()
+        t_train += time.time() - t0
+        if step % 50 == 0:
+            log(f"{kind} seed {seed}: step {step} train loss {loss.item():.3f}")
+    curve.append({"step": args.steps, "val_loss": loss_of(model, *probe)})
+    save(model.cpu(), os.path.join(folder, "model.pt"))
+    rec = {
+        "kind": kind,
+        "seed": seed,
+        "steps": args.steps,
+        "tokens": args.steps * args.batch * args.seq_len,
+        "train_seconds": round(t_train, 1),
+        "device": args.device,
+        "curve": curve,
+        **model_sizes(model, kind, engram, len(fg[1])),
+        "inference_flops_per_token": model.flops_per_token(),
+    }
+    with open(done, "w") as f:
+        json.dump(rec, f, indent=2)
+    if os.path.exists(ckpt):
+        os.remove(ckpt)
+    log(f"{kind} seed {seed}: trained in {t_train:.0f} s")
+    return rec
+
+
+def model_sizes(model, kind: str, engram, fgrams: int) -> dict:
+    """Parameters held on the accelerator at inference (the main model; Engram's
+    projections, norms and convolution), those used in training only (SCONE's f-gram
+    model), and the table held off it: rows and values (rows x width)."""
+    names = dict(model.named_parameters())
+    training_only = sum(p.numel() for n, p in names.items() if n.startswith("fgram."))
+    table = sum(p.numel() for n, p in names.items() if n == "engram.table.weight")
+    on = sum(p.numel() for p in names.values()) - training_only - table
+    rows, values = 0, 0
+    if kind == "scone":
+        rows, values = fgrams, fgrams * model.cfg.dim
+    elif kind == "engram":
+        rows, values = engram["rows"], table
+    return {
+        "params_main": on,
+        "params_fgram_model": training_only,
+        "rows_off": rows,
+        "values_off": values,
+    }
