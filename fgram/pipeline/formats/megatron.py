@@ -31,7 +31,6 @@ from fgram.pipeline.formats.indexed import (
 )
 from fgram.pipeline.formats.layouts import FGRAM, MEGATRON, OLMO, TagLayout
 from fgram.pipeline.formats.reading import ReadOptions, Shard, reading
-from fgram.pipeline.io import workdir as wf
 from fgram.pipeline.io.storage import Location, filesystem
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -136,7 +135,7 @@ class MegatronTags(SidecarTags):
             moved = (pointers // item * dtype.itemsize).astype("<i8").tobytes()
             body = idx[HEADER.size : HEADER.size + 4 * s] + moved + idx[HEADER.size + 12 * s :]
             data = sidecar(shard, what, layout)  # <prefix>.<what>.bin
-            wf.save_bytes(staging.child("tags", data[: -len(".bin")] + ".idx"), head + body)
+            staging.child("tags", data[: -len(".bin")] + ".idx").write_bytes(head + body)
 
 
 def read_header(head: bytes, size: int, uri: str) -> tuple[np.dtype, int, int]:

@@ -239,15 +239,6 @@ def concat_arrays(
     return digest.hexdigest(), size
 
 
-def save_bytes(path: Location, data: bytes) -> None:
-    """Write a file (aside, then renamed) or an object."""
-    if on_store(path):
-        path.write_bytes(data)
-        return
-    with aside(local_path(path)) as tmp, open(tmp, "wb") as f:
-        f.write(data)
-
-
 def remove_partial(folder: Location) -> None:
     """Remove the files half-written under a local folder (``*.tmp``, the names `aside`
     writes through) by tasks that a failure stopped before they could: their work is

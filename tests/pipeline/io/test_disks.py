@@ -97,7 +97,6 @@ def test_every_writer_on_a_full_disk_says_so_and_leaves_the_file_as_it_was(tmp_p
                         np.tile(ids, 2).astype(np.int32), ids)  # fmt: skip
     writers = {
         "array.npy": lambda loc: wf.save_array(loc, big),
-        "bytes.bin": lambda loc: wf.save_bytes(loc, big.tobytes()),
         "state.json": lambda loc: wf.save_json(loc, {"ids": big[:300_000].tolist()}),
         "object.bin": lambda loc: loc.write_bytes(big.tobytes()),
         "copy.bin": lambda loc: loc.upload(str(source)),
