@@ -13,7 +13,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from fgram.jobs.progress import PROGRESS
 from fgram.jobs.workers import Workers, serve
@@ -251,17 +251,18 @@ def _call(i):
     return _FN(i)
 
 
-_PAYLOAD: list = [None, None]  # a clean worker's last job: (its pickled function, the function)
+_JOB: list = [None]  # a clean worker's function of the job it works for
 
 
 def _call_pickled(item):
-    """Task ``i`` of the job whose function is ``payload`` (unpickled once per worker)."""
+    """Task ``i`` of a job: its pickled function comes with the worker's first task of
+    the job (``payload``; None after), and is unpickled then."""
     payload, i = item
-    if _PAYLOAD[0] is not payload and _PAYLOAD[0] != payload:
+    if payload is not None:
         import pickle
 
-        _PAYLOAD[:] = [payload, pickle.loads(payload)]
-    return _PAYLOAD[1](i)
+        _JOB[0] = pickle.loads(payload)
+    return _JOB[0](i)
 
 
 _CLEAN: tuple[tuple[int, int], Workers] | None = None
@@ -297,12 +298,17 @@ def _drop_clean_pool() -> None:
 
 
 def _answers(
-    workers: Workers, items, progress: bool, end: Callable[[], None], watch: Watch = None
+    workers: Workers,
+    items,
+    progress: bool,
+    end: Callable[[], None],
+    watch: Watch = None,
+    context: Any = None,
 ) -> list:
     """The workers' answers in order; the first failure (or what ``watch`` raises) ends
     them all at once (``end``) and is raised as our own error when it is one."""
     try:
-        return list(_counted(workers.imap(items), progress, watch))
+        return list(_counted(workers.imap(items, context), progress, watch))
     except BaseException as exc:
         end()
         if isinstance(exc, Exception):
@@ -364,18 +370,17 @@ class LocalExecutor(Executor):
             workers.close()  # after a failure, they are gone already
 
     def map_batched(self, n: int, fn) -> list:
-        """``map``: a task on forked workers costs a message on a pipe, and each worker
-        takes the next item when it is free (no batch holds more than its share). On the
-        clean workers each task carries the pickled function: dealt batches, as on Spark."""
-        if object_store_used():
-            return super().map_batched(n, fn)
+        """``map``: a task costs a message on a pipe (the function crosses each worker's
+        pipe once per job), and each worker takes the next item when it is free (no
+        batch holds more than its share)."""
         return self.map(n, fn)
 
     def _map_clean(self, n: int, fn, progress: bool = False, watch: Watch = None) -> list:
         """``map`` on the clean workers: the function travels pickled by value
-        (cloudpickle, as Spark sends it), and the first failure ends the others' tasks."""
+        (cloudpickle, as Spark sends it), once to each worker, and the first failure
+        ends the others' tasks."""
         from pyspark import cloudpickle
 
         payload = cloudpickle.dumps(fn)
-        items = [(payload, i) for i in range(n)]
-        return _answers(_clean_pool(self.parallelism), items, progress, _drop_clean_pool, watch)
+        pool = _clean_pool(self.parallelism)
+        return _answers(pool, range(n), progress, _drop_clean_pool, watch, payload)

@@ -65,18 +65,25 @@ class Workers:
             self.procs.append(proc)
             self.conns.append(here)
 
-    def imap(self, items: Iterable[Any]) -> Iterator[Any]:
+    def imap(self, items: Iterable[Any], context: Any = None) -> Iterator[Any]:
         """Every item's answer, in the items' order (one task per idle worker); the first
-        failure is raised (the caller then `kill`s)."""
+        failure is raised (the caller then `kill`s). With a ``context`` (what every task
+        of the job needs, a pickled function), each task is sent as (context, item) to a
+        worker's first task of the job and (None, item) to its next ones: the context
+        crosses each pipe once, however many items."""
         todo = deque(enumerate(items))
         idle = list(self.conns)
         busy: dict[Connection, int] = {}
         done: dict[int, Any] = {}
+        told: set[Connection] = set()
         following = 0
         while todo or busy:
             while idle and todo:
                 i, item = todo.popleft()
                 conn = idle.pop()
+                if context is not None:
+                    item = (None if conn in told else context, item)
+                    told.add(conn)
                 conn.send(item)
                 busy[conn] = i
             for ready in wait(list(busy)):

@@ -326,10 +326,15 @@ def test_map_batched_deals_the_first_items_to_different_tasks():
     assert ex.tasks == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
 
 
-def test_local_map_batched_gives_each_free_worker_the_next_item(tmp_path):
+@pytest.mark.parametrize("clean", [False, True], ids=["forked", "clean"])
+def test_local_map_batched_gives_each_free_worker_the_next_item(tmp_path, monkeypatch, clean):
     """Item 0 waits until item 1 has started: both run at once only when each item goes
-    to the next free worker (two workers), not in batches of contiguous items."""
+    to the next free worker (two workers), not in batches of contiguous items; on
+    forked workers and on the clean ones (once an object store is used) alike."""
+    import fgram.jobs.executors as executors
     from fgram.jobs.executors import LocalExecutor
+
+    monkeypatch.setattr(executors, "object_store_used", lambda: clean)
 
     def item(i):
         (tmp_path / f"started-{i}").touch()

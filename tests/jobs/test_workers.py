@@ -3,8 +3,10 @@ also while the other workers are sending results, on forked and clean workers al
 a worker that dies is an error, not a hang; the next job runs."""
 
 import os
+import pickle
 import signal
 import time
+from multiprocessing.connection import Connection
 
 import numpy as np
 import pytest
@@ -74,6 +76,24 @@ def test_workers_see_the_environment_of_the_job_not_of_their_start(monkeypatch, 
     assert LocalExecutor(2).map(3, _env_of) == ["first"] * 3
     monkeypatch.setenv("FGRAM_TEST_SETTING", "second")
     assert LocalExecutor(2).map(3, _env_of) == ["second"] * 3
+
+
+def test_clean_workers_get_a_job_s_function_once_each(monkeypatch, bounded):
+    """The clean workers' tasks carry the job's pickled function (cloudpickle, by value)
+    to each worker once, not with every task: 40 tasks of a function holding 4 MiB send
+    two copies of it through the pipes (two workers), not forty."""
+    monkeypatch.setattr(executors, "object_store_used", lambda: True)
+    sent: list[int] = []
+    send = Connection.send
+
+    def counted(self, obj):
+        sent.append(len(pickle.dumps(obj)))
+        send(self, obj)
+
+    monkeypatch.setattr(Connection, "send", counted)
+    big = np.arange(1 << 19)  # 4 MiB in the function's closure
+    assert LocalExecutor(2).map(40, lambda i: int(big[i])) == list(range(40))
+    assert len(sent) == 40 and 2 * big.nbytes <= sum(sent) < 3 * big.nbytes
 
 
 def test_a_small_job_runs_in_the_driver_unless_processes_are_asked_for():
