@@ -182,7 +182,7 @@ def test_the_example_smoke_run(tmp_path, monkeypatch):
     again = _example(*one)
     assert again.returncode == 0 and "continues at step 8" in again.stdout, again.stderr
     resumed = json.load(open(tmp_path / "out" / "results.json"))["models"]["engram"]
-    assert resumed["ppl"][0] == pytest.approx(engram["ppl"][0], rel=1e-6)
+    assert resumed["ppl"][0] == engram["ppl"][0]  # one thread both times: bit for bit
 
 
 def test_the_example_runs_fgram_as_a_module_where_no_command_is_beside_python(
