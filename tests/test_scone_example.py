@@ -146,6 +146,15 @@ def test_the_example_smoke_run(tmp_path, monkeypatch):
     assert engram["ppl"] != base["ppl"]  # the module is in the network
     assert len(res["verdict"]) == 3 and os.path.exists(tmp_path / "out" / "loss.png")
     assert "| Engram |" in open(tmp_path / "out" / "results.md").read()
+    # the Engram arm's buckets audited on the training text's canonical n-grams: a share
+    # per order 2..K, never less in one head than in every head at once
+    audit = res["engram"]["audit"]
+    assert sorted(audit) == ["2", "3"]  # --smoke: K = 3
+    for order in audit.values():
+        assert 0 < order["coverage"] <= 1
+        assert order["collided_min"] <= order["collided_share"] <= order["collided_max"]
+        assert 0 <= order["all_heads_share"] <= order["collided_min"] < 1
+    assert "Engram's buckets (`fgram engram-audit`" in open(tmp_path / "out" / "results.md").read()
     # each finished run is one record; with the records, no run trains again (its run
     # folder gone), and a record of other settings is refused, naming the file
     records = tmp_path / "out" / "results"

@@ -30,6 +30,7 @@ from scone_data import (
     GRID,
     HERE,
     KINDS,
+    engram_audit,
     fgram_arrays,
     log,
     make_data,
@@ -201,7 +202,8 @@ def main() -> None:
             runs.append(rec)
     if args.lane:
         return
-    res = summarize(args, out, fg_info, data, runs, engram)
+    audit = engram_audit(args, out, engram["config"]) if engram else None
+    res = summarize(args, out, fg_info, data, runs, engram, audit)
     for kind, row in res["models"].items():
         log(
             f"{kind}: validation perplexity {row['ppl_mean']:.2f} (min {row['ppl_min']:.2f}, "

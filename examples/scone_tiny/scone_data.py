@@ -4,6 +4,7 @@ and f-grams the models train on. Each step is skipped when its output is there."
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -222,6 +223,43 @@ def run_fgram(args, out: str, tok: str) -> dict:
             )
     log(f"fgram: S = {size}, table and tags ready")
     return {"table": table, "tags": tags, "size": size}
+
+
+def engram_audit(args, out: str, config) -> dict:
+    """How the Engram arm's buckets collide on the training text (`fgram engram-audit` of
+    its configuration ``config``, over a table of the text's canonical n-grams of 2..K
+    tokens at fgram's default cutoff, `fgram build --canonical`): per order, the table's
+    share of the positions, and the share of its occurrences whose bucket also holds a
+    more frequent n-gram, in a head (mean, min, max) and in every head at once."""
+    path = os.path.join(out, "engram_audit.json")
+    if os.path.exists(path):
+        return read_json(path)
+    shards = os.path.join(out, "shards")
+    table = os.path.join(out, "fgrams-canonical")
+    if not os.path.exists(os.path.join(table, "_SUCCESS")):
+        fgram("build", table, os.path.join(shards, "train"), os.path.join(shards, "dev"),
+              "--canonical", "-K", str(args.max_len), "--overwrite", *engine(args))  # fmt: skip
+    toml = os.path.join(out, "engram.toml")
+    with open(toml, "w") as f:  # ints and lists of ints: JSON's spelling is TOML's
+        f.writelines(f"{k} = {json.dumps(v)}\n" for k, v in dataclasses.asdict(config).items())
+    full = json.loads(fgram("engram-audit", table, "--engram", toml, "--json"))
+    (layer,) = full["layers"].values()  # the arm's one Engram layer
+    res = {}
+    for n, order in full["orders"].items():
+        shares = [h["collided_share"] for h in layer[n]["heads"]]
+        res[n] = {
+            "coverage": order["coverage"],
+            "collided_share": float(np.mean(shares)),
+            "collided_min": min(shares),
+            "collided_max": max(shares),
+            "all_heads_share": layer[n]["all_heads"]["collided_share"],
+        }
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f, indent=2)
+    os.replace(path + ".tmp", path)
+    log("engram audit: " + ", ".join(f"order {n} {100 * r['collided_share']:.2f}%"
+                                     for n, r in res.items()))  # fmt: skip
+    return res
 
 
 def rule(args) -> str:

@@ -59,7 +59,9 @@ def ppl_of(run: dict, key: str = "val") -> float:
     return math.exp(ev[f"{key}_loss"]) if f"{key}_loss" in ev else ev[f"{key}_ppl"]
 
 
-def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict], engram=None) -> dict:
+def summarize(
+    args, out: str, fg_info: dict, data: dict, runs: list[dict], engram=None, audit=None
+) -> dict:
     tags = read_json(os.path.join(fg_info["tags"]["val"], "manifest.json"))["coverage"]
     by_kind: dict = {}
     for r in runs:
@@ -102,6 +104,7 @@ def summarize(args, out: str, fg_info: dict, data: dict, runs: list[dict], engra
             "config": dataclasses.asdict(engram["config"]),
             "rows": engram["rows"],
             "values": engram["values"],
+            "audit": audit,
         },  # fmt: skip
         "models": table,
         "verdict": verdict(table),
@@ -181,6 +184,20 @@ def markdown(res: dict) -> str:
             f"f-gram model ({s['params_fgram_model']:,} parameters) runs in training only. "
             f"Validation positions matched: {100 * res['val_coverage']:.1f}%, mean match "
             f"length {res['val_mean_match_length']:.2f}."
+        )
+    audit = (res["engram"] or {}).get("audit")
+    if audit:
+        orders = ", ".join(audit)
+
+        def pct(key: str) -> str:
+            return ", ".join(f"{100 * a[key]:.2f}%" for a in audit.values())
+
+        lines.append(
+            f"\nEngram's buckets (`fgram engram-audit` of its configuration over the training "
+            f"text's canonical n-grams at fgram's cutoff, {pct('coverage')} of the positions "
+            f"of orders {orders}): per head {pct('collided_share')} of their occurrences "
+            f"share a bucket with a more frequent n-gram; in every head at once "
+            f"{pct('all_heads_share')}."
         )
     lines.append("")
     lines += [f"- {v}" for v in res["verdict"]]
