@@ -2,6 +2,7 @@
 numpy f-gram model (no torch): the tags a training loop reads, the store that inference
 reads, and decoding a token at a time; then the example's own smoke run (with torch)."""
 
+import argparse
 import importlib
 import json
 import os
@@ -155,6 +156,16 @@ def test_the_example_smoke_run(tmp_path, monkeypatch):
         assert order["collided_min"] <= order["collided_share"] <= order["collided_max"]
         assert 0 <= order["all_heads_share"] <= order["collided_min"] < 1
     assert "Engram's buckets (`fgram engram-audit`" in open(tmp_path / "out" / "results.md").read()
+    # the audit is kept with the configuration it was made for, and made again for another
+    from fgram.engram import EngramConfig
+
+    data = _example_module("scone_data", monkeypatch)
+    two = EngramConfig(**{**res["engram"]["config"], "n_head_per_ngram": 2})
+    again = data.engram_audit(argparse.Namespace(max_len=3, smoke=True), str(tmp_path / "out"), two)
+    kept = json.load(open(tmp_path / "out" / "engram_audit.json"))
+    assert kept["config"]["n_head_per_ngram"] == 2 and kept["orders"] == again
+    for n in audit:  # fewer heads: n-grams collided in all of them at least as often
+        assert again[n]["all_heads_share"] >= audit[n]["all_heads_share"]
     # each finished run is one record; with the records, no run trains again (its run
     # folder gone), and a record of other settings is refused, naming the file
     records = tmp_path / "out" / "results"

@@ -232,16 +232,19 @@ def engram_audit(args, out: str, config) -> dict:
     share of the positions, and the share of its occurrences whose bucket also holds a
     more frequent n-gram, in a head (mean, min, max) and in every head at once."""
     path = os.path.join(out, "engram_audit.json")
-    if os.path.exists(path):
-        return read_json(path)
+    settings = dataclasses.asdict(config)
+    kept = read_json(path) if os.path.exists(path) else {}
+    if kept.get("config") == settings:
+        return kept["orders"]
     shards = os.path.join(out, "shards")
     table = os.path.join(out, "fgrams-canonical")
-    if not os.path.exists(os.path.join(table, "_SUCCESS")):
+    manifest = os.path.join(table, "manifest.json")
+    if not os.path.exists(manifest) or read_json(manifest)["config"]["max_len"] != args.max_len:
         fgram("build", table, os.path.join(shards, "train"), os.path.join(shards, "dev"),
               "--canonical", "-K", str(args.max_len), "--overwrite", *engine(args))  # fmt: skip
     toml = os.path.join(out, "engram.toml")
     with open(toml, "w") as f:  # ints and lists of ints: JSON's spelling is TOML's
-        f.writelines(f"{k} = {json.dumps(v)}\n" for k, v in dataclasses.asdict(config).items())
+        f.writelines(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
     full = json.loads(fgram("engram-audit", table, "--engram", toml, "--json"))
     (layer,) = full["layers"].values()  # the arm's one Engram layer
     res = {}
@@ -254,8 +257,8 @@ def engram_audit(args, out: str, config) -> dict:
             "collided_max": max(shares),
             "all_heads_share": layer[n]["all_heads"]["collided_share"],
         }
-    with open(path + ".tmp", "w") as f:
-        json.dump(res, f, indent=2)
+    with open(path + ".tmp", "w") as f:  # the settings it was made for: redone for others
+        json.dump({"config": settings, "orders": res}, f, indent=2)
     os.replace(path + ".tmp", path)
     log("engram audit: " + ", ".join(f"order {n} {100 * r['collided_share']:.2f}%"
                                      for n, r in res.items()))  # fmt: skip
