@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 from helpers import build
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import fgram
 from fgram import FgramIndex, FgramStore, training_sequences
@@ -119,18 +121,77 @@ def _example_module(name: str, monkeypatch):
     return importlib.import_module(name)
 
 
+@pytest.fixture(scope="module")
+def scone_train():
+    """The example's scone_train module (its imports beside it on the path)."""
+    sys.path.insert(0, EXAMPLE)
+    try:
+        yield importlib.import_module("scone_train")
+    finally:
+        sys.path.remove(EXAMPLE)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(2, 4),
+    heads=st.integers(1, 3),
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 9)),
+    seed=st.integers(0, 2**16),
+    share=st.floats(0, 1),
+)
+def test_the_counted_engram_gives_counted_n_grams_their_own_rows(
+    scone_train, n, heads, shape, seed, share
+):
+    """The counted Engram arm's rows (`scone_train.CountedRows`) against a brute-force
+    oracle: a position's n-gram of each order (canonical ids, the pad before the window)
+    among the counted ones has rows of its own, one per head after every bucket, in the
+    given order; any other its bucket, Engram's hash id plus its table's offset."""
+    from fgram.engram import EngramConfig, EngramHashing
+
+    rng = np.random.default_rng(seed)
+    vocab = 9
+    lookup = rng.integers(0, 5, vocab)  # nine ids, five canonical ones
+    cfg = EngramConfig(engram_vocab_size=[7] * (n - 1), max_ngram_size=n,
+                       n_head_per_ngram=heads, layer_ids=[1], pad_id=0, seed=seed % 5)  # fmt: skip
+    hashing = EngramHashing(cfg, lookup=(lookup, 5))
+    tokens = rng.integers(0, vocab, shape)
+    canon = np.concatenate([np.full((shape[0], n - 1), hashing.pad), lookup[tokens]], axis=1)
+    exact = {}
+    for m in range(2, n + 1):  # some of the windows' n-grams and some others
+        seen = {
+            tuple(canon[b, t + n - m : t + n]) for b in range(shape[0]) for t in range(shape[1])
+        }
+        other = {tuple(g) for g in rng.integers(0, 5, (4, m))}
+        grams = sorted(g for g in seen | other if rng.random() < share)
+        exact[m] = rng.permutation(np.array(grams, np.int64).reshape(-1, m))  # any order
+    rows = scone_train.CountedRows(hashing, exact).rows(tokens)
+    sizes = [p for order in hashing.table_sizes[1] for p in order]
+    hashed, first = hashing.hash(tokens)[1], sum(sizes)
+    for m in range(2, n + 1):
+        own = {tuple(g): first + i * heads for i, g in enumerate(exact[m].tolist())}
+        first += len(exact[m]) * heads
+        for b in range(shape[0]):
+            for t in range(shape[1]):
+                gram = tuple(canon[b, t + n - m : t + n])
+                for j in range(heads):
+                    col = (m - 2) * heads + j
+                    want = own[gram] + j if gram in own else hashed[b, t, col] + sum(sizes[:col])
+                    assert rows[b, t, col] == want
+    assert rows.max(initial=0) < first  # the table's rows: the buckets, then the counted
+
+
 def test_the_example_smoke_run(tmp_path, monkeypatch):
-    """examples/scone_tiny --smoke: every arm (baseline, baseline x2, SCONE, Engram) and
-    seed on a tiny corpus. SCONE's validation loss from the store equals the training
-    path's within float16 rounding of the rows; the arms' FLOPs, parameters and tables
-    are as described; a finished run is kept as a record and not trained again; a run
-    stopped after a checkpoint continues to the same result."""
+    """examples/scone_tiny --smoke: every arm (baseline, baseline x2, SCONE, Engram,
+    counted Engram) and seed on a tiny corpus. SCONE's validation loss from the store
+    equals the training path's within float16 rounding of the rows; the arms' FLOPs,
+    parameters and tables are as described; a finished run is kept as a record and not
+    trained again; a run stopped after a checkpoint continues to the same result."""
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
     out = _example("--jobs", "1", "--out", str(tmp_path / "out"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     res = json.load(open(tmp_path / "out" / "results.json"))
-    assert set(res["models"]) == {"baseline", "baseline_x2", "scone", "engram"}
+    assert set(res["models"]) == {"baseline", "baseline_x2", "scone", "engram", "engram_counted"}
     m = res["models"]
     assert all(len(row["ppl"]) == 3 for row in m.values())  # three seeds each
     scone = m["scone"]
@@ -145,8 +206,23 @@ def test_the_example_smoke_run(tmp_path, monkeypatch):
     # the tables' values (rows x width) alike: Engram's primes a little above SCONE's rows
     assert scone["values_off"] <= engram["values_off"] <= 1.1 * scone["values_off"]
     assert engram["ppl"] != base["ppl"]  # the module is in the network
-    assert len(res["verdict"]) == 3 and os.path.exists(tmp_path / "out" / "loss.png")
-    assert "| Engram |" in open(tmp_path / "out" / "results.md").read()
+    # the counted Engram: the same network and total of values, the counted n-grams' rows
+    # its own (a full row each: one per head), the rest in buckets of the values left
+    counted, setup = m["engram_counted"], res["engram"]["counted"]
+    assert counted["inference_flops_per_token"] == engram["inference_flops_per_token"]
+    assert counted["params_main"] == engram["params_main"]
+    assert counted["values_off"] == setup["values"] and counted["rows_off"] == setup["rows"]
+    assert scone["values_off"] <= counted["values_off"] <= 1.1 * scone["values_off"]
+    own = sum(e["ngrams"] for e in setup["exact"].values())
+    assert own > 0 and own * 4 < setup["rows"]  # --smoke: 4 heads
+    assert own * 64 <= engram["values_off"]  # a full row (d = 64) each, within the total
+    for order in setup["exact"].values():
+        assert 0 < order["ngrams"] <= order["of"] and 0 < order["positions_share"] <= 1
+    assert counted["ppl"] != engram["ppl"]
+    assert len(res["verdict"]) == 4 and os.path.exists(tmp_path / "out" / "loss.png")
+    md = open(tmp_path / "out" / "results.md").read()
+    assert "| Engram |" in md and "| counted Engram |" in md
+    assert "The counted Engram's rows of their own" in md
     # the Engram arm's buckets audited on the training text's canonical n-grams: a share
     # per order 2..K, never less in one head than in every head at once
     audit = res["engram"]["audit"]
@@ -189,7 +265,7 @@ def test_the_example_smoke_run(tmp_path, monkeypatch):
     lanes = _example("--jobs", "2", "--out", str(tmp_path / "out"))
     assert lanes.returncode == 0, lanes.stdout[-2000:] + lanes.stderr[-3000:]
     assert "2 runs, 2 side by side with 1 threads each" in lanes.stdout
-    assert lanes.stdout.count("from its record") == 12
+    assert lanes.stdout.count("from its record") == 15
     assert "step 0" in open(tmp_path / "out" / "runs" / "scone-seed1.log").read()
     lanes_m = json.load(open(tmp_path / "out" / "results.json"))["models"]
     assert lanes_m["scone"]["ppl"] == scone["ppl"] and lanes_m["baseline"]["ppl"] == base["ppl"]

@@ -1,8 +1,9 @@
 """SCONE at a small scale, end to end, on a CPU: fgram's outputs train a GPT with f-gram
 embeddings and serve it from the f-gram store; the same GPT without them (baseline), a
 deeper GPT of about twice its inference FLOPs (baseline_x2) and the same GPT with an
-Engram module of as many table values as SCONE's store (engram) are trained the same
-way. See README.md beside this file.
+Engram module of as many table values as SCONE's store (engram), and that Engram with
+rows of their own for the frequent n-grams fgram counted (engram_counted), are trained
+the same way. See README.md beside this file.
 
     python examples/scone_tiny/run.py                # the measured run (hours here)
     python examples/scone_tiny/run.py --smoke        # every arm on a tiny corpus, seconds
@@ -40,11 +41,11 @@ from scone_data import (
 )
 from scone_eval import evaluate
 from scone_results import config_of, keep_record, recorded, summarize
-from scone_train import engram_setup, train
+from scone_train import counted_setup, engram_setup, train
 
 # a run's training time against the baseline's (measured on 2 cores): the longest start
 # first, so that runs side by side end together
-COST = {"baseline": 1.0, "engram": 1.2, "baseline_x2": 1.9, "scone": 2.0}
+COST = {"baseline": 1.0, "engram": 1.2, "engram_counted": 1.25, "baseline_x2": 1.9, "scone": 2.0}
 
 
 def side_by_side(args, todo: list[tuple[str, int]], jobs: int, records: str) -> None:
@@ -179,7 +180,12 @@ def main() -> None:
     unknown = set(kinds) - set(KINDS)
     if unknown:
         ap.error(f"--kinds: {', '.join(sorted(unknown))}: not one of {', '.join(KINDS)}")
-    engram = engram_setup(args, tok_path, len(data["fgrams"][1])) if "engram" in kinds else None
+    engram = counted = None
+    if {"engram", "engram_counted"} & set(kinds):
+        engram = engram_setup(args, tok_path, len(data["fgrams"][1]))
+    if "engram_counted" in kinds:
+        counted = counted_setup(args, out, engram)
+    setups = {"engram": engram, "engram_counted": counted}
     measured = out == os.path.join(HERE, "out") and not args.smoke
     records = args.records or os.path.join(HERE if measured else out, "results")
     config = config_of(args, fg_info["size"])
@@ -194,8 +200,9 @@ def main() -> None:
             rec = recorded(records, config, kind, seed)
             if rec is None:
                 folder = os.path.join(out, "runs", f"{kind}-seed{seed}")
-                rec = train(args, kind, seed, data, data["fgrams"], folder, engram)
-                rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok, engram)
+                setup = setups.get(kind)
+                rec = train(args, kind, seed, data, data["fgrams"], folder, setup)
+                rec["eval"] = evaluate(args, out, fg_info, data, rec, folder, tok, setup)
                 keep_record(records, config, rec)
             else:
                 log(f"{kind} seed {seed}: from its record in {records}")
@@ -203,7 +210,7 @@ def main() -> None:
     if args.lane:
         return
     audit = engram_audit(args, out, engram["config"]) if engram else None
-    res = summarize(args, out, fg_info, data, runs, engram, audit)
+    res = summarize(args, out, fg_info, data, runs, engram, audit, counted)
     for kind, row in res["models"].items():
         log(
             f"{kind}: validation perplexity {row['ppl_mean']:.2f} (min {row['ppl_min']:.2f}, "

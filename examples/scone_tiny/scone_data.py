@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 CORPUS = os.path.join(REPO, "..", "shared", "corpora", "english-dev")
 EOS = "<|endoftext|>"
 GRID = "1K,2K,5K,10K,20K,50K,100K,200K,500K,1M,2M"
-KINDS = ("baseline", "baseline_x2", "scone", "engram")
+KINDS = ("baseline", "baseline_x2", "scone", "engram", "engram_counted")
 
 
 def read_json(path: str):
@@ -225,6 +225,19 @@ def run_fgram(args, out: str, tok: str) -> dict:
     return {"table": table, "tags": tags, "size": size}
 
 
+def canonical_table(args, out: str) -> str:
+    """A table of the training text's canonical n-grams of 2..K tokens at fgram's default
+    cutoff (`fgram build --canonical`): the Engram audit's, and the counted Engram's exact
+    rows. Made again when K changes."""
+    shards = os.path.join(out, "shards")
+    table = os.path.join(out, "fgrams-canonical")
+    manifest = os.path.join(table, "manifest.json")
+    if not os.path.exists(manifest) or read_json(manifest)["config"]["max_len"] != args.max_len:
+        fgram("build", table, os.path.join(shards, "train"), os.path.join(shards, "dev"),
+              "--canonical", "-K", str(args.max_len), "--overwrite", *engine(args))  # fmt: skip
+    return table
+
+
 def engram_audit(args, out: str, config) -> dict:
     """How the Engram arm's buckets collide on the training text (`fgram engram-audit` of
     its configuration ``config``, over a table of the text's canonical n-grams of 2..K
@@ -236,12 +249,7 @@ def engram_audit(args, out: str, config) -> dict:
     kept = read_json(path) if os.path.exists(path) else {}
     if kept.get("config") == settings:
         return kept["orders"]
-    shards = os.path.join(out, "shards")
-    table = os.path.join(out, "fgrams-canonical")
-    manifest = os.path.join(table, "manifest.json")
-    if not os.path.exists(manifest) or read_json(manifest)["config"]["max_len"] != args.max_len:
-        fgram("build", table, os.path.join(shards, "train"), os.path.join(shards, "dev"),
-              "--canonical", "-K", str(args.max_len), "--overwrite", *engine(args))  # fmt: skip
+    table = canonical_table(args, out)
     toml = os.path.join(out, "engram.toml")
     with open(toml, "w") as f:  # ints and lists of ints: JSON's spelling is TOML's
         f.writelines(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())

@@ -1,7 +1,8 @@
 """The models of the example: a small GPT (the baseline, and a deeper one of about twice
 its inference FLOPs), the same GPT fed by an f-gram model where a position has an f-gram
-(SCONE), the same GPT with an Engram module (hashed n-gram embeddings), and the factory
-`fgram embed` calls to precompute the f-gram model's rows.
+(SCONE), the same GPT with an Engram module (hashed n-gram embeddings; counted: exact rows
+for the frequent ones), and the factory `fgram embed` calls to precompute the f-gram
+model's rows.
 
 - `GPT`: token and learned position embeddings, pre-norm blocks (causal attention, a
   GELU MLP), the output layer tied to the token embeddings. `logits(inputs)` takes the
@@ -21,7 +22,10 @@ its inference FLOPs), the same GPT fed by an f-gram model where a position has a
   the signed square root of the key's and the hidden state's scaled dot product (each
   RMS-normalised) through a sigmoid, scales the value; a causal depthwise convolution
   (kernel 4, dilation N, RMS-normalised input, SiLU) of the gated value is added to it.
-  The demo's hyper-connections (4 streams) are left out: the GPT has one stream.
+  The demo's hyper-connections (4 streams) are left out: the GPT has one stream. The
+  counted Engram is the same module whose table also holds rows of their own for the
+  n-grams fgram counted (``engram_exact`` of them, a row per head each, after the
+  buckets): its rows come from `scone_train.CountedRows`.
 - `fgram_model()`: ``fgram embed TABLE --model scone_model:fgram_model`` with
   ``SCONE_TINY_CHECKPOINT`` naming a trained `Scone` checkpoint.
 """
@@ -55,6 +59,9 @@ class Config:
     engram_dim: int = 256
     engram_max_n: int = 4
     engram_kernel: int = 4
+    # the counted Engram only: n-grams with exact rows of their own (a row per head each,
+    # after the buckets)
+    engram_exact: int = 0
 
 
 class Block(nn.Module):
@@ -187,14 +194,15 @@ class ShortConv(nn.Module):
 
 
 class Engram(nn.Module):
-    """(hidden states [b, t, d], hash ids [b, t, (N-1) * heads]) -> [b, t, d]."""
+    """(hidden states [b, t, d], rows of the table [b, t, (N-1) * heads]) -> [b, t, d]."""
 
     def __init__(self, cfg: Config):
         super().__init__()
         sizes = list(cfg.engram_sizes)
         self.register_buffer("offsets", torch.tensor([0, *sizes[:-1]]).cumsum(0), persistent=False)
         width = cfg.engram_dim // cfg.engram_heads  # a head's row
-        self.table = nn.Embedding(sum(sizes), width, sparse=True)  # held off the accelerator
+        rows = sum(sizes) + cfg.engram_exact * cfg.engram_heads
+        self.table = nn.Embedding(rows, width, sparse=True)  # held off the accelerator
         concat = (cfg.engram_max_n - 1) * cfg.engram_dim
         self.key = nn.Linear(concat, cfg.dim)
         self.value = nn.Linear(concat, cfg.dim)
@@ -202,8 +210,8 @@ class Engram(nn.Module):
         self.conv = ShortConv(cfg.dim, cfg.engram_kernel, cfg.engram_max_n)
         self.dim = cfg.dim
 
-    def forward(self, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        e = self.table(ids + self.offsets).flatten(-2)  # the heads' rows, side by side
+    def forward(self, h: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        e = self.table(rows).flatten(-2)  # the heads' rows, side by side
         dot = (self.key_norm(self.key(e)) * self.query_norm(h)).sum(-1, keepdim=True)
         dot = dot / math.sqrt(self.dim)
         gate = torch.sigmoid(dot.sign() * dot.abs().clamp_min(1e-6).sqrt())
@@ -221,7 +229,9 @@ class Engram(nn.Module):
 class EngramGPT(GPT):
     """The GPT with an Engram module before block ``cfg.engram_layer``; ``hashing``
     (`fgram.engram.EngramHashing` of a configuration of one layer) gives the hash ids of
-    the tokens of each window (the window as the demo's sequence)."""
+    the tokens of each window (the window as the demo's sequence), each the bucket of its
+    order's and head's table; or, for the counted Engram, an object whose ``rows(tokens)``
+    gives the rows of the whole table (`scone_train.CountedRows`)."""
 
     def __init__(self, cfg: Config, hashing=None):
         super().__init__(cfg)
@@ -231,9 +241,13 @@ class EngramGPT(GPT):
         self.hashing = hashing
 
     def hash_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The table's rows of each position's n-grams, orders and heads in turn."""
+        x = tokens.cpu().numpy()
+        if hasattr(self.hashing, "rows"):  # the counted Engram
+            return torch.from_numpy(self.hashing.rows(x)).to(tokens.device)
         (layer,) = self.hashing.config.layer_ids  # the configuration's one layer
-        ids = self.hashing.hash(tokens.cpu().numpy())[layer]
-        return torch.from_numpy(ids).to(tokens.device)
+        ids = torch.from_numpy(self.hashing.hash(x)[layer]).to(tokens.device)
+        return ids + self.engram.offsets  # a bucket of each head's table
 
     def forward(self, tokens: torch.Tensor, *_: object) -> torch.Tensor:
         ids = self.hash_ids(tokens)

@@ -60,7 +60,14 @@ def ppl_of(run: dict, key: str = "val") -> float:
 
 
 def summarize(
-    args, out: str, fg_info: dict, data: dict, runs: list[dict], engram=None, audit=None
+    args,
+    out: str,
+    fg_info: dict,
+    data: dict,
+    runs: list[dict],
+    engram=None,
+    audit=None,
+    counted=None,
 ) -> dict:
     tags = read_json(os.path.join(fg_info["tags"]["val"], "manifest.json"))["coverage"]
     by_kind: dict = {}
@@ -101,10 +108,11 @@ def summarize(
         "engram": None
         if engram is None
         else {
-            "config": dataclasses.asdict(engram["config"]),
-            "rows": engram["rows"],
-            "values": engram["values"],
+            **described(engram),
             "audit": audit,
+            "counted": None
+            if counted is None
+            else {**described(counted), "exact": counted["exact"]},
         },  # fmt: skip
         "models": table,
         "verdict": verdict(table),
@@ -116,6 +124,12 @@ def summarize(
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write(markdown(res))
     return res
+
+
+def described(setup: dict) -> dict:
+    """An Engram arm's setup as results.json keeps it: its configuration and table."""
+    config = dataclasses.asdict(setup["config"])
+    return {"config": config, "rows": setup["rows"], "values": setup["values"]}
 
 
 def verdict(m: dict) -> list[str]:
@@ -145,11 +159,14 @@ def verdict(m: dict) -> list[str]:
         out.append(compare("scone", "engram", "exact f-grams (SCONE) against hashed (Engram)"))
     if "scone" in m and "baseline" in m:
         out.append(compare("scone", "baseline", "SCONE against the same-size baseline"))
+    if "engram_counted" in m and "engram" in m:
+        out.append(compare("engram_counted", "engram", "exact rows for the counted n-grams "
+                           "(counted Engram) against hashed buckets (Engram)"))  # fmt: skip
     return out
 
 
 NAMES = {"baseline": "baseline", "baseline_x2": "baseline x2", "scone": "SCONE",
-         "engram": "Engram"}  # fmt: skip
+         "engram": "Engram", "engram_counted": "counted Engram"}  # fmt: skip
 
 
 def markdown(res: dict) -> str:
@@ -199,6 +216,21 @@ def markdown(res: dict) -> str:
             f"share a bucket with a more frequent n-gram; in every head at once "
             f"{pct('all_heads_share')}."
         )
+    counted = (res["engram"] or {}).get("counted")
+    if counted:
+        ex = counted["exact"]
+        heads = counted["config"]["n_head_per_ngram"]
+        own = sum(e["ngrams"] for e in ex.values()) * heads
+        lines.append(
+            "\nThe counted Engram's rows of their own: "
+            + ", ".join(f"{e['ngrams']:,} of the {e['of']:,} {n}-grams" for n, e in ex.items())
+            + " counted ("
+            + ", ".join(f"{100 * e['positions_share']:.1f}%" for e in ex.values())
+            + " of the training text's positions of each order), "
+            f"{100 * own / counted['rows']:.1f}% of its table's rows; every other n-gram in "
+            f"buckets of {min(counted['config']['engram_vocab_size']):,} a head (the prime "
+            "above)."
+        )
     lines.append("")
     lines += [f"- {v}" for v in res["verdict"]]
     return "\n".join(lines) + "\n"
@@ -215,7 +247,7 @@ def plot(runs: list[dict], path: str) -> None:
     fig = Figure(figsize=(10, 4.2), dpi=110, layout="constrained")
     whole, late = fig.subplots(1, 2)
     colors = {"baseline": "#4c72b0", "baseline_x2": "#55a868", "scone": "#c44e52",
-              "engram": "#8172b2"}  # fmt: skip
+              "engram": "#8172b2", "engram_counted": "#dd8452"}  # fmt: skip
     seeds = sorted({r["seed"] for r in drawn})
     styles = ["-", "--", ":", "-."]
     for ax, start in ((whole, 0), (late, max((r["steps"] for r in drawn), default=0) // 2)):
@@ -232,6 +264,7 @@ def plot(runs: list[dict], path: str) -> None:
         ax.set_xlabel("step")
     whole.set_ylabel("validation loss (probe windows)")
     late.set_title("from half way", fontsize=9)
-    whole.set_title("baseline, baseline x2, SCONE and Engram", fontsize=9)
+    whole.set_title(", ".join(NAMES[k] for k in KINDS if any(r["kind"] == k for r in drawn)),
+                    fontsize=9)  # fmt: skip
     fig.legend(loc="outside right upper", fontsize=7)
     fig.savefig(path)

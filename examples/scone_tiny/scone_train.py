@@ -11,7 +11,9 @@ import os
 import time
 
 import numpy as np
-from scone_data import EOS, log, read_json
+from scone_data import EOS, canonical_table, log, read_json
+
+ENGRAMS = ("engram", "engram_counted")  # the arms with an Engram module
 
 # ---- models and training ------------------------------------------------------------
 
@@ -33,7 +35,7 @@ def model_config(args, vocab: int, kind: str = "baseline", engram=None):
             range(size["layers"] + 1, 4 * size["layers"] + 2),
             key=lambda n: abs(GPT.flops_of(dataclasses.replace(base, layers=n)) - 2 * flops),
         )
-    if kind == "engram" and engram is not None:
+    if kind in ENGRAMS and engram is not None:
         size.update(engram["model"])
     return Config(vocab=vocab, seq_len=args.seq_len, max_len=args.max_len, **size)
 
@@ -77,13 +79,115 @@ def engram_setup(args, tok_path: str, table_rows: int) -> dict:
     }
 
 
+class CountedRows:
+    """The counted Engram's rows: an n-gram of ``exact`` (canonical ids, per order n an
+    array [R_n, n], text order) has rows of its own, one per head, after the buckets
+    (orders in turn, then the n-grams in the given order); any other n-gram its buckets,
+    as ``hashing`` (`fgram.engram.EngramHashing` of one layer, table sizes ``sizes``)
+    hashes it. An n-gram reaching before the window's start holds the canonical pad id
+    there, as in the hash. ``rows(tokens [B, T])`` -> int64 [B, T, (N-1) * heads]."""
+
+    def __init__(self, hashing, exact: dict[int, np.ndarray]):
+        (self.layer,) = hashing.config.layer_ids
+        sizes = [p for order in hashing.table_sizes[self.layer] for p in order]
+        self.hashing, self.heads = hashing, hashing.config.n_head_per_ngram
+        self.offsets = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
+        self.bits = max(1, int(hashing.size).bit_length())  # a canonical id's bits
+        orders = range(2, hashing.config.max_ngram_size + 1)
+        if len(orders) * self.bits > 63:
+            raise ValueError(f"{hashing.size} canonical ids: {len(orders)}-grams do not "
+                             "fit a 63-bit key")  # fmt: skip
+        self.keys, self.index = {}, {}
+        first = sum(sizes)  # the first exact row
+        for n in orders:
+            grams = np.asarray(exact.get(n, np.zeros((0, n))), np.int64).reshape(-1, n)
+            keys = self._pack([grams[:, k] for k in range(n)])
+            order = np.argsort(keys, kind="stable")
+            if len(keys) and (np.diff(keys[order]) == 0).any():
+                raise ValueError(f"an {n}-gram is given twice")
+            self.keys[n] = keys[order]
+            self.index[n] = first + order.astype(np.int64) * self.heads
+            first += len(keys) * self.heads
+        self.total = first  # the table's rows
+
+    def _pack(self, columns: list[np.ndarray]) -> np.ndarray:
+        key = np.zeros(np.shape(columns[0]), np.int64)
+        for c in columns:
+            key = (key << self.bits) | c
+        return key
+
+    def rows(self, tokens: np.ndarray) -> np.ndarray:
+        out = self.hashing.hash(tokens)[self.layer] + self.offsets
+        canon = self.hashing.canonical(tokens)
+        b, t = canon.shape
+        for i, n in enumerate(self.keys):
+            padded = np.concatenate([np.full((b, n - 1), self.hashing.pad), canon], axis=1)
+            key = self._pack([padded[:, k : k + t] for k in range(n)])
+            keys = self.keys[n]
+            if not len(keys):
+                continue
+            at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
+            hit = keys[at] == key
+            cols = slice(i * self.heads, (i + 1) * self.heads)
+            own = self.index[n][at][..., None] + np.arange(self.heads)
+            out[..., cols] = np.where(hit[..., None], own, out[..., cols])
+        return out
+
+
+def counted_setup(args, out: str, engram: dict) -> dict:
+    """The counted Engram: the Engram arm's configuration and total of values (as many as
+    SCONE's store), the training text's canonical n-grams of fgram's table
+    (`scone_data.canonical_table`, count 5 or more) each given rows of its own (a full
+    row of d: one per head), the most frequent first, as many as the total holds while
+    leaving one row per order; the values left hold the buckets of every other n-gram,
+    each head's table the prime above their share, as Engram sizes its tables."""
+    from fgram import open_table, table_dataset
+    from fgram.audit import read_orders
+    from fgram.engram import EngramHashing
+
+    cfg, d = engram["config"], engram["model"]["engram_dim"]
+    heads, orders = cfg.n_head_per_ngram, cfg.max_ngram_size - 1
+    loc, manifest = open_table(canonical_table(args, out))
+    grams = read_orders(table_dataset(loc, manifest), cfg.max_ngram_size)
+    counts = np.concatenate([g.counts for g in grams.values()])
+    rank = np.argsort(-counts, kind="stable")  # shorter n-grams first among equals
+    exact = min(len(rank), max(0, engram["values"] // d - orders))
+    taken = np.zeros(len(rank), bool)
+    taken[rank[:exact]] = True
+    bounds = np.cumsum([0, *(len(g.counts) for g in grams.values())])
+    mine = {n: taken[a:b] for n, a, b in zip(grams, bounds[:-1], bounds[1:], strict=True)}
+    kept = {n: g.tokens[mine[n]] for n, g in grams.items()}
+    per_head = max(2, (engram["values"] - exact * d) // (orders * d))
+    counted = dataclasses.replace(cfg, engram_vocab_size=[per_head] * orders)
+    hashing = EngramHashing(counted, lookup=(engram["hashing"].lookup, engram["hashing"].size))
+    rows = CountedRows(hashing, kept)
+    sizes = tuple(p for order in hashing.table_sizes[rows.layer] for p in order)
+    positions = manifest.get("positions") or {}
+    return {
+        "config": counted,
+        "hashing": rows,
+        "model": {**engram["model"], "engram_sizes": sizes, "engram_exact": exact},
+        "values": rows.total * (d // heads),
+        "rows": rows.total,
+        "exact": {
+            str(n): {
+                "ngrams": int(len(kept[n])),
+                "of": int(len(g.counts)),
+                "positions_share": float(g.counts[mine[n]].sum())
+                / max(1, int(positions.get(str(n), 0))),
+            }
+            for n, g in grams.items()
+        },
+    }
+
+
 def make_model(kind: str, cfg, fg, engram=None):
     import torch
     from scone_model import GPT, EngramGPT, Scone
 
     if kind in ("baseline", "baseline_x2"):
         return GPT(cfg)
-    if kind == "engram":
+    if kind in ENGRAMS:
         return EngramGPT(cfg, engram["hashing"])
     return Scone(cfg, torch.from_numpy(fg[0]), torch.from_numpy(fg[1]))
 
@@ -229,7 +333,7 @@ def model_sizes(model, kind: str, engram, fgrams: int) -> dict:
     rows, values = 0, 0
     if kind == "scone":
         rows, values = fgrams, fgrams * model.cfg.dim
-    elif kind == "engram":
+    elif kind in ENGRAMS:
         rows, values = engram["rows"], table
     return {
         "params_main": on,
