@@ -110,6 +110,10 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--kinds", default=",".join(KINDS), help="the arms, of " + ", ".join(KINDS))
     ap.add_argument("--engram-heads", type=int, default=4, help="Engram's heads per order")
+    ap.add_argument(
+        "--engram-memory", type=float, default=1.0, help="the Engram arms' tables: their "
+        "values as a share of SCONE's store's (1: as many)",
+    )  # fmt: skip
     ap.add_argument("--device", default="cpu", help="cpu, or cuda where a GPU is at hand")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--max-len", type=int, default=4, help="K")

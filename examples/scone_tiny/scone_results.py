@@ -16,7 +16,9 @@ from scone_data import KINDS, read_json
 # what a run's numbers depend on besides its arm and seed: a record made with other
 # settings is never mixed into the results
 CONFIG = ("vocab", "max_len", "layers", "dim", "heads", "seq_len", "batch", "steps", "lr",
-          "engram_heads", "eval_every", "probe", "device")  # fmt: skip
+          "engram_heads", "engram_memory", "eval_every", "probe", "device")  # fmt: skip
+# settings added since records were first kept: a record without one was made at its default
+DEFAULTS = {"engram_memory": 1.0}
 
 
 def config_of(args, size: int) -> dict:
@@ -30,8 +32,8 @@ def recorded(records: str, config: dict, kind: str, seed: int) -> dict | None:
     if not os.path.exists(path):
         return None
     rec = read_json(path)
-    differ = sorted(k for k in config.keys() | rec["config"].keys()
-                    if config.get(k) != rec["config"].get(k))  # fmt: skip
+    kept = {**DEFAULTS, **rec["config"]}
+    differ = sorted(k for k in config.keys() | kept.keys() if config.get(k) != kept.get(k))
     if differ:
         raise SystemExit(
             f"{path}: recorded with other settings ({', '.join(differ)}); "

@@ -46,7 +46,8 @@ def engram_setup(args, tok_path: str, table_rows: int) -> dict:
     first Engram layer: early, where a memory of local n-grams spares the blocks the
     work of composing them), pad id the end of text; the per-head table size chosen so
     that every table's rows x width together hold as many values as SCONE's store (its
-    f-grams x d). Returns the config, its hashing and the model's fields."""
+    f-grams x d; times ``--engram-memory``). Returns the config, its hashing and the
+    model's fields."""
     from tokenizers import Tokenizer
 
     from fgram.engram import EngramConfig, EngramHashing, table_sizes
@@ -54,7 +55,8 @@ def engram_setup(args, tok_path: str, table_rows: int) -> dict:
     main = model_config(args, 1)
     d, block = main.dim, min(1, main.layers - 1)
     orders, heads = args.max_len - 1, args.engram_heads
-    per_head = max(2, table_rows // orders)  # orders x heads x per_head rows of d / heads
+    rows = int(table_rows * args.engram_memory)  # full rows of d, as SCONE's store's
+    per_head = max(2, rows // orders)  # orders x heads x per_head rows of d / heads
     cfg = EngramConfig(
         engram_vocab_size=[per_head] * orders,
         max_ngram_size=args.max_len,
@@ -138,9 +140,10 @@ def counted_setup(args, out: str, engram: dict) -> dict:
     """The counted Engram: the Engram arm's configuration and total of values (as many as
     SCONE's store), the training text's canonical n-grams of fgram's table
     (`scone_data.canonical_table`, count 5 or more) each given rows of its own (a full
-    row of d: one per head), the most frequent first, as many as the total holds while
-    leaving one row per order; the values left hold the buckets of every other n-gram,
-    each head's table the prime above their share, as Engram sizes its tables."""
+    row of d: one per head): all of them where the total holds them while leaving a row
+    of values per order, else the most frequent that fill half of it; the values left
+    hold the buckets of every other n-gram, each head's table the prime above their
+    share, as Engram sizes its tables."""
     from fgram import open_table, table_dataset
     from fgram.audit import read_orders
     from fgram.engram import EngramHashing
@@ -151,7 +154,8 @@ def counted_setup(args, out: str, engram: dict) -> dict:
     grams = read_orders(table_dataset(loc, manifest), cfg.max_ngram_size)
     counts = np.concatenate([g.counts for g in grams.values()])
     rank = np.argsort(-counts, kind="stable")  # shorter n-grams first among equals
-    exact = min(len(rank), max(0, engram["values"] // d - orders))
+    full = engram["values"] // d - orders  # full rows, leaving a row's values an order
+    exact = len(rank) if len(rank) <= full else max(0, full // 2)
     taken = np.zeros(len(rank), bool)
     taken[rank[:exact]] = True
     bounds = np.cumsum([0, *(len(g.counts) for g in grams.values())])
