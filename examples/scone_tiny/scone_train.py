@@ -85,22 +85,23 @@ class CountedRows:
     """The counted Engram's rows: an n-gram of ``exact`` (canonical ids, per order n an
     array [R_n, n], text order) has rows of its own, one per head, after the buckets
     (orders in turn, then the n-grams in the given order); any other n-gram its buckets,
-    as ``hashing`` (`fgram.engram.EngramHashing` of one layer, table sizes ``sizes``)
-    hashes it. An n-gram reaching before the window's start holds the canonical pad id
-    there, as in the hash. ``rows(tokens [B, T])`` -> int64 [B, T, (N-1) * heads]."""
+    as ``hashing`` (`fgram.engram.EngramHashing` of one layer) hashes it, each head's
+    table (``sizes``) after the one before. An n-gram reaching before the window's start
+    holds the canonical pad id there, as in the hash. ``rows(tokens [B, T])`` -> int64
+    [B, T, (N-1) * heads]."""
 
     def __init__(self, hashing, exact: dict[int, np.ndarray]):
         (self.layer,) = hashing.config.layer_ids
-        sizes = [p for order in hashing.table_sizes[self.layer] for p in order]
+        self.sizes = [p for order in hashing.table_sizes[self.layer] for p in order]
         self.hashing, self.heads = hashing, hashing.config.n_head_per_ngram
-        self.offsets = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
+        self.offsets = np.cumsum([0, *self.sizes[:-1]]).astype(np.int64)
         self.bits = max(1, int(hashing.size).bit_length())  # a canonical id's bits
         orders = range(2, hashing.config.max_ngram_size + 1)
         if len(orders) * self.bits > 63:
             raise ValueError(f"{hashing.size} canonical ids: {len(orders)}-grams do not "
                              "fit a 63-bit key")  # fmt: skip
         self.keys, self.index = {}, {}
-        first = sum(sizes)  # the first exact row
+        first = sum(self.sizes)  # the first exact row
         for n in orders:
             grams = np.asarray(exact.get(n, np.zeros((0, n))), np.int64).reshape(-1, n)
             keys = self._pack([grams[:, k] for k in range(n)])
@@ -122,12 +123,11 @@ class CountedRows:
         out = self.hashing.hash(tokens)[self.layer] + self.offsets
         canon = self.hashing.canonical(tokens)
         b, t = canon.shape
-        for i, n in enumerate(self.keys):
-            padded = np.concatenate([np.full((b, n - 1), self.hashing.pad), canon], axis=1)
-            key = self._pack([padded[:, k : k + t] for k in range(n)])
-            keys = self.keys[n]
+        for i, (n, keys) in enumerate(self.keys.items()):
             if not len(keys):
                 continue
+            padded = np.concatenate([np.full((b, n - 1), self.hashing.pad), canon], axis=1)
+            key = self._pack([padded[:, k : k + t] for k in range(n)])
             at = np.minimum(np.searchsorted(keys, key), len(keys) - 1)
             hit = keys[at] == key
             cols = slice(i * self.heads, (i + 1) * self.heads)
@@ -165,12 +165,11 @@ def counted_setup(args, out: str, engram: dict) -> dict:
     counted = dataclasses.replace(cfg, engram_vocab_size=[per_head] * orders)
     hashing = EngramHashing(counted, lookup=(engram["hashing"].lookup, engram["hashing"].size))
     rows = CountedRows(hashing, kept)
-    sizes = tuple(p for order in hashing.table_sizes[rows.layer] for p in order)
     positions = manifest.get("positions") or {}
     return {
         "config": counted,
         "hashing": rows,
-        "model": {**engram["model"], "engram_sizes": sizes, "engram_exact": exact},
+        "model": {**engram["model"], "engram_sizes": tuple(rows.sizes), "engram_exact": exact},
         "values": rows.total * (d // heads),
         "rows": rows.total,
         "exact": {
